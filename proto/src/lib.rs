@@ -1,0 +1,22 @@
+//! berth's public gRPC contract.
+//!
+//! The `.proto` files under `proto/berth/` are the product's contract; this
+//! crate holds only the code generated from them (at build time, by protox and
+//! tonic's builder, so no protoc is needed) and the conversions between JSON
+//! and `google.protobuf.Struct` that every service taking Kubernetes objects
+//! uses.
+
+#![warn(missing_docs)]
+
+/// `berth.v1`: the Scheduler and Cluster services.
+pub mod v1 {
+    #![allow(missing_docs, clippy::all)]
+    tonic::include_proto!("berth.v1");
+}
+
+pub mod json;
+
+/// The encoded `FileDescriptorSet` of every berth proto and its imports, for
+/// gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/berth_descriptor.bin"));

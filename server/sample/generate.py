@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Writes cluster.yaml: berthd's built-in sample cluster.
+
+Deterministic (fixed seed). Nodes of mixed sizes across three zones, a
+cordoned node, a tainted control-plane node, tainted GPU nodes; pods
+already running on nodes, a few hundred pending pods of several
+workloads, gated pods, a pod for another scheduler, and pods that cannot
+fit anywhere on purpose. Each pod that must stay pending carries the
+annotation berth.dev/expect-pending with a phrase its reason contains;
+the end-to-end tests read it.
+
+Run: python3 server/sample/generate.py > server/sample/cluster.yaml
+"""
+import random
+
+rng = random.Random(20261121)
+docs = []
+ZONES = ["eu-west-1a", "eu-west-1b", "eu-west-1c"]
+
+
+def node(name, cpu, mem_gi, zone, pods=110, extra_labels=None, taints=None,
+         unschedulable=False, extended=None):
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "topology.kubernetes.io/region": "eu-west-1",
+        "topology.kubernetes.io/zone": zone,
+    }
+    labels.update(extra_labels or {})
+    alloc = {"cpu": str(cpu), "memory": f"{mem_gi}Gi", "pods": str(pods),
+             "ephemeral-storage": "100Gi"}
+    alloc.update(extended or {})
+    spec = {}
+    if taints:
+        spec["taints"] = taints
+    if unschedulable:
+        spec["unschedulable"] = True
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+        "status": {
+            "capacity": alloc, "allocatable": alloc,
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 514000}],
+        },
+    }
+
+
+def pod(name, ns="default", cpu=None, mem=None, extra=None, labels=None,
+        priority=None, node_name=None, tolerations=None, gates=None,
+        scheduler=None, annotations=None):
+    req = {}
+    if cpu:
+        req["cpu"] = cpu
+    if mem:
+        req["memory"] = mem
+    req.update(extra or {})
+    container = {"name": "app", "image": "registry.k8s.io/pause:3.10"}
+    if req:
+        container["resources"] = {"requests": req}
+    spec = {"containers": [container]}
+    if priority is not None:
+        spec["priority"] = priority
+    if node_name:
+        spec["nodeName"] = node_name
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if gates:
+        spec["schedulingGates"] = [{"name": g} for g in gates]
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    meta = {"name": name, "namespace": ns, "labels": labels or {}}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+# Nodes: 15 small, 15 medium, 6 large, 2 GPU, 1 cordoned, 1 control plane.
+nodes = []
+for i in range(15):
+    nodes.append(node(f"small-{i:02d}", 4, 16, ZONES[i % 3], extra_labels={"node.kubernetes.io/instance-type": "m5.xlarge"}))
+for i in range(15):
+    nodes.append(node(f"medium-{i:02d}", 8, 32, ZONES[i % 3], extra_labels={"node.kubernetes.io/instance-type": "m5.2xlarge"}))
+for i in range(6):
+    nodes.append(node(f"large-{i:02d}", 16, 64, ZONES[i % 3], extra_labels={"node.kubernetes.io/instance-type": "m5.4xlarge"}))
+for i in range(2):
+    nodes.append(node(f"gpu-{i:02d}", 16, 64, ZONES[i % 3],
+                      extra_labels={"node.kubernetes.io/instance-type": "p3.8xlarge", "accelerator": "nvidia-v100"},
+                      taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+                      extended={"nvidia.com/gpu": "4"}))
+nodes.append(node("medium-cordoned", 8, 32, ZONES[0], unschedulable=True,
+                  taints=[{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]))
+nodes.append(node("control-plane", 4, 16, ZONES[1],
+                  extra_labels={"node-role.kubernetes.io/control-plane": ""},
+                  taints=[{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]))
+docs += nodes
+
+workers = [n["metadata"]["name"] for n in nodes if n["metadata"]["name"].startswith(("small", "medium-0", "medium-1", "large"))]
+
+# Pods already running: system daemons and earlier workloads.
+for n in nodes:
+    name = n["metadata"]["name"]
+    docs.append(pod(f"node-exporter-{name}", ns="monitoring", cpu="100m", mem="128Mi",
+                    labels={"app": "node-exporter"}, node_name=name,
+                    tolerations=[{"operator": "Exists"}]))
+for i in range(40):
+    docs.append(pod(f"legacy-{i:02d}", ns="shop", cpu=rng.choice(["250m", "500m", "1"]),
+                    mem=rng.choice(["256Mi", "512Mi", "1Gi"]), labels={"app": "legacy"},
+                    node_name=workers[i % len(workers)]))
+
+# Pending workloads.
+def workload(app, ns, n, cpu, mem, priority=None, labels=None, **kw):
+    for i in range(n):
+        docs.append(pod(f"{app}-{i:03d}", ns=ns, cpu=cpu, mem=mem, priority=priority,
+                        labels=dict({"app": app}, **(labels or {})), **kw))
+
+workload("web", "shop", 40, "250m", "512Mi", priority=1000)
+workload("api", "shop", 30, "500m", "1Gi", priority=1000)
+workload("checkout", "shop", 12, "1", "2Gi", priority=100000)
+workload("worker", "batch", 40, "1", "2Gi")
+workload("report", "batch", 30, "100m", "128Mi", priority=-10)
+workload("scratch", "batch", 20, None, None)  # BestEffort: no requests
+workload("cache", "shop", 10, "2", "8Gi", priority=1000)
+workload("analytics", "data", 8, "4", "16Gi")
+workload("trainer", "ml", 4, "4", "16Gi", priority=200000, extra={"nvidia.com/gpu": "2"},
+         tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+
+# Held back by scheduling gates until someone removes them.
+for i in range(3):
+    docs.append(pod(f"gated-{i}", ns="batch", cpu="100m", mem="128Mi", gates=["example.com/quota-check"],
+                    annotations={"berth.dev/expect-pending": "waiting for scheduling gates"}))
+
+# Another scheduler's pod: berth must leave it alone.
+docs.append(pod("other-scheduler-job", ns="batch", cpu="100m", mem="64Mi", scheduler="volcano",
+                annotations={"berth.dev/expect-untouched": "true"}))
+
+# Pods that fit nowhere, on purpose.
+docs.append(pod("huge-db", ns="data", cpu="32", mem="64Gi",
+                annotations={"berth.dev/expect-pending": "Insufficient cpu"}))
+docs.append(pod("memory-monster", ns="data", cpu="2", mem="512Gi",
+                annotations={"berth.dev/expect-pending": "Insufficient memory"}))
+docs.append(pod("gpu-hog", ns="ml", cpu="4", mem="8Gi", extra={"nvidia.com/gpu": "8"},
+                tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                annotations={"berth.dev/expect-pending": "Insufficient nvidia.com/gpu"}))
+docs.append(pod("fpga-job", ns="ml", cpu="1", mem="1Gi", extra={"example.com/fpga": "1"},
+                annotations={"berth.dev/expect-pending": "Insufficient example.com/fpga"}))
+
+
+def emit(value, indent=0):
+    """A small YAML emitter for this data (flow style for leaf maps)."""
+    import json
+    pad = "  " * indent
+    out = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            key = json.dumps(k) if any(c in k for c in ":/ ") else k
+            if isinstance(v, (dict, list)) and v:
+                out.append(f"{pad}{key}:")
+                out.append(emit(v, indent + 1))
+            else:
+                out.append(f"{pad}{key}: {json.dumps(v)}")
+    else:
+        for item in value:
+            if isinstance(item, dict) and item:
+                body = emit(item, indent + 1).lstrip()
+                out.append(f"{pad}- {body}")
+            else:
+                out.append(f"{pad}- {json.dumps(item)}")
+    return "\n".join(out)
+
+
+print("# berthd's built-in sample cluster. Generated by generate.py; edit that, not this.")
+print("# " + f"{sum(1 for d in docs if d['kind'] == 'Node')} nodes, {sum(1 for d in docs if d['kind'] == 'Pod')} pods.")
+for d in docs:
+    print("---")
+    print(emit(d))

@@ -1,0 +1,149 @@
+//! berthd: the berth scheduler service.
+//!
+//! With no flags it starts on the embedded cluster loaded with the built-in
+//! sample cluster, with kube-scheduler's default profile, and serves gRPC on
+//! 127.0.0.1:50051.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use berth_server::cluster::embedded::{parse_objects, read_objects, EmbeddedCluster};
+use berth_server::cluster::ClusterSource;
+use berth_server::config::{self, parse_go_duration};
+use berth_server::plugins::in_tree_registry;
+use berth_server::scheduler::{Options, Scheduler};
+use clap::{Parser, ValueEnum};
+
+/// The sample cluster berthd loads when no --cluster is given.
+const SAMPLE_CLUSTER: &str = include_str!("../../sample/cluster.yaml");
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// A Kubernetes scheduler implementing the Scheduling Framework, as a gRPC service.
+#[derive(Debug, Parser)]
+#[command(name = "berthd", version)]
+struct Args {
+    /// Address to serve gRPC on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    listen: SocketAddr,
+
+    /// A KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) YAML file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+
+    /// Kubernetes YAML (a file or a directory of files) with the nodes and
+    /// pods of the embedded cluster. Default: the built-in sample cluster.
+    #[arg(long, conflicts_with = "empty_cluster")]
+    cluster: Option<PathBuf>,
+
+    /// Start the embedded cluster empty.
+    #[arg(long)]
+    empty_cluster: bool,
+
+    /// How long an assumed pod whose binding finished may stay unconfirmed
+    /// before it expires (Go duration; 0s = never, as kube-scheduler).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    assumed_pod_ttl: Duration,
+
+    /// Seed for breaking ties between equally scored nodes (default: random).
+    #[arg(long)]
+    seed: Option<u64>,
+
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    parse_go_duration(s)
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    init_logging(args.log_format);
+
+    let registry = in_tree_registry();
+    let known = |name: &str| registry.contains(name);
+    let cfg = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            config::parse(&text, &known).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        None => config::default_config(&known),
+    };
+
+    let objects = match (&args.cluster, args.empty_cluster) {
+        (Some(path), _) => read_objects(path)?,
+        (None, true) => Vec::new(),
+        (None, false) => parse_objects(SAMPLE_CLUSTER, "built-in sample cluster")?,
+    };
+    let embedded = EmbeddedCluster::from_objects(objects)?;
+    let source: Arc<dyn ClusterSource> = embedded.clone();
+
+    let scheduler = Scheduler::start(
+        &cfg,
+        &registry,
+        source,
+        Options {
+            assumed_pod_ttl: args.assumed_pod_ttl,
+            seed: args.seed,
+        },
+    )
+    .map_err(|e| match &args.config {
+        Some(p) => anyhow::anyhow!("{}: {e}", p.display()),
+        None => anyhow::anyhow!("{e}"),
+    })?;
+    for p in &cfg.profiles {
+        tracing::info!(profile = %p.scheduler_name, "profile ready");
+    }
+
+    let (listener, addr) = berth_server::api::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    tracing::info!(%addr, "serving gRPC on {addr}");
+    let stop = scheduler.clone();
+    berth_server::api::serve(listener, scheduler, embedded, async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        stop.stop();
+    })
+    .await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return ctrl_c.await.unwrap_or(()),
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

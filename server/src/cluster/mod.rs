@@ -1,0 +1,78 @@
+//! Where cluster state comes from and where bindings go.
+//!
+//! A [`ClusterSource`] delivers the cluster as a stream of changes (the
+//! current objects first, as additions, then a [`ClusterChange::Synced`]
+//! marker, then changes as they happen) and takes the scheduler's writes:
+//! bindings, pod status conditions and events.
+//!
+//! * [`embedded`]: an in-memory store loaded from Kubernetes YAML (the
+//!   default, so berth runs without a cluster).
+
+pub mod embedded;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use tokio::sync::mpsc;
+
+use crate::framework::{ClusterClient, ClusterError, EventRecorder};
+
+/// A change to one object.
+#[derive(Debug, Clone)]
+pub enum WatchEvent<T> {
+    /// The object appeared (or was listed at start).
+    Added(T),
+    /// The object changed.
+    Modified {
+        /// Before.
+        old: T,
+        /// After.
+        new: T,
+    },
+    /// The object went away (its last state).
+    Deleted(T),
+}
+
+/// A change in the cluster.
+#[derive(Debug, Clone)]
+pub enum ClusterChange {
+    /// A node changed.
+    Node(WatchEvent<Arc<Node>>),
+    /// A pod changed.
+    Pod(WatchEvent<Arc<Pod>>),
+    /// Everything that existed at subscription time has been delivered.
+    Synced,
+}
+
+/// The status condition the scheduler sets on pods it could not place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodScheduledCondition {
+    /// `Unschedulable` or `SchedulerError` (or `SchedulingGated`).
+    pub reason: String,
+    /// The scheduler's message (e.g. "0/5 nodes are available: ...").
+    pub message: String,
+}
+
+/// A cluster the scheduler works against.
+#[async_trait]
+pub trait ClusterSource: ClusterClient + EventRecorder {
+    /// Subscribes to changes: current state first, then `Synced`, then
+    /// changes.
+    fn subscribe(&self) -> mpsc::UnboundedReceiver<ClusterChange>;
+
+    /// The pod as the cluster has it now, if it exists.
+    fn get_pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>>;
+
+    /// Sets the pod's `PodScheduled=False` condition and, with
+    /// `Some(node)`, its `status.nominatedNodeName` (`Some(None)` clears it).
+    async fn set_unschedulable(
+        &self,
+        pod: &crate::model::PodInfo,
+        condition: PodScheduledCondition,
+        nominated_node: Option<Option<String>>,
+    ) -> Result<(), ClusterError>;
+
+    /// A human name for logs ("embedded", "kube").
+    fn kind(&self) -> &'static str;
+}

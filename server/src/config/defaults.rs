@@ -1,0 +1,35 @@
+//! Upstream's default profile: every default plugin enabled through
+//! `multiPoint`, in kube-scheduler's order, with its Score weight.
+
+/// The default `multiPoint.enabled` list of `kubescheduler.config.k8s.io/v1`
+/// (without the DynamicResources plugin, which berth does not implement).
+/// Plugins not in the registry are left out of the default profile.
+pub const DEFAULT_MULTI_POINT: &[(&str, Option<i32>)] = &[
+    ("SchedulingGates", None),
+    ("PrioritySort", None),
+    ("NodeUnschedulable", None),
+    ("NodeName", None),
+    ("TaintToleration", Some(3)),
+    ("NodeAffinity", Some(2)),
+    ("NodePorts", None),
+    ("NodeResourcesFit", Some(1)),
+    ("VolumeRestrictions", None),
+    ("NodeVolumeLimits", None),
+    ("VolumeBinding", None),
+    ("VolumeZone", None),
+    ("PodTopologySpread", Some(2)),
+    ("InterPodAffinity", Some(2)),
+    ("DefaultPreemption", None),
+    ("NodeResourcesBalancedAllocation", Some(1)),
+    ("ImageLocality", Some(1)),
+    ("DefaultBinder", None),
+];
+
+/// kube-scheduler's default parallelism.
+pub const DEFAULT_PARALLELISM: i32 = 16;
+/// Seconds of the first backoff.
+pub const DEFAULT_POD_INITIAL_BACKOFF_SECONDS: i64 = 1;
+/// Seconds the backoff doubles up to.
+pub const DEFAULT_POD_MAX_BACKOFF_SECONDS: i64 = 10;
+/// The scheduler name of a single unnamed profile.
+pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";

@@ -1,0 +1,470 @@
+//! KubeSchedulerConfiguration (`kubescheduler.config.k8s.io/v1`): parse,
+//! default, validate. A configuration that works for kube-scheduler works
+//! here; every error names the field path.
+//!
+//! Plugin lists are merged with the defaults as upstream merges them: per
+//! extension point (and `multiPoint`), the default plugins stay in order
+//! unless disabled (`"*"` disables all), a default plugin the user enables
+//! again is replaced in place (e.g. to change its weight), and the user's
+//! other plugins follow. Plugin arguments are parsed and validated by each
+//! plugin's typed `Args` when the profile is built (see
+//! [`crate::framework::Registry`]).
+
+mod defaults;
+mod duration;
+mod error;
+mod types;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+pub use defaults::*;
+pub use duration::parse_go_duration;
+pub use error::{join_path, ConfigError};
+pub use types::*;
+
+use crate::framework::ExtensionPoint;
+
+/// The only apiVersion accepted.
+pub const API_VERSION: &str = "kubescheduler.config.k8s.io/v1";
+/// The kind accepted.
+pub const KIND: &str = "KubeSchedulerConfiguration";
+
+/// A plugin enabled or disabled at an extension point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginRef {
+    /// The plugin's name.
+    pub name: String,
+    /// Its Score weight, if given.
+    pub weight: Option<i32>,
+    /// Where it was configured (`profiles[0].plugins.filter.enabled[1]`), or
+    /// where the default came in.
+    pub path: String,
+}
+
+/// The plugins enabled and disabled at one extension point.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginSet {
+    /// Enabled, in order.
+    pub enabled: Vec<PluginRef>,
+    /// Disabled (`"*"` for all).
+    pub disabled: Vec<PluginRef>,
+}
+
+impl PluginSet {
+    /// Whether `name` (or `"*"`) is disabled.
+    pub fn is_disabled(&self, name: &str) -> bool {
+        self.disabled.iter().any(|p| p.name == name || p.name == "*")
+    }
+
+    /// Whether every plugin is disabled.
+    pub fn all_disabled(&self) -> bool {
+        self.disabled.iter().any(|p| p.name == "*")
+    }
+}
+
+/// A profile's plugin sets after merging with the defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plugins {
+    points: [PluginSet; ExtensionPoint::ALL.len()],
+    /// Plugins enabled at every point they implement.
+    pub multi_point: PluginSet,
+}
+
+impl Plugins {
+    /// The set at one extension point.
+    pub fn get(&self, point: ExtensionPoint) -> &PluginSet {
+        &self.points[point as usize]
+    }
+
+    fn get_mut(&mut self, point: ExtensionPoint) -> &mut PluginSet {
+        &mut self.points[point as usize]
+    }
+}
+
+/// Arguments for one plugin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginConfig {
+    /// The plugin's name.
+    pub name: String,
+    /// The args as given (None: defaults).
+    pub args: Option<serde_json::Value>,
+    /// Where the args are (`profiles[0].pluginConfig[1].args`).
+    pub path: String,
+}
+
+/// One scheduling profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    /// Pods with this `spec.schedulerName` are scheduled by this profile.
+    pub scheduler_name: String,
+    /// Overrides the global percentage for this profile.
+    pub percentage_of_nodes_to_score: Option<i32>,
+    /// Plugin sets, merged with the defaults.
+    pub plugins: Plugins,
+    /// Plugin arguments.
+    pub plugin_config: Vec<PluginConfig>,
+    /// `profiles[i]`.
+    pub path: String,
+}
+
+impl Profile {
+    /// The args given for `plugin`, with their path.
+    pub fn args_for(&self, plugin: &str) -> Option<&PluginConfig> {
+        self.plugin_config.iter().find(|c| c.name == plugin)
+    }
+}
+
+/// Leader election settings (used in kube mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderElection {
+    /// Whether to elect a leader before scheduling.
+    pub leader_elect: bool,
+    /// How long a lease is valid.
+    pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before giving up.
+    pub renew_deadline: Duration,
+    /// How often to try to acquire or renew.
+    pub retry_period: Duration,
+    /// Only `leases` is supported.
+    pub resource_lock: String,
+    /// The Lease's name (berth's default is `berth`, so that it can run
+    /// beside kube-scheduler without taking its lease).
+    pub resource_name: String,
+    /// The Lease's namespace.
+    pub resource_namespace: String,
+}
+
+impl Default for LeaderElection {
+    fn default() -> Self {
+        Self {
+            leader_elect: true,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+            resource_lock: "leases".into(),
+            resource_name: "berth".into(),
+            resource_namespace: "kube-system".into(),
+        }
+    }
+}
+
+/// The validated, defaulted configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerConfig {
+    /// Threads for Filter/Score fan-out (capped at the machine's cores).
+    pub parallelism: usize,
+    /// Percentage of nodes to find feasible before stopping; 0: adaptive.
+    pub percentage_of_nodes_to_score: i32,
+    /// The first backoff.
+    pub pod_initial_backoff: Duration,
+    /// The backoff's cap.
+    pub pod_max_backoff: Duration,
+    /// The profiles, by schedulerName.
+    pub profiles: Vec<Profile>,
+    /// Leader election.
+    pub leader_election: LeaderElection,
+    /// clientConnection.kubeconfig, if given.
+    pub kubeconfig: Option<String>,
+}
+
+/// Parses a KubeSchedulerConfiguration YAML (or JSON) document.
+/// `plugin_known` tells which plugin names exist, so that defaults only
+/// enable existing plugins.
+pub fn parse(text: &str, plugin_known: &dyn Fn(&str) -> bool) -> Result<SchedulerConfig, ConfigError> {
+    let de = serde_yaml::Deserializer::from_str(text);
+    let raw: RawConfiguration =
+        serde_path_to_error::deserialize(de).map_err(|e| ConfigError::from_serde("", e))?;
+    resolve(raw, plugin_known)
+}
+
+/// The configuration used when none is given: one `default-scheduler`
+/// profile with the default plugins.
+pub fn default_config(plugin_known: &dyn Fn(&str) -> bool) -> SchedulerConfig {
+    let raw = RawConfiguration {
+        api_version: Some(API_VERSION.into()),
+        kind: Some(KIND.into()),
+        ..Default::default()
+    };
+    resolve(raw, plugin_known).expect("the default configuration is valid")
+}
+
+/// Defaults and validates a parsed document.
+pub fn resolve(raw: RawConfiguration, plugin_known: &dyn Fn(&str) -> bool) -> Result<SchedulerConfig, ConfigError> {
+    match raw.api_version.as_deref() {
+        Some(API_VERSION) => {}
+        None => return Err(ConfigError::required("apiVersion")),
+        Some(other) => {
+            return Err(ConfigError::new(
+                "apiVersion",
+                format!("Unsupported value: {other:?}: supported values: {API_VERSION:?}"),
+            ))
+        }
+    }
+    match raw.kind.as_deref() {
+        Some(KIND) => {}
+        None => return Err(ConfigError::required("kind")),
+        Some(other) => {
+            return Err(ConfigError::new(
+                "kind",
+                format!("Unsupported value: {other:?}: supported values: {KIND:?}"),
+            ))
+        }
+    }
+    if !raw.extenders.is_empty() {
+        return Err(ConfigError::new(
+            "extenders",
+            "HTTP extenders are not supported by this version of berth",
+        ));
+    }
+
+    let parallelism = raw.parallelism.unwrap_or(DEFAULT_PARALLELISM);
+    if parallelism <= 0 {
+        return Err(ConfigError::invalid(
+            "parallelism",
+            parallelism,
+            "should be an integer value greater than zero",
+        ));
+    }
+    let percentage = raw.percentage_of_nodes_to_score.unwrap_or(0);
+    validate_percentage("percentageOfNodesToScore", percentage)?;
+
+    let initial = raw
+        .pod_initial_backoff_seconds
+        .unwrap_or(DEFAULT_POD_INITIAL_BACKOFF_SECONDS);
+    if initial <= 0 {
+        return Err(ConfigError::invalid(
+            "podInitialBackoffSeconds",
+            initial,
+            "must be greater than 0",
+        ));
+    }
+    let max = raw.pod_max_backoff_seconds.unwrap_or(DEFAULT_POD_MAX_BACKOFF_SECONDS);
+    if max < initial {
+        return Err(ConfigError::invalid(
+            "podMaxBackoffSeconds",
+            max,
+            "must be greater than or equal to PodInitialBackoffSeconds",
+        ));
+    }
+
+    let leader_election = resolve_leader_election(raw.leader_election.unwrap_or_default())?;
+
+    let mut raw_profiles = raw.profiles;
+    if raw_profiles.is_empty() {
+        raw_profiles.push(RawProfile::default());
+    }
+    if raw_profiles.len() == 1 && raw_profiles[0].scheduler_name.is_none() {
+        raw_profiles[0].scheduler_name = Some(DEFAULT_SCHEDULER_NAME.into());
+    }
+    let mut names = HashSet::new();
+    let mut profiles = Vec::with_capacity(raw_profiles.len());
+    for (i, rp) in raw_profiles.into_iter().enumerate() {
+        let path = format!("profiles[{i}]");
+        let name = match rp.scheduler_name.as_deref() {
+            None | Some("") => return Err(ConfigError::required(format!("{path}.schedulerName"))),
+            Some(n) => n.to_string(),
+        };
+        if !names.insert(name.clone()) {
+            return Err(ConfigError::duplicate(format!("{path}.schedulerName"), &name));
+        }
+        if let Some(p) = rp.percentage_of_nodes_to_score {
+            validate_percentage(&format!("{path}.percentageOfNodesToScore"), p)?;
+        }
+        let plugins = resolve_plugins(rp.plugins.unwrap_or_default(), &path, plugin_known);
+        let mut seen = HashSet::new();
+        let mut plugin_config = Vec::new();
+        for (j, pc) in rp.plugin_config.into_iter().enumerate() {
+            let pc_path = format!("{path}.pluginConfig[{j}]");
+            if !seen.insert(pc.name.clone()) {
+                return Err(ConfigError::duplicate(pc_path, &pc.name));
+            }
+            if !plugin_known(&pc.name) {
+                return Err(ConfigError::new(
+                    format!("{pc_path}.name"),
+                    format!("plugin {:?} does not exist", pc.name),
+                ));
+            }
+            plugin_config.push(PluginConfig {
+                name: pc.name,
+                args: pc.args,
+                path: format!("{pc_path}.args"),
+            });
+        }
+        profiles.push(Profile {
+            scheduler_name: name,
+            percentage_of_nodes_to_score: rp.percentage_of_nodes_to_score,
+            plugins,
+            plugin_config,
+            path,
+        });
+    }
+
+    Ok(SchedulerConfig {
+        parallelism: parallelism as usize,
+        percentage_of_nodes_to_score: percentage,
+        pod_initial_backoff: Duration::from_secs(initial as u64),
+        pod_max_backoff: Duration::from_secs(max as u64),
+        profiles,
+        leader_election,
+        kubeconfig: raw
+            .client_connection
+            .and_then(|c| c.kubeconfig)
+            .filter(|k| !k.is_empty()),
+    })
+}
+
+fn validate_percentage(path: &str, p: i32) -> Result<(), ConfigError> {
+    if !(0..=100).contains(&p) {
+        return Err(ConfigError::invalid(path, p, "not in valid range [0-100]"));
+    }
+    Ok(())
+}
+
+fn resolve_leader_election(raw: RawLeaderElection) -> Result<LeaderElection, ConfigError> {
+    let mut le = LeaderElection::default();
+    if let Some(v) = raw.leader_elect {
+        le.leader_elect = v;
+    }
+    let duration = |field: &str, text: Option<String>, default: Duration| -> Result<Duration, ConfigError> {
+        match text {
+            None => Ok(default),
+            Some(t) => parse_go_duration(&t).map_err(|e| ConfigError::new(format!("leaderElection.{field}"), e)),
+        }
+    };
+    le.lease_duration = duration("leaseDuration", raw.lease_duration, le.lease_duration)?;
+    le.renew_deadline = duration("renewDeadline", raw.renew_deadline, le.renew_deadline)?;
+    le.retry_period = duration("retryPeriod", raw.retry_period, le.retry_period)?;
+    if let Some(lock) = raw.resource_lock {
+        if lock != "leases" {
+            return Err(ConfigError::invalid(
+                "leaderElection.resourceLock",
+                &lock,
+                "resourceLock value must be \"leases\"",
+            ));
+        }
+    }
+    if let Some(n) = raw.resource_name.filter(|n| !n.is_empty()) {
+        le.resource_name = n;
+    }
+    if let Some(n) = raw.resource_namespace.filter(|n| !n.is_empty()) {
+        le.resource_namespace = n;
+    }
+    if le.leader_elect {
+        if le.lease_duration <= le.renew_deadline {
+            return Err(ConfigError::invalid(
+                "leaderElection.leaseDuration",
+                crate::framework::go_duration(le.lease_duration),
+                "LeaseDuration must be greater than RenewDeadline",
+            ));
+        }
+        if le.retry_period.is_zero() {
+            return Err(ConfigError::invalid(
+                "leaderElection.retryPeriod",
+                "0s",
+                "must be greater than zero",
+            ));
+        }
+    }
+    Ok(le)
+}
+
+fn raw_set(plugins: &RawPlugins, point: Option<ExtensionPoint>) -> Option<&RawPluginSet> {
+    use ExtensionPoint::*;
+    match point {
+        None => plugins.multi_point.as_ref(),
+        Some(PreEnqueue) => plugins.pre_enqueue.as_ref(),
+        Some(QueueSort) => plugins.queue_sort.as_ref(),
+        Some(PreFilter) => plugins.pre_filter.as_ref(),
+        Some(Filter) => plugins.filter.as_ref(),
+        Some(PostFilter) => plugins.post_filter.as_ref(),
+        Some(PreScore) => plugins.pre_score.as_ref(),
+        Some(Score) => plugins.score.as_ref(),
+        Some(Reserve) => plugins.reserve.as_ref(),
+        Some(Permit) => plugins.permit.as_ref(),
+        Some(PreBind) => plugins.pre_bind.as_ref(),
+        Some(Bind) => plugins.bind.as_ref(),
+        Some(PostBind) => plugins.post_bind.as_ref(),
+    }
+}
+
+fn custom_set(raw: Option<&RawPluginSet>, path: &str) -> PluginSet {
+    let Some(raw) = raw else {
+        return PluginSet::default();
+    };
+    let refs = |list: &[RawPlugin], which: &str| {
+        list.iter()
+            .enumerate()
+            .map(|(i, p)| PluginRef {
+                name: p.name.clone(),
+                weight: p.weight,
+                path: format!("{path}.{which}[{i}]"),
+            })
+            .collect()
+    };
+    PluginSet {
+        enabled: refs(&raw.enabled, "enabled"),
+        disabled: refs(&raw.disabled, "disabled"),
+    }
+}
+
+/// Merges the user's plugin sets with the defaults, point by point.
+fn resolve_plugins(raw: RawPlugins, profile_path: &str, plugin_known: &dyn Fn(&str) -> bool) -> Plugins {
+    let mut plugins = Plugins::default();
+    let default_multi = PluginSet {
+        enabled: DEFAULT_MULTI_POINT
+            .iter()
+            .filter(|(name, _)| plugin_known(name))
+            .map(|(name, weight)| PluginRef {
+                name: (*name).to_string(),
+                weight: *weight,
+                path: format!("{profile_path}.plugins.multiPoint (default)"),
+            })
+            .collect(),
+        disabled: Vec::new(),
+    };
+    plugins.multi_point = merge_plugin_set(
+        &default_multi,
+        custom_set(raw_set(&raw, None), &format!("{profile_path}.plugins.multiPoint")),
+    );
+    for point in ExtensionPoint::ALL {
+        let path = format!("{profile_path}.plugins.{}", point.field());
+        *plugins.get_mut(point) =
+            merge_plugin_set(&PluginSet::default(), custom_set(raw_set(&raw, Some(point)), &path));
+    }
+    plugins
+}
+
+/// Upstream's `mergePluginSet`: defaults in order minus the disabled ones,
+/// a default re-enabled by the user replaced in place, then the user's other
+/// plugins; `"*"` keeps only the user's.
+fn merge_plugin_set(defaults: &PluginSet, custom: PluginSet) -> PluginSet {
+    let mut disabled = custom.disabled.clone();
+    disabled.extend(defaults.disabled.iter().cloned());
+    let all_disabled = disabled.iter().any(|p| p.name == "*");
+    let mut used = vec![false; custom.enabled.len()];
+    let mut enabled = Vec::new();
+    if !all_disabled {
+        for d in &defaults.enabled {
+            if disabled.iter().any(|p| p.name == d.name) {
+                continue;
+            }
+            match custom.enabled.iter().position(|c| c.name == d.name) {
+                Some(i) => {
+                    used[i] = true;
+                    enabled.push(custom.enabled[i].clone());
+                }
+                None => enabled.push(d.clone()),
+            }
+        }
+    }
+    for (i, c) in custom.enabled.into_iter().enumerate() {
+        if !used[i] {
+            enabled.push(c);
+        }
+    }
+    PluginSet { enabled, disabled }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,219 @@
+//! [`CycleState`]: data a scheduling context's plugins share.
+//!
+//! Written at PreFilter/PreScore/Reserve (serial), read at Filter/Score
+//! (concurrently, across nodes: hence `&CycleState` there and `Send + Sync`
+//! data). Preemption and dry-runs clone it and update the clones through
+//! PreFilter's AddPod/RemovePod; every value must therefore be `Clone`.
+//!
+//! Keys are typed: a [`StateKey<T>`] can only store and load a `T`. The state
+//! also carries the sets of plugins that asked, by returning `Skip` at
+//! PreFilter/PreScore, not to be run at Filter/Score in this cycle.
+
+use std::any::Any;
+use std::fmt;
+use std::marker::PhantomData;
+
+use super::status::Status;
+
+/// A value stored in a [`CycleState`].
+pub trait StateData: Any + Send + Sync {
+    /// A boxed copy of the value.
+    fn clone_box(&self) -> Box<dyn StateData>;
+    /// The value as `Any`, for typed access.
+    fn as_any(&self) -> &dyn Any;
+    /// The value as mutable `Any`, for typed access.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<T: Any + Clone + Send + Sync> StateData for T {
+    fn clone_box(&self) -> Box<dyn StateData> {
+        Box::new(self.clone())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// A typed key: it stores and loads values of type `T` only.
+pub struct StateKey<T> {
+    name: &'static str,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> StateKey<T> {
+    /// A key; by convention named `"<Plugin>/<what>"`, e.g.
+    /// `"PreFilterNodeResourcesFit"`.
+    pub const fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            _type: PhantomData,
+        }
+    }
+
+    /// The key's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// A bit set over the plugins of one extension point, by position.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PluginMask(u64);
+
+impl PluginMask {
+    /// The most plugins one extension point may have.
+    pub const CAPACITY: usize = 64;
+
+    /// Adds the plugin at `index`.
+    pub fn insert(&mut self, index: usize) {
+        debug_assert!(index < Self::CAPACITY);
+        self.0 |= 1 << index;
+    }
+
+    /// Whether the plugin at `index` is in the set.
+    pub fn contains(&self, index: usize) -> bool {
+        self.0 & (1 << index) != 0
+    }
+
+    /// How many plugins are in the set.
+    pub fn len(&self) -> usize {
+        self.0.count_ones() as usize
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// The state of one scheduling context.
+#[derive(Default)]
+pub struct CycleState {
+    entries: Vec<(&'static str, Box<dyn StateData>)>,
+    /// PreFilter plugins (by position) that returned `Skip`: their
+    /// AddPod/RemovePod are not run either.
+    pub skip_pre_filter: PluginMask,
+    /// Filter plugins (by position) whose PreFilter returned `Skip`.
+    pub skip_filter: PluginMask,
+    /// Score plugins (by position) whose PreScore returned `Skip`.
+    pub skip_score: PluginMask,
+}
+
+impl Clone for CycleState {
+    fn clone(&self) -> Self {
+        Self {
+            entries: self
+                .entries
+                .iter()
+                .map(|(k, v)| (*k, (**v).clone_box()))
+                .collect(),
+            skip_pre_filter: self.skip_pre_filter,
+            skip_filter: self.skip_filter,
+            skip_score: self.skip_score,
+        }
+    }
+}
+
+impl fmt::Debug for CycleState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CycleState")
+            .field("keys", &self.entries.iter().map(|(k, _)| *k).collect::<Vec<_>>())
+            .field("skip_filter", &self.skip_filter)
+            .field("skip_score", &self.skip_score)
+            .finish()
+    }
+}
+
+impl CycleState {
+    /// An empty state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stores `value` under `key`, replacing any previous value.
+    pub fn write<T: Any + Clone + Send + Sync>(&mut self, key: &StateKey<T>, value: T) {
+        match self.entries.iter_mut().find(|(k, _)| *k == key.name) {
+            Some(entry) => entry.1 = Box::new(value),
+            None => self.entries.push((key.name, Box::new(value))),
+        }
+    }
+
+    /// Loads the value under `key`.
+    pub fn read<T: Any>(&self, key: &StateKey<T>) -> Option<&T> {
+        self.entries
+            .iter()
+            .find(|(k, _)| *k == key.name)
+            .and_then(|(_, v)| (**v).as_any().downcast_ref())
+    }
+
+    /// Loads the value under `key` for update.
+    pub fn read_mut<T: Any>(&mut self, key: &StateKey<T>) -> Option<&mut T> {
+        self.entries
+            .iter_mut()
+            .find(|(k, _)| *k == key.name)
+            .and_then(|(_, v)| (**v).as_any_mut().downcast_mut())
+    }
+
+    /// Loads the value under `key`, or an `Error` status naming the key, as a
+    /// plugin reports state its own PreFilter should have written.
+    pub fn require<T: Any>(&self, key: &StateKey<T>) -> Result<&T, Status> {
+        self.read(key).ok_or_else(|| {
+            Status::error(format!("reading {:?} from cycleState: not found", key.name))
+        })
+    }
+
+    /// Removes the value under `key`.
+    pub fn delete<T>(&mut self, key: &StateKey<T>) {
+        self.entries.retain(|(k, _)| *k != key.name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Debug, PartialEq)]
+    struct Counter(u32);
+
+    const COUNTER: StateKey<Counter> = StateKey::new("test/counter");
+    const NAMES: StateKey<Vec<String>> = StateKey::new("test/names");
+
+    #[test]
+    fn typed_read_write() {
+        let mut s = CycleState::new();
+        assert!(s.read(&COUNTER).is_none());
+        s.write(&COUNTER, Counter(1));
+        s.write(&NAMES, vec!["a".into()]);
+        assert_eq!(s.read(&COUNTER), Some(&Counter(1)));
+        s.read_mut(&COUNTER).unwrap().0 += 1;
+        assert_eq!(s.read(&COUNTER), Some(&Counter(2)));
+        s.write(&COUNTER, Counter(9));
+        assert_eq!(s.read(&COUNTER), Some(&Counter(9)));
+        s.delete(&COUNTER);
+        assert!(s.read(&COUNTER).is_none());
+        assert_eq!(s.read(&NAMES).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn clone_is_deep() {
+        let mut s = CycleState::new();
+        s.write(&COUNTER, Counter(1));
+        s.skip_filter.insert(3);
+        let mut c = s.clone();
+        c.read_mut(&COUNTER).unwrap().0 = 5;
+        assert_eq!(s.read(&COUNTER), Some(&Counter(1)));
+        assert_eq!(c.read(&COUNTER), Some(&Counter(5)));
+        assert!(c.skip_filter.contains(3));
+    }
+
+    #[test]
+    fn require_names_the_missing_key() {
+        let s = CycleState::new();
+        let err = s.require(&COUNTER).unwrap_err();
+        assert!(err.is_error());
+        assert_eq!(err.message(), "reading \"test/counter\" from cycleState: not found");
+    }
+}

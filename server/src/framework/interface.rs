@@ -1,0 +1,262 @@
+//! One trait per extension point of the Scheduling Framework.
+//!
+//! A plugin is one value implementing [`Plugin`] and the extension-point
+//! traits it serves; [`Plugin`]'s `as_*` methods expose those (use the
+//! [`extension_points!`](crate::extension_points) macro). The framework
+//! never asks whether a plugin is native or remote.
+//!
+//! Which points run where:
+//! * scheduling cycle (serial, one pod at a time): PreFilter, Filter (fanned
+//!   out over nodes on the CPU pool), PostFilter, PreScore, Score and
+//!   NormalizeScore (fanned out), Reserve, Permit;
+//! * binding cycle (concurrent tasks): waiting at Permit, PreBind, Bind,
+//!   PostBind;
+//! * Unreserve: from whichever side failed after Reserve;
+//! * QueueSort and PreEnqueue: from the queue, outside any cycle.
+//!
+//! Points a remote plugin may serve over the network are `async`; Filter
+//! and Score, called once per node on the CPU pool, are not.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::cycle_state::CycleState;
+use super::events::ClusterEventWithHint;
+use super::status::Status;
+use super::types::{NodeScore, NodeToStatus, PostFilterResult, PreFilterResult, QueuedPodInfo};
+use crate::cache::NodeInfo;
+use crate::model::PodInfo;
+
+/// Every plugin: a name and the extension points it serves.
+pub trait Plugin: Send + Sync + 'static {
+    /// The plugin's name, as configured (e.g. `NodeResourcesFit`).
+    fn name(&self) -> &'static str;
+
+    /// The plugin as a QueueSort plugin.
+    fn as_queue_sort(self: Arc<Self>) -> Option<Arc<dyn QueueSortPlugin>> {
+        None
+    }
+    /// The plugin as a PreEnqueue plugin.
+    fn as_pre_enqueue(self: Arc<Self>) -> Option<Arc<dyn PreEnqueuePlugin>> {
+        None
+    }
+    /// The plugin as a PreFilter plugin.
+    fn as_pre_filter(self: Arc<Self>) -> Option<Arc<dyn PreFilterPlugin>> {
+        None
+    }
+    /// The plugin as a Filter plugin.
+    fn as_filter(self: Arc<Self>) -> Option<Arc<dyn FilterPlugin>> {
+        None
+    }
+    /// The plugin as a PostFilter plugin.
+    fn as_post_filter(self: Arc<Self>) -> Option<Arc<dyn PostFilterPlugin>> {
+        None
+    }
+    /// The plugin as a PreScore plugin.
+    fn as_pre_score(self: Arc<Self>) -> Option<Arc<dyn PreScorePlugin>> {
+        None
+    }
+    /// The plugin as a Score plugin.
+    fn as_score(self: Arc<Self>) -> Option<Arc<dyn ScorePlugin>> {
+        None
+    }
+    /// The plugin as a Reserve plugin.
+    fn as_reserve(self: Arc<Self>) -> Option<Arc<dyn ReservePlugin>> {
+        None
+    }
+    /// The plugin as a Permit plugin.
+    fn as_permit(self: Arc<Self>) -> Option<Arc<dyn PermitPlugin>> {
+        None
+    }
+    /// The plugin as a PreBind plugin.
+    fn as_pre_bind(self: Arc<Self>) -> Option<Arc<dyn PreBindPlugin>> {
+        None
+    }
+    /// The plugin as a Bind plugin.
+    fn as_bind(self: Arc<Self>) -> Option<Arc<dyn BindPlugin>> {
+        None
+    }
+    /// The plugin as a PostBind plugin.
+    fn as_post_bind(self: Arc<Self>) -> Option<Arc<dyn PostBindPlugin>> {
+        None
+    }
+
+    /// The cluster events that may make a pod this plugin rejected
+    /// schedulable, with hints. `None` (the default) means the plugin does
+    /// not say, and every event is assumed to matter; `Some(vec![])` means
+    /// no event does (only the periodic flush moves the pod).
+    fn events_to_register(&self) -> Option<Vec<ClusterEventWithHint>> {
+        None
+    }
+}
+
+/// Orders the active queue. Exactly one per profile, the same in all.
+pub trait QueueSortPlugin: Plugin {
+    /// Whether `a` should be popped before `b`.
+    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool;
+}
+
+/// Holds pods out of the active queue until they are ready (scheduling
+/// gates). Not success: the pod waits among the unschedulable pods.
+pub trait PreEnqueuePlugin: Plugin {
+    /// Whether `pod` may enter the active queue.
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status;
+}
+
+/// Pre-processes the pod once per cycle, may narrow the candidate nodes or
+/// reject the pod outright.
+#[async_trait]
+pub trait PreFilterPlugin: Plugin {
+    /// Runs once per cycle. `nodes` are all nodes of the snapshot. `Skip`
+    /// means this plugin's Filter (and AddPod/RemovePod) need not run.
+    async fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status);
+
+    /// Incremental updates of the PreFilter state, if the plugin keeps one
+    /// that depends on other pods.
+    fn extensions(&self) -> Option<&dyn PreFilterExtensions> {
+        None
+    }
+}
+
+/// Keeps a PreFilter state consistent when pods are added to or removed from
+/// a node in a what-if evaluation (nominated pods, preemption victims). May
+/// be called on cloned states, several times before a Filter.
+pub trait PreFilterExtensions: Send + Sync {
+    /// `pod_to_add` would run on `node`.
+    fn add_pod(
+        &self,
+        state: &mut CycleState,
+        pod_to_schedule: &PodInfo,
+        pod_to_add: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status;
+    /// `pod_to_remove` would no longer run on `node`.
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod_to_schedule: &PodInfo,
+        pod_to_remove: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status;
+}
+
+/// Decides whether the pod can run on one node. Called concurrently across
+/// nodes; must not block.
+pub trait FilterPlugin: Plugin {
+    /// The verdict for `node`.
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+}
+
+/// Runs when no node fits (preemption).
+#[async_trait]
+pub trait PostFilterPlugin: Plugin {
+    /// Tries to make the pod schedulable; `filtered` says why each node
+    /// failed.
+    async fn post_filter(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        filtered: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status);
+}
+
+/// Informational, before scoring, with the feasible nodes.
+#[async_trait]
+pub trait PreScorePlugin: Plugin {
+    /// `Skip` means this plugin's Score need not run.
+    async fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Status;
+}
+
+/// Ranks feasible nodes. Called concurrently across nodes.
+pub trait ScorePlugin: Plugin {
+    /// The score of `node`; in [0, 100] unless the plugin normalizes.
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
+
+    /// Normalization of this plugin's scores over all nodes, if any.
+    fn score_extensions(&self) -> Option<&dyn ScoreExtensions> {
+        None
+    }
+}
+
+/// Rescales one plugin's scores after all nodes are scored.
+pub trait ScoreExtensions: Send + Sync {
+    /// Rewrites `scores` in place; results must land in [0, 100].
+    fn normalize_score(&self, state: &CycleState, pod: &PodInfo, scores: &mut [NodeScore<'_>]) -> Status;
+}
+
+/// Claims resources for the pod on the chosen node before binding, and
+/// releases them if anything later fails.
+#[async_trait]
+pub trait ReservePlugin: Plugin {
+    /// Reserves; a failure aborts the cycle and runs every Unreserve.
+    async fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
+    /// Releases; must be idempotent and must not fail. Runs for every Reserve
+    /// plugin, in reverse order, even those whose Reserve did not run.
+    async fn unreserve(&self, state: &CycleState, pod: &PodInfo, node: &str);
+}
+
+/// Approves, denies or delays the binding.
+#[async_trait]
+pub trait PermitPlugin: Plugin {
+    /// `Success`, a rejection, or `Wait` with how long to wait (capped at
+    /// 15 minutes); a waiting pod is allowed or rejected through the
+    /// handle's waiting pods.
+    async fn permit(&self, state: &CycleState, pod: &PodInfo, node: &str) -> (Status, Duration);
+}
+
+/// Work before binding (e.g. provisioning volumes).
+#[async_trait]
+pub trait PreBindPlugin: Plugin {
+    /// A failure runs Unreserve and requeues the pod.
+    async fn pre_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status;
+}
+
+/// Binds the pod. Tried in order until one does not return `Skip`.
+#[async_trait]
+pub trait BindPlugin: Plugin {
+    /// `Skip` if this plugin does not bind this pod.
+    async fn bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status;
+}
+
+/// Informational, after a successful bind.
+#[async_trait]
+pub trait PostBindPlugin: Plugin {
+    /// Called once the pod is bound.
+    async fn post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str);
+}
+
+/// Implements [`Plugin`]'s `as_*` methods for the listed extension points:
+/// `extension_points!(pre_filter, filter, score);` inside `impl Plugin`.
+#[macro_export]
+macro_rules! extension_points {
+    ($($point:ident),* $(,)?) => { $( $crate::extension_points!(@one $point); )* };
+    (@one queue_sort) => { $crate::extension_points!(@fn as_queue_sort, QueueSortPlugin); };
+    (@one pre_enqueue) => { $crate::extension_points!(@fn as_pre_enqueue, PreEnqueuePlugin); };
+    (@one pre_filter) => { $crate::extension_points!(@fn as_pre_filter, PreFilterPlugin); };
+    (@one filter) => { $crate::extension_points!(@fn as_filter, FilterPlugin); };
+    (@one post_filter) => { $crate::extension_points!(@fn as_post_filter, PostFilterPlugin); };
+    (@one pre_score) => { $crate::extension_points!(@fn as_pre_score, PreScorePlugin); };
+    (@one score) => { $crate::extension_points!(@fn as_score, ScorePlugin); };
+    (@one reserve) => { $crate::extension_points!(@fn as_reserve, ReservePlugin); };
+    (@one permit) => { $crate::extension_points!(@fn as_permit, PermitPlugin); };
+    (@one pre_bind) => { $crate::extension_points!(@fn as_pre_bind, PreBindPlugin); };
+    (@one bind) => { $crate::extension_points!(@fn as_bind, BindPlugin); };
+    (@one post_bind) => { $crate::extension_points!(@fn as_post_bind, PostBindPlugin); };
+    (@fn $method:ident, $trait:ident) => {
+        fn $method(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::framework::$trait>> {
+            Some(self)
+        }
+    };
+}

@@ -1,0 +1,917 @@
+//! [`Framework`]: one profile's plugins and the rules for running them.
+//!
+//! Built once per profile from the merged configuration and the registry:
+//! each plugin is instantiated once with its args, then placed at every
+//! extension point it is enabled for (explicitly or through `multiPoint`).
+//!
+//! The rules, in the order a pod meets them:
+//! * PreFilter: plugins in order. `Skip` removes the plugin's Filter and
+//!   AddPod/RemovePod from this cycle. `UnschedulableAndUnresolvable` ends
+//!   the cycle at once; `Unschedulable` is remembered and the remaining
+//!   PreFilters still run (preemption needs their state); any other failure
+//!   is an error. Results narrowing the nodes are intersected; an empty
+//!   intersection rejects the pod.
+//! * Filter, per node: plugins in order; the first that does not succeed
+//!   decides the node. With nominated pods of equal or higher priority on
+//!   the node, the filters run twice: with those pods added (through
+//!   AddPod) and without them; the node must pass both.
+//! * PostFilter: in order, until one succeeds or says the pod is
+//!   unresolvable.
+//! * PreScore: `Skip` removes the plugin's Score from this cycle.
+//! * Score: every plugin on every node, then each plugin's NormalizeScore;
+//!   a score outside [0, 100] after that aborts the cycle; a node's total is
+//!   the sum of weight × score.
+//! * Reserve: in order until one fails; on any failure from here on,
+//!   Unreserve runs on every Reserve plugin, in reverse order.
+//! * Permit: any rejection rejects; `Wait` parks the pod with one timer per
+//!   waiting plugin (at most 15 minutes); it proceeds when all allow.
+//! * PreBind: in order until one fails. Bind: in order until one does not
+//!   `Skip`. PostBind: informational.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::cycle_state::{CycleState, PluginMask};
+use super::events::{wildcard_registrations, ActionType, ClusterEvent, ClusterEventWithHint, EventResource};
+use super::handle::{Handle, NominatedPods};
+use super::interface::*;
+use super::registry::Registry;
+use super::status::{Code, Status};
+use super::types::{NodeScore, NodeToStatus, PostFilterResult, PreFilterResult, MAX_NODE_SCORE, MAX_TOTAL_SCORE, MIN_NODE_SCORE};
+use super::waiting_pods::MAX_PERMIT_TIMEOUT;
+use super::ExtensionPoint;
+use crate::cache::NodeInfo;
+use crate::config::{ConfigError, PluginRef, Profile};
+use crate::model::{PodInfo, PodRef};
+
+struct PreFilterEntry {
+    plugin: Arc<dyn PreFilterPlugin>,
+    /// The same plugin's position among the Filter plugins.
+    filter_index: Option<usize>,
+}
+
+struct PreScoreEntry {
+    plugin: Arc<dyn PreScorePlugin>,
+    /// The same plugin's position among the Score plugins.
+    score_index: Option<usize>,
+}
+
+struct ScoreEntry {
+    plugin: Arc<dyn ScorePlugin>,
+    weight: i64,
+}
+
+/// The events a plugin registered for (or, if it did not say, all).
+#[derive(Debug, Clone)]
+pub struct PluginEvents {
+    /// The plugin.
+    pub plugin: &'static str,
+    /// Its registrations.
+    pub events: Vec<ClusterEventWithHint>,
+}
+
+/// Scores of the feasible nodes, as computed by [`Framework::run_score`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScoreResult {
+    /// The Score plugins that ran (not skipped), in order.
+    pub plugins: Vec<&'static str>,
+    /// Their weights.
+    pub weights: Vec<i64>,
+    /// Scores as the plugins gave them, node-major: `raw[node * plugins + p]`.
+    pub raw: Vec<i64>,
+    /// Scores after NormalizeScore, same layout.
+    pub normalized: Vec<i64>,
+    /// Per node, the sum of weight × normalized score.
+    pub totals: Vec<i64>,
+}
+
+/// A profile's instantiated plugins, by extension point.
+pub struct Framework {
+    profile_name: Arc<str>,
+    handle: Handle,
+    percentage_of_nodes_to_score: Option<i32>,
+    queue_sort: Arc<dyn QueueSortPlugin>,
+    pre_enqueue: Vec<Arc<dyn PreEnqueuePlugin>>,
+    pre_filter: Vec<PreFilterEntry>,
+    filter: Vec<Arc<dyn FilterPlugin>>,
+    post_filter: Vec<Arc<dyn PostFilterPlugin>>,
+    pre_score: Vec<PreScoreEntry>,
+    score: Vec<ScoreEntry>,
+    reserve: Vec<Arc<dyn ReservePlugin>>,
+    permit: Vec<Arc<dyn PermitPlugin>>,
+    pre_bind: Vec<Arc<dyn PreBindPlugin>>,
+    bind: Vec<Arc<dyn BindPlugin>>,
+    post_bind: Vec<Arc<dyn PostBindPlugin>>,
+    events: Vec<PluginEvents>,
+    names: Vec<(ExtensionPoint, Vec<&'static str>)>,
+}
+
+impl std::fmt::Debug for Framework {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Framework");
+        d.field("profile", &self.profile_name);
+        for (point, names) in &self.names {
+            d.field(point.field(), names);
+        }
+        d.finish()
+    }
+}
+
+fn implements(p: &Arc<dyn Plugin>, point: ExtensionPoint) -> bool {
+    let p = p.clone();
+    match point {
+        ExtensionPoint::PreEnqueue => p.as_pre_enqueue().is_some(),
+        ExtensionPoint::QueueSort => p.as_queue_sort().is_some(),
+        ExtensionPoint::PreFilter => p.as_pre_filter().is_some(),
+        ExtensionPoint::Filter => p.as_filter().is_some(),
+        ExtensionPoint::PostFilter => p.as_post_filter().is_some(),
+        ExtensionPoint::PreScore => p.as_pre_score().is_some(),
+        ExtensionPoint::Score => p.as_score().is_some(),
+        ExtensionPoint::Reserve => p.as_reserve().is_some(),
+        ExtensionPoint::Permit => p.as_permit().is_some(),
+        ExtensionPoint::PreBind => p.as_pre_bind().is_some(),
+        ExtensionPoint::Bind => p.as_bind().is_some(),
+        ExtensionPoint::PostBind => p.as_post_bind().is_some(),
+    }
+}
+
+/// Points whose plugins can reject pods, and so must say which events may
+/// make a rejected pod schedulable.
+const REJECTING_POINTS: [ExtensionPoint; 5] = [
+    ExtensionPoint::PreEnqueue,
+    ExtensionPoint::PreFilter,
+    ExtensionPoint::Filter,
+    ExtensionPoint::Reserve,
+    ExtensionPoint::Permit,
+];
+
+impl Framework {
+    /// Instantiates a profile's plugins and arranges them by extension
+    /// point. Every error names the configuration path at fault.
+    pub fn new(profile: &Profile, registry: &Registry, handle: &Handle) -> Result<Self, ConfigError> {
+        // Instantiate every plugin the profile enables, once, with its args.
+        let mut instances: Vec<(String, Arc<dyn Plugin>)> = Vec::new();
+        let multi = &profile.plugins.multi_point;
+        let all_refs = ExtensionPoint::ALL
+            .iter()
+            .flat_map(|p| profile.plugins.get(*p).enabled.iter().map(move |r| (Some(*p), r)))
+            .chain(multi.enabled.iter().map(|r| (None, r)));
+        for (point, r) in all_refs {
+            if instances.iter().any(|(n, _)| *n == r.name) {
+                continue;
+            }
+            let Some(factory) = registry.get(&r.name) else {
+                let iface = point.map_or("Plugin", |p| p.interface());
+                return Err(ConfigError::new(&r.path, format!("{iface} {:?} does not exist", r.name)));
+            };
+            let (args, args_path) = match profile.args_for(&r.name) {
+                Some(c) => (c.args.as_ref(), c.path.clone()),
+                None => (None, format!("{}.pluginConfig[{}].args", profile.path, r.name)),
+            };
+            let plugin = factory(args, &args_path, handle)?;
+            instances.push((r.name.clone(), plugin));
+        }
+        // Args given for plugins the profile does not enable are still
+        // validated, so that typos in them do not go unnoticed.
+        for c in &profile.plugin_config {
+            if !instances.iter().any(|(n, _)| *n == c.name) {
+                if let Some(factory) = registry.get(&c.name) {
+                    factory(c.args.as_ref(), &c.path, handle)?;
+                }
+            }
+        }
+        let get = |name: &str| instances.iter().find(|(n, _)| n == name).map(|(_, p)| p.clone());
+
+        // Per point: explicit plugins, then multiPoint expansion.
+        let mut lists: Vec<(ExtensionPoint, Vec<(Arc<dyn Plugin>, &PluginRef)>)> = Vec::new();
+        for point in ExtensionPoint::ALL {
+            let set = profile.plugins.get(point);
+            let mut explicit: Vec<(Arc<dyn Plugin>, &PluginRef)> = Vec::new();
+            for r in &set.enabled {
+                let p = get(&r.name).expect("instantiated above");
+                if !implements(&p, point) {
+                    return Err(ConfigError::new(
+                        &r.path,
+                        format!("plugin {:?} does not extend {} plugin", r.name, point.interface()),
+                    ));
+                }
+                if explicit.iter().any(|(_, e)| e.name == r.name) {
+                    return Err(ConfigError::new(
+                        &r.path,
+                        format!("plugin {:?} already registered as {:?}", r.name, point.interface()),
+                    ));
+                }
+                explicit.push((p, r));
+            }
+            let mut list = Vec::new();
+            if set.all_disabled() {
+                list = explicit;
+            } else {
+                let mut overrides = Vec::new();
+                let mut from_multi: Vec<(Arc<dyn Plugin>, &PluginRef)> = Vec::new();
+                for r in &multi.enabled {
+                    let p = get(&r.name).expect("instantiated above");
+                    if !implements(&p, point) || set.is_disabled(&r.name) {
+                        continue;
+                    }
+                    if explicit.iter().any(|(_, e)| e.name == r.name) {
+                        overrides.push(r.name.clone());
+                        continue;
+                    }
+                    if from_multi.iter().any(|(_, e)| e.name == r.name) {
+                        return Err(ConfigError::new(
+                            &r.path,
+                            format!("plugin {:?} already registered as {:?}", r.name, point.interface()),
+                        ));
+                    }
+                    from_multi.push((p, r));
+                }
+                let (first, rest): (Vec<_>, Vec<_>) =
+                    explicit.into_iter().partition(|(_, e)| overrides.contains(&e.name));
+                list.extend(first);
+                list.extend(from_multi);
+                list.extend(rest);
+            }
+            lists.push((point, list));
+        }
+        let list = |point: ExtensionPoint| -> &Vec<(Arc<dyn Plugin>, &PluginRef)> {
+            &lists.iter().find(|(p, _)| *p == point).expect("every point").1
+        };
+        for (point, l) in &lists {
+            if l.len() > PluginMask::CAPACITY {
+                return Err(ConfigError::new(
+                    format!("{}.plugins.{}", profile.path, point.field()),
+                    format!("at most {} plugins per extension point", PluginMask::CAPACITY),
+                ));
+            }
+        }
+
+        // Score weights: the Score point's own entry wins over multiPoint's;
+        // 0 means 1; the sum of weight × 100 must fit in an i64.
+        let mut score = Vec::new();
+        let mut total: i64 = 0;
+        for (p, r) in list(ExtensionPoint::Score) {
+            let configured = profile
+                .plugins
+                .get(ExtensionPoint::Score)
+                .enabled
+                .iter()
+                .chain(multi.enabled.iter())
+                .find(|e| e.name == r.name)
+                .map(|e| (e.weight, e.path.clone()))
+                .unwrap_or((None, r.path.clone()));
+            let weight = match configured.0 {
+                Some(w) if w < 0 => {
+                    return Err(ConfigError::invalid(
+                        format!("{}.weight", configured.1),
+                        w,
+                        "must be greater than or equal to 0",
+                    ))
+                }
+                Some(0) | None => 1,
+                Some(w) => i64::from(w),
+            };
+            total = check_weight(total, weight).map_err(|m| ConfigError::new(&configured.1, m))?;
+            score.push(ScoreEntry {
+                plugin: p.clone().as_score().expect("checked"),
+                weight,
+            });
+        }
+
+        let queue_sort = list(ExtensionPoint::QueueSort);
+        if queue_sort.len() != 1 {
+            return Err(ConfigError::new(
+                format!("{}.plugins.queueSort", profile.path),
+                format!(
+                    "only one queue sort plugin required for profile with scheduler name {:?}, but got {}",
+                    profile.scheduler_name,
+                    queue_sort.len()
+                ),
+            ));
+        }
+        if list(ExtensionPoint::Bind).is_empty() {
+            return Err(ConfigError::new(
+                format!("{}.plugins.bind", profile.path),
+                format!(
+                    "at least one bind plugin is needed for profile with scheduler name {:?}",
+                    profile.scheduler_name
+                ),
+            ));
+        }
+
+        let typed = |point: ExtensionPoint| list(point).iter().map(|(p, _)| p.clone());
+        let filter: Vec<Arc<dyn FilterPlugin>> =
+            typed(ExtensionPoint::Filter).map(|p| p.as_filter().expect("checked")).collect();
+        let filter_names: Vec<&'static str> = filter.iter().map(|p| p.name()).collect();
+        let score_names: Vec<&'static str> = score.iter().map(|s| s.plugin.name()).collect();
+
+        // Event registrations of the plugins that can reject pods.
+        let mut events: Vec<PluginEvents> = Vec::new();
+        for point in REJECTING_POINTS {
+            for (p, _) in list(point) {
+                if events.iter().any(|e| e.plugin == p.name()) {
+                    continue;
+                }
+                let mut registered = p.events_to_register().unwrap_or_else(wildcard_registrations);
+                // A plugin waiting for nodes to appear also wants nodes whose
+                // taints change (upstream does the same).
+                let node_add = registered.iter().any(|e| {
+                    e.event.resource == EventResource::Node && e.event.action.contains(ActionType::ADD)
+                });
+                let node_taint = registered.iter().any(|e| {
+                    e.event.resource == EventResource::Node
+                        && e.event.action.contains(ActionType::UPDATE_NODE_TAINT)
+                });
+                if node_add && !node_taint {
+                    registered.push(ClusterEventWithHint::always(ClusterEvent::new(
+                        EventResource::Node,
+                        ActionType::UPDATE_NODE_TAINT,
+                    )));
+                }
+                events.push(PluginEvents {
+                    plugin: p.name(),
+                    events: registered,
+                });
+            }
+        }
+
+        let names = lists
+            .iter()
+            .map(|(point, l)| (*point, l.iter().map(|(p, _)| p.name()).collect()))
+            .collect();
+
+        Ok(Self {
+            profile_name: Arc::from(profile.scheduler_name.as_str()),
+            handle: handle.clone(),
+            percentage_of_nodes_to_score: profile.percentage_of_nodes_to_score,
+            queue_sort: queue_sort[0].0.clone().as_queue_sort().expect("checked"),
+            pre_enqueue: typed(ExtensionPoint::PreEnqueue)
+                .map(|p| p.as_pre_enqueue().expect("checked"))
+                .collect(),
+            pre_filter: typed(ExtensionPoint::PreFilter)
+                .map(|p| {
+                    let filter_index = filter_names.iter().position(|n| *n == p.name());
+                    PreFilterEntry {
+                        plugin: p.as_pre_filter().expect("checked"),
+                        filter_index,
+                    }
+                })
+                .collect(),
+            filter,
+            post_filter: typed(ExtensionPoint::PostFilter)
+                .map(|p| p.as_post_filter().expect("checked"))
+                .collect(),
+            pre_score: typed(ExtensionPoint::PreScore)
+                .map(|p| {
+                    let score_index = score_names.iter().position(|n| *n == p.name());
+                    PreScoreEntry {
+                        plugin: p.as_pre_score().expect("checked"),
+                        score_index,
+                    }
+                })
+                .collect(),
+            score,
+            reserve: typed(ExtensionPoint::Reserve).map(|p| p.as_reserve().expect("checked")).collect(),
+            permit: typed(ExtensionPoint::Permit).map(|p| p.as_permit().expect("checked")).collect(),
+            pre_bind: typed(ExtensionPoint::PreBind).map(|p| p.as_pre_bind().expect("checked")).collect(),
+            bind: typed(ExtensionPoint::Bind).map(|p| p.as_bind().expect("checked")).collect(),
+            post_bind: typed(ExtensionPoint::PostBind).map(|p| p.as_post_bind().expect("checked")).collect(),
+            events,
+            names,
+        })
+    }
+
+    /// The profile's scheduler name.
+    pub fn profile_name(&self) -> &Arc<str> {
+        &self.profile_name
+    }
+
+    /// The handle the plugins were built with.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// The profile's own percentageOfNodesToScore, if set.
+    pub fn percentage_of_nodes_to_score(&self) -> Option<i32> {
+        self.percentage_of_nodes_to_score
+    }
+
+    /// The plugin names enabled at `point`, in order.
+    pub fn plugin_names(&self, point: ExtensionPoint) -> &[&'static str] {
+        self.names
+            .iter()
+            .find(|(p, _)| *p == point)
+            .map_or(&[], |(_, n)| n.as_slice())
+    }
+
+    /// The QueueSort plugin.
+    pub fn queue_sort(&self) -> &Arc<dyn QueueSortPlugin> {
+        &self.queue_sort
+    }
+
+    /// The events each rejecting plugin registered for.
+    pub fn events(&self) -> &[PluginEvents] {
+        &self.events
+    }
+
+    /// Whether any Filter plugin is enabled.
+    pub fn has_filter_plugins(&self) -> bool {
+        !self.filter.is_empty()
+    }
+
+    /// Whether any Score plugin is enabled.
+    pub fn has_score_plugins(&self) -> bool {
+        !self.score.is_empty()
+    }
+
+    /// Whether any PostFilter plugin is enabled.
+    pub fn has_post_filter_plugins(&self) -> bool {
+        !self.post_filter.is_empty()
+    }
+
+    /// Runs PreEnqueue plugins, `first` (the plugin that gated the pod last
+    /// time) before the others; returns the first failure.
+    pub fn run_pre_enqueue(&self, pod: &PodInfo, first: Option<&'static str>) -> Status {
+        let ordered = first
+            .and_then(|f| self.pre_enqueue.iter().find(|p| p.name() == f))
+            .into_iter()
+            .chain(self.pre_enqueue.iter().filter(|p| Some(p.name()) != first));
+        for p in ordered {
+            let s = p.pre_enqueue(pod);
+            if !s.is_success() {
+                return s.or_plugin(p.name());
+            }
+        }
+        Status::success()
+    }
+
+    /// Runs PreFilter plugins. Returns the merged node restriction, the
+    /// status, and the plugins that restricted the nodes.
+    pub async fn run_pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status, BTreeSet<&'static str>) {
+        let mut result: Option<PreFilterResult> = None;
+        let mut with_nodes = BTreeSet::new();
+        let mut returned = Status::success();
+        for (i, entry) in self.pre_filter.iter().enumerate() {
+            let name = entry.plugin.name();
+            let (r, s) = entry.plugin.pre_filter(state, pod, nodes).await;
+            if s.is_skip() {
+                state.skip_pre_filter.insert(i);
+                if let Some(fi) = entry.filter_index {
+                    state.skip_filter.insert(fi);
+                }
+                continue;
+            }
+            if !s.is_success() {
+                let s = s.with_plugin(name);
+                match s.code() {
+                    Code::UnschedulableAndUnresolvable => return (None, s, BTreeSet::new()),
+                    Code::Unschedulable | Code::Pending => {
+                        returned = s;
+                        continue;
+                    }
+                    _ => {
+                        return (
+                            None,
+                            Status::error(format!("running PreFilter plugin {name:?}: {}", s.message()))
+                                .with_plugin(name),
+                            BTreeSet::new(),
+                        )
+                    }
+                }
+            }
+            let Some(r) = r.filter(|r| !r.all_nodes()) else {
+                continue;
+            };
+            with_nodes.insert(name);
+            match &mut result {
+                None => result = Some(r),
+                Some(acc) => acc.merge(&r),
+            }
+            if result.as_ref().and_then(|r| r.node_names.as_ref()).is_some_and(|n| n.is_empty()) {
+                let msg = if with_nodes.len() == 1 {
+                    format!("node(s) didn't satisfy plugin {name}")
+                } else {
+                    format!("node(s) didn't satisfy plugin(s) {} simultaneously", go_list(&with_nodes))
+                };
+                return (result, Status::unresolvable(msg), with_nodes);
+            }
+        }
+        if !returned.is_success() {
+            return (None, returned, BTreeSet::new());
+        }
+        (result, returned, with_nodes)
+    }
+
+    /// Runs AddPod of every PreFilter plugin with extensions (not skipped).
+    pub fn run_pre_filter_extension_add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        pod_to_add: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        for (i, entry) in self.pre_filter.iter().enumerate() {
+            if state.skip_pre_filter.contains(i) {
+                continue;
+            }
+            let Some(ext) = entry.plugin.extensions() else {
+                continue;
+            };
+            let s = ext.add_pod(state, pod, pod_to_add, node);
+            if !s.is_success() {
+                let name = entry.plugin.name();
+                return Status::error(format!("running AddPod on PreFilter plugin {name:?}: {}", s.message()))
+                    .with_plugin(name);
+            }
+        }
+        Status::success()
+    }
+
+    /// Runs RemovePod of every PreFilter plugin with extensions (not skipped).
+    pub fn run_pre_filter_extension_remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        pod_to_remove: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        for (i, entry) in self.pre_filter.iter().enumerate() {
+            if state.skip_pre_filter.contains(i) {
+                continue;
+            }
+            let Some(ext) = entry.plugin.extensions() else {
+                continue;
+            };
+            let s = ext.remove_pod(state, pod, pod_to_remove, node);
+            if !s.is_success() {
+                let name = entry.plugin.name();
+                return Status::error(format!(
+                    "running RemovePod on PreFilter plugin {name:?}: {}",
+                    s.message()
+                ))
+                .with_plugin(name);
+            }
+        }
+        Status::success()
+    }
+
+    /// Runs the Filter plugins on one node; the first that does not succeed
+    /// decides.
+    pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        for (i, p) in self.filter.iter().enumerate() {
+            if state.skip_filter.contains(i) {
+                continue;
+            }
+            let s = p.filter(state, pod, node);
+            if !s.is_success() {
+                return self.filter_failure(p.name(), s);
+            }
+        }
+        Status::success()
+    }
+
+    /// Like [`Framework::run_filter`], but evaluates every Filter plugin
+    /// (for explanations): each plugin's verdict, in order, `None` for
+    /// plugins skipped at PreFilter.
+    pub fn run_filter_each(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Vec<(&'static str, Option<Status>)> {
+        self.filter
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                if state.skip_filter.contains(i) {
+                    (p.name(), None)
+                } else {
+                    let s = p.filter(state, pod, node);
+                    let s = if s.is_success() { s } else { self.filter_failure(p.name(), s) };
+                    (p.name(), Some(s))
+                }
+            })
+            .collect()
+    }
+
+    fn filter_failure(&self, name: &'static str, s: Status) -> Status {
+        if s.is_rejected() {
+            s.with_plugin(name)
+        } else {
+            Status::error(format!("running {name:?} filter plugin: {}", s.message())).with_plugin(name)
+        }
+    }
+
+    /// Runs the Filter plugins on one node, taking into account pods
+    /// nominated to it with at least the pod's priority: the node must fit
+    /// the pod both with them (they will land there) and without them (they
+    /// might not, and the pod must not rely on their absence... nor on
+    /// their presence, for affinity).
+    pub fn run_filter_with_nominated_pods(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        nominated: &NominatedPods,
+    ) -> Status {
+        let Some(candidates) = nominated.get(node.name()) else {
+            return self.run_filter(state, pod, node);
+        };
+        let mut relevant = candidates
+            .iter()
+            .filter(|np| np.priority >= pod.priority && np.uid != pod.uid)
+            .peekable();
+        if relevant.peek().is_none() {
+            return self.run_filter(state, pod, node);
+        }
+        let mut node_with = node.clone();
+        let mut state_with = state.clone();
+        for np in relevant {
+            node_with.add_pod(np.clone());
+            let s = self.run_pre_filter_extension_add_pod(&mut state_with, pod, np, &node_with);
+            if !s.is_success() {
+                return s;
+            }
+        }
+        let s = self.run_filter(&state_with, pod, &node_with);
+        if !s.is_success() {
+            return s;
+        }
+        self.run_filter(state, pod, node)
+    }
+
+    /// Runs PostFilter plugins (when no node fits).
+    pub async fn run_post_filter(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        filtered: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status) {
+        let mut reasons = Vec::new();
+        let mut rejector: Option<&'static str> = None;
+        let mut last_result: Option<PostFilterResult> = None;
+        for p in &self.post_filter {
+            let (r, s) = p.post_filter(state, pod, filtered).await;
+            if s.is_success() {
+                return (r, s);
+            }
+            match s.code() {
+                Code::UnschedulableAndUnresolvable => return (r, s.with_plugin(p.name())),
+                Code::Unschedulable => {
+                    reasons.extend(s.reasons().iter().cloned());
+                    rejector.get_or_insert(p.name());
+                    if let Some(r) = r.filter(|r| r.nominating_info != super::NominatingInfo::Noop) {
+                        last_result = Some(r);
+                    }
+                }
+                _ => return (None, Status::error(s.message()).with_plugin(p.name())),
+            }
+        }
+        let mut s = Status::with_reasons(Code::Unschedulable, reasons);
+        if let Some(p) = rejector {
+            s = s.with_plugin(p);
+        }
+        (last_result, s)
+    }
+
+    /// Runs PreScore plugins on the feasible nodes.
+    pub async fn run_pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[Arc<NodeInfo>]) -> Status {
+        for entry in &self.pre_score {
+            let s = entry.plugin.pre_score(state, pod, nodes).await;
+            if s.is_skip() {
+                if let Some(i) = entry.score_index {
+                    state.skip_score.insert(i);
+                }
+                continue;
+            }
+            if !s.is_success() {
+                let name = entry.plugin.name();
+                return Status::error(format!("running PreScore plugin {name:?}: {}", s.message())).with_plugin(name);
+            }
+        }
+        Status::success()
+    }
+
+    /// Scores the feasible nodes: every (non-skipped) Score plugin on every
+    /// node, fanned out over nodes; then NormalizeScore per plugin; then the
+    /// range check and the weighted sum.
+    pub fn run_score(&self, state: &CycleState, pod: &PodInfo, nodes: &[Arc<NodeInfo>]) -> Result<ScoreResult, Status> {
+        let active: Vec<&ScoreEntry> = self
+            .score
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !state.skip_score.contains(*i))
+            .map(|(_, e)| e)
+            .collect();
+        let np = active.len();
+        let n = nodes.len();
+        let mut raw = vec![0i64; n * np];
+        let failure: Mutex<Option<Status>> = Mutex::new(None);
+        if np > 0 {
+            let parallelizer = self.handle.parallelizer();
+            // One chunk of `np` scores per node.
+            let mut chunks: Vec<&mut [i64]> = raw.chunks_mut(np).collect();
+            parallelizer.for_each_mut(&mut chunks, |ni, row| {
+                for (pi, e) in active.iter().enumerate() {
+                    match e.plugin.score(state, pod, &nodes[ni]) {
+                        Ok(v) => row[pi] = v,
+                        Err(s) => {
+                            let mut f = failure.lock();
+                            if f.is_none() {
+                                *f = Some(Status::error(format!(
+                                    "running Score plugins: plugin {:?} failed with: {}",
+                                    e.plugin.name(),
+                                    s.message()
+                                )));
+                            }
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        if let Some(s) = failure.into_inner() {
+            return Err(s);
+        }
+        let mut normalized = raw.clone();
+        for (pi, e) in active.iter().enumerate() {
+            let Some(ext) = e.plugin.score_extensions() else {
+                continue;
+            };
+            let mut scores: Vec<NodeScore<'_>> = nodes
+                .iter()
+                .enumerate()
+                .map(|(ni, node)| NodeScore {
+                    name: node.name(),
+                    score: normalized[ni * np + pi],
+                })
+                .collect();
+            let s = ext.normalize_score(state, pod, &mut scores);
+            if !s.is_success() {
+                return Err(Status::error(format!(
+                    "running Normalize on Score plugins: plugin {:?} failed with: {}",
+                    e.plugin.name(),
+                    s.message()
+                )));
+            }
+            for (ni, sc) in scores.iter().enumerate() {
+                normalized[ni * np + pi] = sc.score;
+            }
+        }
+        let mut totals = vec![0i64; n];
+        for (ni, total) in totals.iter_mut().enumerate() {
+            for (pi, e) in active.iter().enumerate() {
+                let v = normalized[ni * np + pi];
+                if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&v) {
+                    return Err(Status::error(format!(
+                        "applying score defaultWeights on Score plugins: plugin {:?} returns an invalid score {v}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
+                        e.plugin.name()
+                    )));
+                }
+                *total += v * e.weight;
+            }
+        }
+        Ok(ScoreResult {
+            plugins: active.iter().map(|e| e.plugin.name()).collect(),
+            weights: active.iter().map(|e| e.weight).collect(),
+            raw,
+            normalized,
+            totals,
+        })
+    }
+
+    /// Runs Reserve plugins until one fails.
+    pub async fn run_reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        for p in &self.reserve {
+            let s = p.reserve(state, pod, node).await;
+            if !s.is_success() {
+                if s.is_rejected() {
+                    return s.with_plugin(p.name());
+                }
+                return Status::error(format!("running Reserve plugin {:?}: {}", p.name(), s.message()))
+                    .with_plugin(p.name());
+            }
+        }
+        Status::success()
+    }
+
+    /// Runs Unreserve on every Reserve plugin, in reverse order.
+    pub async fn run_unreserve(&self, state: &CycleState, pod: &PodInfo, node: &str) {
+        for p in self.reserve.iter().rev() {
+            p.unreserve(state, pod, node).await;
+        }
+    }
+
+    /// Runs Permit plugins. A rejection returns at once; if some plugins
+    /// asked to wait, the pod is parked among the waiting pods and `Wait` is
+    /// returned.
+    pub async fn run_permit(&self, state: &CycleState, pod: &PodRef, node: &Arc<str>) -> Status {
+        let mut waits: Vec<(&'static str, Duration)> = Vec::new();
+        for p in &self.permit {
+            let (s, timeout) = p.permit(state, pod, node).await;
+            if s.is_success() {
+                continue;
+            }
+            if s.is_rejected() {
+                return s.with_plugin(p.name());
+            }
+            if s.is_wait() {
+                waits.push((p.name(), timeout.min(MAX_PERMIT_TIMEOUT)));
+                continue;
+            }
+            return Status::error(format!("running Permit plugin {:?}: {}", p.name(), s.message()))
+                .with_plugin(p.name());
+        }
+        if waits.is_empty() {
+            return Status::success();
+        }
+        self.handle.waiting_pods().add(pod.clone(), node.clone(), waits);
+        Status::new(
+            Code::Wait,
+            format!(
+                "one or more plugins asked to wait and no plugin rejected pod {:?}",
+                &*pod.name
+            ),
+        )
+    }
+
+    /// Waits until a pod parked at Permit is allowed or rejected (success at
+    /// once if it is not waiting).
+    pub async fn wait_on_permit(&self, pod: &PodInfo) -> Status {
+        let s = self.handle.waiting_pods().wait(&pod.uid).await;
+        if s.is_success() || s.is_rejected() {
+            return s;
+        }
+        let plugin = s.plugin();
+        let mut e = Status::error(format!("waiting on permit for pod: {}", s.message()));
+        if let Some(p) = plugin {
+            e = e.with_plugin(p);
+        }
+        e
+    }
+
+    /// Runs PreBind plugins until one fails.
+    pub async fn run_pre_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
+        for p in &self.pre_bind {
+            let s = p.pre_bind(state, pod, node).await;
+            if !s.is_success() {
+                if s.is_rejected() {
+                    return s.with_plugin(p.name());
+                }
+                return Status::error(format!("running PreBind plugin {:?}: {}", p.name(), s.message()))
+                    .with_plugin(p.name());
+            }
+        }
+        Status::success()
+    }
+
+    /// Runs Bind plugins in order until one does not `Skip`. If all skip, the
+    /// last `Skip` is returned (the pod is not bound).
+    pub async fn run_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
+        let mut last = Status::skip();
+        for p in &self.bind {
+            let s = p.bind(state, pod, node).await;
+            if s.is_skip() {
+                last = s.with_plugin(p.name());
+                continue;
+            }
+            if s.is_success() {
+                return s;
+            }
+            if s.is_rejected() {
+                return s.with_plugin(p.name());
+            }
+            return Status::error(format!("running Bind plugin {:?}: {}", p.name(), s.message()))
+                .with_plugin(p.name());
+        }
+        last
+    }
+
+    /// Runs PostBind plugins (informational).
+    pub async fn run_post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) {
+        for p in &self.post_bind {
+            p.post_bind(state, pod, node).await;
+        }
+    }
+}
+
+/// Adds a Score weight to the running total of weight × 100, failing when
+/// the total could overflow an i64.
+fn check_weight(total: i64, weight: i64) -> Result<i64, String> {
+    match weight.checked_mul(MAX_NODE_SCORE) {
+        Some(w) if w <= MAX_TOTAL_SCORE - total => Ok(total + w),
+        _ => Err("total score of Score plugins could overflow".into()),
+    }
+}
+
+/// Formats names as Go prints a string slice: `[A B]`.
+fn go_list<'a>(names: impl IntoIterator<Item = &'a &'static str>) -> String {
+    let v: Vec<&str> = names.into_iter().copied().collect();
+    format!("[{}]", v.join(" "))
+}
+
+#[cfg(test)]
+mod tests;

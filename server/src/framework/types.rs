@@ -1,0 +1,206 @@
+//! Values passed between the framework, the queue and plugins.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::status::Status;
+use crate::model::PodRef;
+
+/// The lowest score a Score plugin may give after normalization.
+pub const MIN_NODE_SCORE: i64 = 0;
+/// The highest score a Score plugin may give after normalization.
+pub const MAX_NODE_SCORE: i64 = 100;
+/// The highest total score a node can have.
+pub const MAX_TOTAL_SCORE: i64 = i64::MAX;
+
+/// A pod in the scheduling queue, with its queueing history.
+#[derive(Debug, Clone)]
+pub struct QueuedPodInfo {
+    /// The pod.
+    pub pod: PodRef,
+    /// When the pod was added to the queue, or last failed: QueueSort's
+    /// tie-break, the backoff's base and the unschedulable stay's start.
+    pub timestamp: Instant,
+    /// Scheduling attempts, counted at each pop.
+    pub attempts: u32,
+    /// Attempts that ended with the pod rejected by plugins.
+    pub unschedulable_count: u32,
+    /// Attempts in a row that ended with an error.
+    pub consecutive_errors_count: u32,
+    /// When the pod first entered activeQ.
+    pub initial_attempt_timestamp: Option<Instant>,
+    /// Plugins that rejected the pod at its last attempt.
+    pub unschedulable_plugins: BTreeSet<&'static str>,
+    /// Plugins that returned `Pending` at its last attempt.
+    pub pending_plugins: BTreeSet<&'static str>,
+    /// The PreEnqueue plugin holding the pod out of activeQ, if any.
+    pub gating_plugin: Option<&'static str>,
+    /// The message of the last failure, for the queue API and the summary.
+    pub last_failure: Option<Arc<str>>,
+    /// When the pod's backoff ends, computed when it failed.
+    pub backoff_expiration: Option<Instant>,
+    /// When the pod last entered the unschedulable pods by a flush, so that
+    /// a pod still gated is flushed again only after another full stay.
+    pub flush_timestamp: Option<Instant>,
+}
+
+impl QueuedPodInfo {
+    /// A pod entering the queue now.
+    pub fn new(pod: PodRef, now: Instant) -> Self {
+        Self {
+            pod,
+            timestamp: now,
+            attempts: 0,
+            unschedulable_count: 0,
+            consecutive_errors_count: 0,
+            initial_attempt_timestamp: None,
+            unschedulable_plugins: BTreeSet::new(),
+            pending_plugins: BTreeSet::new(),
+            gating_plugin: None,
+            last_failure: None,
+            backoff_expiration: None,
+            flush_timestamp: None,
+        }
+    }
+
+    /// Whether a PreEnqueue plugin holds the pod.
+    pub fn gated(&self) -> bool {
+        self.gating_plugin.is_some()
+    }
+}
+
+/// Whether a nomination replaces the pod's `status.nominatedNodeName`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NominatingInfo {
+    /// Keep whatever the pod carries.
+    Noop,
+    /// Set (or with `None`, clear) the nominated node.
+    Override(Option<Arc<str>>),
+}
+
+/// What PreFilter learned about the candidate nodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PreFilterResult {
+    /// Only these nodes can fit the pod; `None` means any node may.
+    pub node_names: Option<HashSet<Arc<str>>>,
+}
+
+impl PreFilterResult {
+    /// Whether every node is a candidate.
+    pub fn all_nodes(&self) -> bool {
+        self.node_names.is_none()
+    }
+
+    /// Narrows `self` to the nodes also in `other`.
+    pub fn merge(&mut self, other: &PreFilterResult) {
+        match (&mut self.node_names, &other.node_names) {
+            (_, None) => {}
+            (None, Some(o)) => self.node_names = Some(o.clone()),
+            (Some(s), Some(o)) => s.retain(|n| o.contains(n)),
+        }
+    }
+}
+
+/// What a PostFilter plugin did for the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostFilterResult {
+    /// The node the pod should be nominated to.
+    pub nominating_info: NominatingInfo,
+}
+
+/// One node's score from one plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeScore<'a> {
+    /// The node's name.
+    pub name: &'a str,
+    /// The score.
+    pub score: i64,
+}
+
+/// Why each rejected node was rejected, plus the status of nodes never
+/// evaluated (when PreFilter ruled them out).
+#[derive(Debug, Clone)]
+pub struct NodeToStatus {
+    statuses: HashMap<Arc<str>, Status>,
+    absent: Status,
+}
+
+impl Default for NodeToStatus {
+    fn default() -> Self {
+        Self {
+            statuses: HashMap::new(),
+            // Nodes not evaluated at all are treated as unresolvable: no
+            // preemption on them can help.
+            absent: Status::code_only(super::Code::UnschedulableAndUnresolvable),
+        }
+    }
+}
+
+impl NodeToStatus {
+    /// Records a node's status.
+    pub fn set(&mut self, node: Arc<str>, status: Status) {
+        self.statuses.insert(node, status);
+    }
+
+    /// The status of `node`: its recorded one, or the absent-nodes one.
+    pub fn get(&self, node: &str) -> &Status {
+        self.statuses.get(node).unwrap_or(&self.absent)
+    }
+
+    /// The status given to nodes without a recorded one.
+    pub fn absent_nodes_status(&self) -> &Status {
+        &self.absent
+    }
+
+    /// Sets the status given to nodes without a recorded one.
+    pub fn set_absent_nodes_status(&mut self, status: Status) {
+        self.absent = status;
+    }
+
+    /// The number of recorded nodes.
+    pub fn len(&self) -> usize {
+        self.statuses.len()
+    }
+
+    /// Whether no node is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.statuses.is_empty()
+    }
+
+    /// Recorded nodes and their statuses.
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Status)> {
+        self.statuses.iter()
+    }
+}
+
+/// Everything learned about why a pod did not fit.
+#[derive(Debug, Clone, Default)]
+pub struct Diagnosis {
+    /// Per-node rejections.
+    pub node_to_status: NodeToStatus,
+    /// Plugins that rejected the pod (Unschedulable or
+    /// UnschedulableAndUnresolvable) on some node or at PreFilter.
+    pub unschedulable_plugins: BTreeSet<&'static str>,
+    /// Plugins that returned `Pending`.
+    pub pending_plugins: BTreeSet<&'static str>,
+    /// The message of a PreFilter rejection, if PreFilter rejected the pod.
+    pub pre_filter_msg: Option<String>,
+    /// The message PostFilter plugins gave, if any.
+    pub post_filter_msg: Option<String>,
+}
+
+impl Diagnosis {
+    /// Records which plugin a rejecting status came from.
+    pub fn add_plugin_status(&mut self, status: &Status) {
+        let Some(plugin) = status.plugin() else {
+            return;
+        };
+        if status.code() == super::Code::Pending {
+            self.pending_plugins.insert(plugin);
+        } else if status.is_rejected() {
+            self.unschedulable_plugins.insert(plugin);
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! Pods held at Permit.
+//!
+//! When Permit plugins answer `Wait`, the pod is parked here with one timer
+//! per waiting plugin (each capped at 15 minutes). The binding cycle blocks
+//! on the pod's outcome:
+//! * every waiting plugin calls [`WaitingPod::allow`] → Success, binding goes on;
+//! * any plugin calls [`WaitingPod::reject`], or a timer fires (a reject in
+//!   the plugin's name: "rejected due to timeout after waiting 10s at plugin
+//!   X"), or the pod is deleted → Unschedulable; the binding cycle runs
+//!   Unreserve and requeues the pod.
+//!
+//! The first outcome wins; later calls are no-ops.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
+
+use super::status::{Code, Status};
+use crate::model::PodRef;
+
+/// The longest a Permit plugin may make a pod wait.
+pub const MAX_PERMIT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// A pod held at Permit.
+pub struct WaitingPod {
+    pod: PodRef,
+    node: Arc<str>,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    /// Plugins that have not allowed the pod yet, with their timers.
+    pending: Vec<(&'static str, Option<AbortHandle>)>,
+    /// Where the outcome goes; taken by the first outcome.
+    outcome: Option<oneshot::Sender<Status>>,
+    /// Where the binding cycle waits; taken by it.
+    receiver: Option<oneshot::Receiver<Status>>,
+}
+
+impl std::fmt::Debug for WaitingPod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitingPod")
+            .field("pod", &self.pod.key())
+            .field("node", &self.node)
+            .field("pending", &self.pending_plugins())
+            .finish()
+    }
+}
+
+impl WaitingPod {
+    /// The pod.
+    pub fn pod(&self) -> &PodRef {
+        &self.pod
+    }
+
+    /// The node it is reserved on.
+    pub fn node(&self) -> &Arc<str> {
+        &self.node
+    }
+
+    /// The plugins it still waits for.
+    pub fn pending_plugins(&self) -> Vec<&'static str> {
+        self.inner.lock().pending.iter().map(|(p, _)| *p).collect()
+    }
+
+    /// `plugin` allows the pod; when no plugin is left, the pod proceeds.
+    pub fn allow(&self, plugin: &str) {
+        let mut inner = self.inner.lock();
+        if let Some(i) = inner.pending.iter().position(|(p, _)| *p == plugin) {
+            if let (_, Some(timer)) = inner.pending.remove(i) {
+                timer.abort();
+            }
+        }
+        if inner.pending.is_empty() {
+            if let Some(tx) = inner.outcome.take() {
+                let _ = tx.send(Status::success());
+            }
+        }
+    }
+
+    /// Rejects the pod; `plugin` is `None` when the scheduler itself rejects
+    /// it (the pod was deleted).
+    pub fn reject(&self, plugin: Option<&'static str>, message: &str) {
+        let mut inner = self.inner.lock();
+        for (_, timer) in inner.pending.drain(..) {
+            if let Some(timer) = timer {
+                timer.abort();
+            }
+        }
+        if let Some(tx) = inner.outcome.take() {
+            let mut status = Status::new(Code::Unschedulable, message.to_string());
+            if let Some(p) = plugin {
+                status = status.with_plugin(p);
+            }
+            let _ = tx.send(status);
+        }
+    }
+}
+
+/// The pods held at Permit, by UID. Shared by all profiles.
+#[derive(Clone, Default)]
+pub struct WaitingPods(Arc<Mutex<HashMap<Arc<str>, Arc<WaitingPod>>>>);
+
+impl std::fmt::Debug for WaitingPods {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.lock().values()).finish()
+    }
+}
+
+impl WaitingPods {
+    /// Parks `pod` with a timer per waiting plugin. Must be called within a
+    /// tokio runtime (the timers are tasks).
+    pub(crate) fn add(&self, pod: PodRef, node: Arc<str>, waits: Vec<(&'static str, Duration)>) {
+        let (tx, rx) = oneshot::channel();
+        let wp = Arc::new(WaitingPod {
+            pod: pod.clone(),
+            node,
+            inner: Mutex::new(Inner {
+                pending: waits.iter().map(|(p, _)| (*p, None)).collect(),
+                outcome: Some(tx),
+                receiver: Some(rx),
+            }),
+        });
+        for (i, (plugin, timeout)) in waits.into_iter().enumerate() {
+            let weak: Weak<WaitingPod> = Arc::downgrade(&wp);
+            let timer = tokio::spawn(async move {
+                tokio::time::sleep(timeout).await;
+                if let Some(wp) = weak.upgrade() {
+                    wp.reject(
+                        Some(plugin),
+                        &format!(
+                            "rejected due to timeout after waiting {} at plugin {plugin}",
+                            go_duration(timeout)
+                        ),
+                    );
+                }
+            });
+            wp.inner.lock().pending[i].1 = Some(timer.abort_handle());
+        }
+        self.0.lock().insert(pod.uid.clone(), wp);
+    }
+
+    /// The waiting pod with `uid`.
+    pub fn get(&self, uid: &str) -> Option<Arc<WaitingPod>> {
+        self.0.lock().get(uid).cloned()
+    }
+
+    /// Every waiting pod.
+    pub fn list(&self) -> Vec<Arc<WaitingPod>> {
+        self.0.lock().values().cloned().collect()
+    }
+
+    /// Allows the pod `uid` on behalf of `plugin`. Returns whether it waits.
+    pub fn allow(&self, uid: &str, plugin: &str) -> bool {
+        self.get(uid).map(|wp| wp.allow(plugin)).is_some()
+    }
+
+    /// Rejects the pod `uid`. Returns whether it waited.
+    pub fn reject(&self, uid: &str, plugin: Option<&'static str>, message: &str) -> bool {
+        self.get(uid).map(|wp| wp.reject(plugin, message)).is_some()
+    }
+
+    /// Waits for the outcome of `uid`, then forgets it. Success when the pod
+    /// does not wait.
+    pub(crate) async fn wait(&self, uid: &str) -> Status {
+        let Some(rx) = self.get(uid).and_then(|wp| wp.inner.lock().receiver.take()) else {
+            return Status::success();
+        };
+        let status = rx
+            .await
+            .unwrap_or_else(|_| Status::error("waiting pod dropped without an outcome"));
+        self.0.lock().remove(uid);
+        status
+    }
+
+    /// The number of waiting pods.
+    pub fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+
+    /// Whether no pod waits.
+    pub fn is_empty(&self) -> bool {
+        self.0.lock().is_empty()
+    }
+}
+
+/// Formats a duration as Go's `time.Duration.String()` does (`10s`,
+/// `1m30s`, `15m0s`, `1.5s`, `250ms`), for messages worded as upstream's.
+pub fn go_duration(d: Duration) -> String {
+    let total_ns = d.as_nanos();
+    if total_ns == 0 {
+        return "0s".into();
+    }
+    if total_ns < 1_000_000_000 {
+        let (unit, div) = if total_ns < 1_000 {
+            ("ns", 1)
+        } else if total_ns < 1_000_000 {
+            ("µs", 1_000)
+        } else {
+            ("ms", 1_000_000)
+        };
+        return format!("{}{unit}", trim_fraction(total_ns, div));
+    }
+    let hours = total_ns / 3_600_000_000_000;
+    let minutes = (total_ns / 60_000_000_000) % 60;
+    let seconds_ns = total_ns % 60_000_000_000;
+    let seconds = trim_fraction(seconds_ns, 1_000_000_000);
+    if hours > 0 {
+        format!("{hours}h{minutes}m{seconds}s")
+    } else if minutes > 0 {
+        format!("{minutes}m{seconds}s")
+    } else {
+        format!("{seconds}s")
+    }
+}
+
+fn trim_fraction(value: u128, div: u128) -> String {
+    let whole = value / div;
+    let frac = value % div;
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let width = div.ilog10() as usize;
+    let digits = format!("{frac:0width$}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::make_pod;
+
+    fn pod() -> PodRef {
+        Arc::new(make_pod("p").build())
+    }
+
+    #[test]
+    fn go_durations() {
+        for (d, want) in [
+            (Duration::from_secs(10), "10s"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(900), "15m0s"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_secs(3661), "1h1m1s"),
+            (Duration::ZERO, "0s"),
+        ] {
+            assert_eq!(go_duration(d), want);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn proceeds_only_when_every_plugin_allowed() {
+        let w = WaitingPods::default();
+        let p = pod();
+        w.add(p.clone(), "n1".into(), vec![("A", Duration::from_secs(10)), ("B", Duration::from_secs(20))]);
+        assert_eq!(w.get(&p.uid).unwrap().pending_plugins(), ["A", "B"]);
+        assert!(w.allow(&p.uid, "A"));
+        let waiting = w.clone();
+        let uid = p.uid.clone();
+        let outcome = tokio::spawn(async move { waiting.wait(&uid).await });
+        tokio::task::yield_now().await;
+        assert!(!outcome.is_finished(), "B has not allowed yet");
+        assert!(w.allow(&p.uid, "B"));
+        let status = outcome.await.unwrap();
+        assert!(status.is_success(), "{status:?}");
+        assert!(w.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_plugin_has_its_own_timer() {
+        let w = WaitingPods::default();
+        let p = pod();
+        w.add(p.clone(), "n1".into(), vec![("A", Duration::from_secs(10)), ("B", Duration::from_secs(20))]);
+        // A allows before its timer; B's timer (20s) still runs and rejects.
+        w.allow(&p.uid, "A");
+        let start = tokio::time::Instant::now();
+        let status = w.wait(&p.uid).await;
+        assert_eq!(start.elapsed(), Duration::from_secs(20));
+        assert_eq!(status.code(), Code::Unschedulable);
+        assert_eq!(status.plugin(), Some("B"));
+        assert_eq!(status.message(), "rejected due to timeout after waiting 20s at plugin B");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_outcome_wins() {
+        let w = WaitingPods::default();
+        let p = pod();
+        w.add(p.clone(), "n1".into(), vec![("A", Duration::from_secs(10))]);
+        assert!(w.reject(&p.uid, Some("A"), "no room for the gang"));
+        w.allow(&p.uid, "A");
+        let status = w.wait(&p.uid).await;
+        assert_eq!(status.message(), "no room for the gang");
+        assert!(!w.allow(&p.uid, "A"), "forgotten once the outcome was taken");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn not_waiting_is_success() {
+        let w = WaitingPods::default();
+        assert!(w.wait("nobody").await.is_success());
+    }
+}

@@ -1,0 +1,18 @@
+//! berth: a Kubernetes scheduler implementing the Scheduling Framework, run
+//! as a gRPC service.
+//!
+//! Data flows one way: cluster source → events → cache + queue → scheduling
+//! loop → framework → plugins → binder → cluster source.
+
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod cache;
+pub mod cluster;
+pub mod config;
+pub mod framework;
+pub mod model;
+pub mod plugins;
+pub mod queue;
+pub mod scheduler;
+pub mod testing;

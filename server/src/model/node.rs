@@ -1,0 +1,144 @@
+//! [`NodeSpec`]: a node as the scheduler reads it.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+
+use super::resource::Resource;
+use super::taint::{Taint, TaintEffect};
+use super::{InvalidObject, Labels};
+
+/// `topology.kubernetes.io/zone`
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+/// `topology.kubernetes.io/region`
+pub const LABEL_REGION: &str = "topology.kubernetes.io/region";
+/// The taint the node lifecycle controller puts on cordoned nodes.
+pub const TAINT_NODE_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
+
+/// A container image present on a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeImage {
+    /// The names the image is known by (tags and digests).
+    pub names: Vec<Arc<str>>,
+    /// Its size in bytes.
+    pub size_bytes: i64,
+}
+
+/// A node, pre-parsed for scheduling. Built once per add or update.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    /// The Kubernetes object, kept for the edges.
+    pub node: Arc<Node>,
+    /// metadata.name.
+    pub name: Arc<str>,
+    /// metadata.labels.
+    pub labels: Labels,
+    /// spec.taints.
+    pub taints: Vec<Taint>,
+    /// spec.unschedulable (cordoned).
+    pub unschedulable: bool,
+    /// status.allocatable.
+    pub allocatable: Resource,
+    /// status.images.
+    pub images: Vec<NodeImage>,
+}
+
+impl NodeSpec {
+    /// Builds a `NodeSpec` from a Kubernetes node.
+    pub fn new(node: Arc<Node>) -> Result<Self, InvalidObject> {
+        let name = node
+            .metadata
+            .name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| InvalidObject::new("metadata.name", "Required value"))?;
+        let spec = node.spec.as_ref();
+        let mut taints = Vec::new();
+        for (i, t) in spec.and_then(|s| s.taints.as_ref()).into_iter().flatten().enumerate() {
+            let effect = TaintEffect::parse(&t.effect).ok_or_else(|| {
+                InvalidObject::new(
+                    format!("spec.taints[{i}].effect"),
+                    format!("Unsupported value: \"{}\": supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\"", t.effect),
+                )
+            })?;
+            taints.push(Taint {
+                key: Arc::from(t.key.as_str()),
+                value: Arc::from(t.value.as_deref().unwrap_or("")),
+                effect,
+            });
+        }
+        let status = node.status.as_ref();
+        let allocatable = match status.and_then(|s| s.allocatable.as_ref()) {
+            Some(list) => Resource::from_list(list).map_err(|e| {
+                InvalidObject::new(format!("status.allocatable.{}", e.name), e.error.to_string())
+            })?,
+            None => Resource::default(),
+        };
+        let images = status
+            .and_then(|s| s.images.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|img| NodeImage {
+                names: img.names.iter().flatten().map(|n| Arc::from(n.as_str())).collect(),
+                size_bytes: img.size_bytes.unwrap_or(0),
+            })
+            .collect();
+        Ok(Self {
+            name: Arc::from(name),
+            labels: Labels::from_map(node.metadata.labels.as_ref()),
+            taints,
+            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            allocatable,
+            images,
+            node,
+        })
+    }
+
+    /// The zone the node is in, as `region:\0:zone` (empty when unlabelled):
+    /// the key by which nodes are interleaved for sampling.
+    pub fn zone_key(&self) -> String {
+        let region = self.labels.get(LABEL_REGION).unwrap_or("");
+        let zone = self.labels.get(LABEL_ZONE).unwrap_or("");
+        if region.is_empty() && zone.is_empty() {
+            String::new()
+        } else {
+            format!("{region}:\x00:{zone}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_node() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "a"}},
+            "spec": {"unschedulable": true, "taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                       "images": [{"names": ["nginx:1"], "sizeBytes": 1000}]}
+        }))
+        .unwrap();
+        let n = NodeSpec::new(Arc::new(node)).unwrap();
+        assert_eq!(&*n.name, "n1");
+        assert!(n.unschedulable);
+        assert_eq!(n.taints[0].effect, TaintEffect::NoSchedule);
+        assert_eq!(n.allocatable.milli_cpu, 4000);
+        assert_eq!(n.allocatable.allowed_pod_number, 110);
+        assert_eq!(n.images[0].size_bytes, 1000);
+        assert_eq!(n.zone_key(), ":\x00:a");
+    }
+
+    #[test]
+    fn bad_allocatable_names_the_field() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1"},
+            "status": {"allocatable": {"cpu": "four"}}
+        }))
+        .unwrap();
+        let err = NodeSpec::new(Arc::new(node)).unwrap_err();
+        assert_eq!(err.path, "status.allocatable.cpu");
+    }
+}

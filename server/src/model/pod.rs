@@ -1,0 +1,415 @@
+//! [`PodInfo`]: a pod as the scheduler reads it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+
+use super::quantity::Quantity;
+use super::resource::{self, Resource, DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST};
+use super::taint::{TaintEffect, Toleration, TolerationOperator};
+use super::{InvalidObject, Labels};
+
+/// The scheduler name of pods that do not name one.
+pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+
+/// A shared, immutable pod.
+pub type PodRef = Arc<PodInfo>;
+
+/// A transport protocol of a host port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    /// TCP (the default).
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+/// A port a container binds on its node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPort {
+    /// The host IP; `0.0.0.0` when unset, meaning every address.
+    pub ip: Arc<str>,
+    /// The protocol.
+    pub protocol: Protocol,
+    /// The port number.
+    pub port: i32,
+}
+
+/// A pod, pre-parsed for scheduling. Built once per add or update of the pod.
+#[derive(Debug, Clone)]
+pub struct PodInfo {
+    /// The Kubernetes object, kept for the edges (binding, events, the API).
+    pub pod: Arc<Pod>,
+    /// metadata.uid, the pod's identity in the cache and the queue.
+    pub uid: Arc<str>,
+    /// metadata.namespace.
+    pub namespace: Arc<str>,
+    /// metadata.name.
+    pub name: Arc<str>,
+    /// spec.priority (0 when unset).
+    pub priority: i32,
+    /// spec.schedulerName (`default-scheduler` when unset).
+    pub scheduler_name: Arc<str>,
+    /// spec.nodeName: set once the pod is bound (or assumed).
+    pub node_name: Option<Arc<str>>,
+    /// status.nominatedNodeName.
+    pub nominated_node_name: Option<Arc<str>>,
+    /// The effective resource requests, computed as upstream does: the larger
+    /// of the init containers' and the app containers' needs, sidecars
+    /// counted in both, plus the pod overhead.
+    pub requests: Resource,
+    /// CPU and memory requests where containers that request none count as
+    /// 100m and 200Mi: what scoring uses, so that empty pods still spread.
+    pub non_zero_milli_cpu: i64,
+    /// See [`PodInfo::non_zero_milli_cpu`].
+    pub non_zero_memory: i64,
+    /// metadata.labels.
+    pub labels: Labels,
+    /// Host ports used by the pod's containers and sidecars.
+    pub host_ports: Vec<HostPort>,
+    /// spec.tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// spec.schedulingGates names.
+    pub scheduling_gates: Vec<Arc<str>>,
+    /// spec.preemptionPolicy is `Never`.
+    pub preemption_never: bool,
+    /// metadata.deletionTimestamp is set.
+    pub terminating: bool,
+}
+
+impl PodInfo {
+    /// Builds a `PodInfo`, rejecting what the API server would not have
+    /// accepted and the scheduler cannot use.
+    pub fn new(pod: Arc<Pod>) -> Result<Self, InvalidObject> {
+        let meta = &pod.metadata;
+        let name = meta
+            .name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| InvalidObject::new("metadata.name", "Required value"))?;
+        let namespace = meta
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or("default");
+        let uid = meta
+            .uid
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| InvalidObject::new("metadata.uid", "Required value"))?;
+        let spec = pod
+            .spec
+            .as_ref()
+            .ok_or_else(|| InvalidObject::new("spec", "Required value"))?;
+        if spec.containers.is_empty() {
+            return Err(InvalidObject::new("spec.containers", "Required value"));
+        }
+
+        let requests = pod_requests(&pod, None)?;
+        let non_zero = pod_requests(
+            &pod,
+            Some((DEFAULT_MILLI_CPU_REQUEST, DEFAULT_MEMORY_REQUEST)),
+        )?;
+
+        let mut host_ports = Vec::new();
+        let app = spec.containers.iter().enumerate().map(|(i, c)| (format!("spec.containers[{i}]"), c));
+        let sidecars = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .enumerate()
+            .filter(|(_, c)| is_sidecar(c))
+            .map(|(i, c)| (format!("spec.initContainers[{i}]"), c));
+        for (path, c) in app.chain(sidecars) {
+            for (j, p) in c.ports.iter().flatten().enumerate() {
+                let Some(port) = p.host_port.filter(|p| *p > 0) else {
+                    continue;
+                };
+                let protocol = match p.protocol.as_deref() {
+                    None | Some("") | Some("TCP") => Protocol::Tcp,
+                    Some("UDP") => Protocol::Udp,
+                    Some("SCTP") => Protocol::Sctp,
+                    Some(other) => {
+                        return Err(InvalidObject::new(
+                            format!("{path}.ports[{j}].protocol"),
+                            format!("Unsupported value: \"{other}\": supported values: \"SCTP\", \"TCP\", \"UDP\""),
+                        ));
+                    }
+                };
+                let ip = p.host_ip.as_deref().filter(|s| !s.is_empty()).unwrap_or("0.0.0.0");
+                host_ports.push(HostPort {
+                    ip: Arc::from(ip),
+                    protocol,
+                    port,
+                });
+            }
+        }
+
+        let mut tolerations = Vec::new();
+        for (i, t) in spec.tolerations.iter().flatten().enumerate() {
+            let operator = match t.operator.as_deref() {
+                None | Some("") | Some("Equal") => TolerationOperator::Equal,
+                Some("Exists") => TolerationOperator::Exists,
+                Some(other) => {
+                    return Err(InvalidObject::new(
+                        format!("spec.tolerations[{i}].operator"),
+                        format!("Unsupported value: \"{other}\": supported values: \"Equal\", \"Exists\""),
+                    ));
+                }
+            };
+            let effect = match t.effect.as_deref() {
+                None | Some("") => None,
+                Some(e) => Some(TaintEffect::parse(e).ok_or_else(|| {
+                    InvalidObject::new(
+                        format!("spec.tolerations[{i}].effect"),
+                        format!("Unsupported value: \"{e}\": supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\""),
+                    )
+                })?),
+            };
+            tolerations.push(Toleration {
+                key: t.key.as_deref().filter(|k| !k.is_empty()).map(Arc::from),
+                operator,
+                value: Arc::from(t.value.as_deref().unwrap_or("")),
+                effect,
+            });
+        }
+
+        let status = pod.status.as_ref();
+        Ok(Self {
+            uid: Arc::from(uid),
+            namespace: Arc::from(namespace),
+            name: Arc::from(name),
+            priority: spec.priority.unwrap_or(0),
+            scheduler_name: Arc::from(
+                spec.scheduler_name
+                    .as_deref()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or(DEFAULT_SCHEDULER_NAME),
+            ),
+            node_name: spec.node_name.as_deref().filter(|s| !s.is_empty()).map(Arc::from),
+            nominated_node_name: status
+                .and_then(|s| s.nominated_node_name.as_deref())
+                .filter(|s| !s.is_empty())
+                .map(Arc::from),
+            non_zero_milli_cpu: non_zero.milli_cpu,
+            non_zero_memory: non_zero.memory,
+            requests,
+            labels: Labels::from_map(meta.labels.as_ref()),
+            host_ports,
+            tolerations,
+            scheduling_gates: spec
+                .scheduling_gates
+                .iter()
+                .flatten()
+                .map(|g| Arc::from(g.name.as_str()))
+                .collect(),
+            preemption_never: spec.preemption_policy.as_deref() == Some("Never"),
+            terminating: meta.deletion_timestamp.is_some(),
+            pod,
+        })
+    }
+
+    /// `namespace/name`, for messages.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// A copy of this pod with `spec.nodeName` set: what the cache holds
+    /// while a binding is in flight ("assumed"). The Kubernetes object is
+    /// shared, not copied.
+    pub fn assumed_on(&self, node: &Arc<str>) -> Self {
+        Self {
+            node_name: Some(node.clone()),
+            ..self.clone()
+        }
+    }
+}
+
+fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// Computes a pod's effective requests.
+///
+/// App containers' requests are summed. Init containers run one at a time
+/// before them, so the pod needs the largest of them; restartable init
+/// containers (sidecars) keep running, so each one adds to the app
+/// containers' sum and to every init container started after it. The pod
+/// overhead is added last. With `defaults`, a container that names no CPU or
+/// memory request counts as the given milli-CPU and bytes.
+fn pod_requests(pod: &Pod, defaults: Option<(i64, i64)>) -> Result<Resource, InvalidObject> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(Resource::default());
+    };
+    let mut reqs = Resource::default();
+    for (i, c) in spec.containers.iter().enumerate() {
+        reqs.add(&container_requests(c, defaults, &format!("spec.containers[{i}]"))?);
+    }
+    let mut sidecars = Resource::default();
+    let mut init_max = Resource::default();
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let r = container_requests(c, defaults, &format!("spec.initContainers[{i}]"))?;
+        if is_sidecar(c) {
+            reqs.add(&r);
+            sidecars.add(&r);
+            init_max.max_with(&sidecars);
+        } else {
+            let mut running = r;
+            running.add(&sidecars);
+            init_max.max_with(&running);
+        }
+    }
+    reqs.max_with(&init_max);
+    if let Some(overhead) = spec.overhead.as_ref() {
+        reqs.add(&resource_list(overhead, "spec.overhead")?);
+    }
+    Ok(reqs)
+}
+
+fn container_requests(
+    c: &Container,
+    defaults: Option<(i64, i64)>,
+    path: &str,
+) -> Result<Resource, InvalidObject> {
+    let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+    let mut r = match requests {
+        Some(list) => resource_list(list, &format!("{path}.resources.requests"))?,
+        None => Resource::default(),
+    };
+    if let Some((cpu, memory)) = defaults {
+        if !requests.is_some_and(|l| l.contains_key(resource::CPU)) {
+            r.milli_cpu = cpu;
+        }
+        if !requests.is_some_and(|l| l.contains_key(resource::MEMORY)) {
+            r.memory = memory;
+        }
+    }
+    Ok(r)
+}
+
+fn resource_list(
+    list: &BTreeMap<String, K8sQuantity>,
+    path: &str,
+) -> Result<Resource, InvalidObject> {
+    for (name, q) in list {
+        match Quantity::parse(&q.0) {
+            Ok(parsed) if parsed.is_negative() => {
+                return Err(InvalidObject::new(
+                    format!("{path}.{name}"),
+                    "must be greater than or equal to 0",
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(InvalidObject::new(format!("{path}.{name}"), e.to_string())),
+        }
+    }
+    Resource::from_list(list)
+        .map_err(|e| InvalidObject::new(format!("{path}.{}", e.name), e.error.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> Result<PodInfo, InvalidObject> {
+        PodInfo::new(Arc::new(serde_json::from_value(v).unwrap()))
+    }
+
+    fn base(spec: serde_json::Value) -> serde_json::Value {
+        json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}, "spec": spec})
+    }
+
+    #[test]
+    fn requests_sum_containers_max_init_add_sidecars_and_overhead() {
+        let p = pod(base(json!({
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "200m", "memory": "100Mi"}}},
+                {"name": "b", "resources": {"requests": {"cpu": "300m"}}}
+            ],
+            "initContainers": [
+                {"name": "i1", "resources": {"requests": {"cpu": "1", "memory": "50Mi"}}},
+                {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m", "memory": "10Mi"}}},
+                {"name": "i2", "resources": {"requests": {"cpu": "550m", "memory": "300Mi"}}}
+            ],
+            "overhead": {"cpu": "10m"}
+        })))
+        .unwrap();
+        // apps + sidecar: 600m, 110Mi; init: max(1000m, 550m+100m) cpu,
+        // max(50Mi, 10Mi, 300Mi+10Mi) memory; then +10m overhead.
+        assert_eq!(p.requests.milli_cpu, 1010);
+        assert_eq!(p.requests.memory, 310 << 20);
+        // Non-zero: container b has no memory request, so it counts 200Mi.
+        assert_eq!(p.non_zero_memory, 310 << 20);
+        assert_eq!(p.non_zero_milli_cpu, 1010);
+    }
+
+    #[test]
+    fn empty_requests_count_as_defaults_only_for_scoring() {
+        let p = pod(base(json!({"containers": [{"name": "a"}, {"name": "b"}]}))).unwrap();
+        assert!(p.requests.is_zero());
+        assert_eq!(p.non_zero_milli_cpu, 200);
+        assert_eq!(p.non_zero_memory, 400 << 20);
+    }
+
+    #[test]
+    fn explicit_zero_request_stays_zero() {
+        let p = pod(base(json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "0"}}}]}))).unwrap();
+        assert_eq!(p.non_zero_milli_cpu, 0);
+        assert_eq!(p.non_zero_memory, DEFAULT_MEMORY_REQUEST);
+    }
+
+    #[test]
+    fn bad_quantity_names_the_field() {
+        let err = pod(base(json!({"containers": [
+            {"name": "a"},
+            {"name": "b", "resources": {"requests": {"cpu": "two"}}}
+        ]})))
+        .unwrap_err();
+        assert_eq!(err.path, "spec.containers[1].resources.requests.cpu");
+        assert!(err.message.starts_with("quantities must match the regular expression"));
+    }
+
+    #[test]
+    fn negative_request_is_rejected() {
+        let err = pod(base(json!({"containers": [{"name": "a", "resources": {"requests": {"memory": "-1Mi"}}}]})))
+            .unwrap_err();
+        assert_eq!(err.path, "spec.containers[0].resources.requests.memory");
+    }
+
+    #[test]
+    fn defaults_and_parsed_fields() {
+        let p = pod(json!({
+            "metadata": {"name": "p", "uid": "u", "labels": {"app": "web"}},
+            "spec": {
+                "containers": [{"name": "a", "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 53, "hostPort": 53, "protocol": "UDP", "hostIP": "10.0.0.1"}]}],
+                "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+                "schedulingGates": [{"name": "wait"}],
+                "priority": 7
+            },
+            "status": {"nominatedNodeName": "n1"}
+        }))
+        .unwrap();
+        assert_eq!(&*p.namespace, "default");
+        assert_eq!(&*p.scheduler_name, DEFAULT_SCHEDULER_NAME);
+        assert_eq!(p.priority, 7);
+        assert_eq!(p.labels.get("app"), Some("web"));
+        assert_eq!(p.host_ports.len(), 2);
+        assert_eq!(&*p.host_ports[0].ip, "0.0.0.0");
+        assert_eq!(p.host_ports[1].protocol, Protocol::Udp);
+        assert_eq!(p.tolerations[0].operator, TolerationOperator::Exists);
+        assert_eq!(p.scheduling_gates.len(), 1);
+        assert_eq!(p.nominated_node_name.as_deref(), Some("n1"));
+    }
+
+    #[test]
+    fn missing_pieces_are_named() {
+        assert_eq!(pod(json!({"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "a"}]}})).unwrap_err().path, "metadata.name");
+        assert_eq!(pod(json!({"metadata": {"name": "p", "uid": "u"}})).unwrap_err().path, "spec");
+        assert_eq!(pod(json!({"metadata": {"name": "p", "uid": "u"}, "spec": {"containers": []}})).unwrap_err().path, "spec.containers");
+    }
+}

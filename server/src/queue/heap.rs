@@ -1,0 +1,151 @@
+//! A binary heap of queued pods, keyed by UID, with an external ordering.
+//!
+//! The ordering comes from the profile's QueueSort plugin (activeQ) or the
+//! backoff expiry (backoffQ), so it is passed to each operation. Pods can be
+//! updated or removed in place by UID.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::framework::QueuedPodInfo;
+
+/// `less(a, b)`: whether `a` comes out before `b`.
+pub(crate) type Less<'a> = &'a dyn Fn(&QueuedPodInfo, &QueuedPodInfo) -> bool;
+
+#[derive(Debug, Default)]
+pub(crate) struct KeyedHeap {
+    items: Vec<QueuedPodInfo>,
+    index: HashMap<Arc<str>, usize>,
+}
+
+impl KeyedHeap {
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn contains(&self, uid: &str) -> bool {
+        self.index.contains_key(uid)
+    }
+
+    pub fn get(&self, uid: &str) -> Option<&QueuedPodInfo> {
+        self.index.get(uid).map(|&i| &self.items[i])
+    }
+
+    pub fn peek(&self) -> Option<&QueuedPodInfo> {
+        self.items.first()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &QueuedPodInfo> {
+        self.items.iter()
+    }
+
+    /// Adds `item`, or replaces the item with the same UID.
+    pub fn push(&mut self, item: QueuedPodInfo, less: Less<'_>) {
+        if let Some(&i) = self.index.get(&item.pod.uid) {
+            self.items[i] = item;
+            self.fix(i, less);
+            return;
+        }
+        let i = self.items.len();
+        self.index.insert(item.pod.uid.clone(), i);
+        self.items.push(item);
+        self.up(i, less);
+    }
+
+    pub fn pop(&mut self, less: Less<'_>) -> Option<QueuedPodInfo> {
+        if self.items.is_empty() {
+            return None;
+        }
+        Some(self.remove_at(0, less))
+    }
+
+    pub fn remove(&mut self, uid: &str, less: Less<'_>) -> Option<QueuedPodInfo> {
+        let i = *self.index.get(uid)?;
+        Some(self.remove_at(i, less))
+    }
+
+    fn remove_at(&mut self, i: usize, less: Less<'_>) -> QueuedPodInfo {
+        let last = self.items.len() - 1;
+        self.swap(i, last);
+        let item = self.items.pop().expect("non-empty");
+        self.index.remove(&item.pod.uid);
+        if i < self.items.len() {
+            self.fix(i, less);
+        }
+        item
+    }
+
+    fn swap(&mut self, a: usize, b: usize) {
+        if a == b {
+            return;
+        }
+        self.items.swap(a, b);
+        *self.index.get_mut(&self.items[a].pod.uid).expect("indexed") = a;
+        *self.index.get_mut(&self.items[b].pod.uid).expect("indexed") = b;
+    }
+
+    fn fix(&mut self, i: usize, less: Less<'_>) {
+        if !self.up(i, less) {
+            self.down(i, less);
+        }
+    }
+
+    fn up(&mut self, mut i: usize, less: Less<'_>) -> bool {
+        let start = i;
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            if !less(&self.items[i], &self.items[parent]) {
+                break;
+            }
+            self.swap(i, parent);
+            i = parent;
+        }
+        i != start
+    }
+
+    fn down(&mut self, mut i: usize, less: Less<'_>) {
+        let n = self.items.len();
+        loop {
+            let l = 2 * i + 1;
+            if l >= n {
+                break;
+            }
+            let mut child = l;
+            if l + 1 < n && less(&self.items[l + 1], &self.items[l]) {
+                child = l + 1;
+            }
+            if !less(&self.items[child], &self.items[i]) {
+                break;
+            }
+            self.swap(i, child);
+            i = child;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::make_pod;
+    use tokio::time::Instant;
+
+    fn item(name: &str, prio: i32) -> QueuedPodInfo {
+        QueuedPodInfo::new(Arc::new(make_pod(name).priority(prio).build()), Instant::now())
+    }
+
+    #[test]
+    fn orders_updates_and_removes() {
+        let less = |a: &QueuedPodInfo, b: &QueuedPodInfo| a.pod.priority > b.pod.priority;
+        let mut h = KeyedHeap::default();
+        for (i, p) in [5, 1, 9, 3, 7, 2, 8].into_iter().enumerate() {
+            h.push(item(&format!("p{i}"), p), &less);
+        }
+        assert_eq!(h.peek().unwrap().pod.priority, 9);
+        h.remove("uid-default-p4", &less); // priority 7
+        h.push(item("p1", 10), &less); // 1 -> 10
+        let order: Vec<i32> = std::iter::from_fn(|| h.pop(&less)).map(|q| q.pod.priority).collect();
+        assert_eq!(order, [10, 9, 8, 5, 3, 2]);
+        assert_eq!(h.len(), 0);
+        assert!(h.index.is_empty());
+    }
+}

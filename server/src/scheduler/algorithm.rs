@@ -1,0 +1,382 @@
+//! The node search of one scheduling cycle: PreFilter, the sampled Filter
+//! over nodes, PreScore/Score, and the choice among the best nodes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::cache::{NodeInfo, Snapshot};
+use crate::framework::{Code, CycleState, Diagnosis, Framework, NominatedPods, Status};
+use crate::model::PodInfo;
+
+/// Below this many nodes, every node is evaluated.
+pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+/// The adaptive percentage never goes below this.
+pub const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: i64 = 5;
+
+/// What upstream says when the cluster has no nodes.
+pub const NO_NODES_AVAILABLE: &str = "no nodes available to schedule pods";
+
+/// How many feasible nodes to look for before stopping, out of `num_nodes`:
+/// all below 100 nodes; otherwise the configured percentage (0: adaptive,
+/// `50 - nodes/125` per cent, at least 5), and at least 100 nodes.
+pub fn num_feasible_nodes_to_find(percentage: i32, num_nodes: usize) -> usize {
+    if num_nodes < MIN_FEASIBLE_NODES_TO_FIND {
+        return num_nodes;
+    }
+    let n = num_nodes as i64;
+    let mut p = i64::from(percentage);
+    if p == 0 {
+        p = (50 - n / 125).max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND);
+    }
+    let found = (n * p / 100) as usize;
+    found.max(MIN_FEASIBLE_NODES_TO_FIND)
+}
+
+/// No node fits the pod: why, node by node.
+#[derive(Debug, Clone)]
+pub struct FitError {
+    /// Nodes in the cluster.
+    pub num_all_nodes: usize,
+    /// The reasons.
+    pub diagnosis: Diagnosis,
+}
+
+impl fmt::Display for FitError {
+    /// Words the failure as kube-scheduler does:
+    /// `0/5 nodes are available: 1 node(s) were unschedulable, 4 Insufficient cpu.`
+    /// Reasons are counted over nodes and sorted as strings.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "0/{} nodes are available:", self.num_all_nodes)?;
+        let d = &self.diagnosis;
+        match d.pre_filter_msg.as_deref().filter(|m| !m.is_empty()) {
+            Some(msg) => write!(f, " {msg}.")?,
+            None => {
+                let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+                for (_, status) in d.node_to_status.iter() {
+                    for r in status.reasons() {
+                        *counts.entry(r).or_default() += 1;
+                    }
+                }
+                let recorded = d.node_to_status.len();
+                if recorded < self.num_all_nodes {
+                    for r in d.node_to_status.absent_nodes_status().reasons() {
+                        *counts.entry(r).or_default() += self.num_all_nodes - recorded;
+                    }
+                }
+                let mut lines: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
+                lines.sort();
+                if !lines.is_empty() {
+                    write!(f, " {}.", lines.join(", "))?;
+                }
+            }
+        }
+        if let Some(msg) = d.post_filter_msg.as_deref().filter(|m| !m.is_empty()) {
+            write!(f, " {msg}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why no node was chosen.
+#[derive(Debug, Clone)]
+pub enum ScheduleError {
+    /// The cluster has no nodes.
+    NoNodesAvailable,
+    /// No node fits.
+    Fit(FitError),
+    /// A plugin failed.
+    Error(Status),
+}
+
+/// The outcome of a successful search.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleResult {
+    /// The chosen node.
+    pub suggested_host: Arc<str>,
+    /// Nodes evaluated by Filter.
+    pub evaluated_nodes: usize,
+    /// Nodes that passed Filter.
+    pub feasible_nodes: usize,
+}
+
+/// A small, fast random generator (wyrand) for tie-breaking; seedable so
+/// that tests and simulations are reproducible.
+#[derive(Debug, Clone)]
+pub struct FastRng(u64);
+
+impl FastRng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// A generator seeded from the clock and the process.
+    pub fn from_entropy() -> Self {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Self(t ^ u64::from(std::process::id()).rotate_left(32))
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0xa076_1d64_78bd_642f);
+        let t = u128::from(self.0) * u128::from(self.0 ^ 0xe703_7ed1_a0b4_28db);
+        ((t >> 64) ^ t) as u64
+    }
+
+    /// A number in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+}
+
+/// The search state that lives across cycles.
+#[derive(Debug)]
+pub struct Algorithm {
+    /// Where the next search starts in the node list, so all nodes get their
+    /// turn.
+    pub next_start_node_index: usize,
+    /// The global percentageOfNodesToScore (0: adaptive).
+    pub percentage_of_nodes_to_score: i32,
+    rng: FastRng,
+}
+
+/// The feasible nodes found and what was learned about the others.
+pub struct Feasible {
+    /// Feasible nodes, in evaluation order.
+    pub nodes: Vec<Arc<NodeInfo>>,
+    /// Rejections.
+    pub diagnosis: Diagnosis,
+    /// Nodes evaluated (feasible or not).
+    pub evaluated: usize,
+}
+
+impl Algorithm {
+    /// A fresh search state.
+    pub fn new(percentage_of_nodes_to_score: i32, rng: FastRng) -> Self {
+        Self {
+            next_start_node_index: 0,
+            percentage_of_nodes_to_score,
+            rng,
+        }
+    }
+
+    /// Finds the best node for `pod`.
+    pub async fn schedule_pod(
+        &mut self,
+        fw: &Framework,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nominated: &NominatedPods,
+    ) -> Result<ScheduleResult, ScheduleError> {
+        if snapshot.num_nodes() == 0 {
+            return Err(ScheduleError::NoNodesAvailable);
+        }
+        let found = self.find_nodes_that_fit(fw, state, pod, snapshot, nominated).await?;
+        if found.nodes.is_empty() {
+            return Err(ScheduleError::Fit(FitError {
+                num_all_nodes: snapshot.num_nodes(),
+                diagnosis: found.diagnosis,
+            }));
+        }
+        let evaluated = found.evaluated;
+        if found.nodes.len() == 1 {
+            return Ok(ScheduleResult {
+                suggested_host: Arc::from(found.nodes[0].name()),
+                evaluated_nodes: evaluated,
+                feasible_nodes: 1,
+            });
+        }
+        let totals = self.prioritize(fw, state, pod, &found.nodes).await?;
+        let best = self.select_host(&totals);
+        Ok(ScheduleResult {
+            suggested_host: Arc::from(found.nodes[best].name()),
+            evaluated_nodes: evaluated,
+            feasible_nodes: found.nodes.len(),
+        })
+    }
+
+    /// PreFilter, then Filter over the candidate nodes (the nominated node
+    /// first, if the pod has one).
+    pub async fn find_nodes_that_fit(
+        &mut self,
+        fw: &Framework,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nominated: &NominatedPods,
+    ) -> Result<Feasible, ScheduleError> {
+        let all = snapshot.list();
+        let mut diagnosis = Diagnosis::default();
+        let (pre_result, status, with_nodes) = fw.run_pre_filter(state, pod, all).await;
+        diagnosis.unschedulable_plugins = with_nodes.clone();
+        if !status.is_success() {
+            if !status.is_rejected() {
+                return Err(ScheduleError::Error(status));
+            }
+            diagnosis.pre_filter_msg = Some(status.message());
+            diagnosis.add_plugin_status(&status);
+            diagnosis.node_to_status.set_absent_nodes_status(status);
+            return Ok(Feasible {
+                nodes: Vec::new(),
+                diagnosis,
+                evaluated: 0,
+            });
+        }
+
+        // A pod nominated to a node (after preemption) tries it first.
+        if let Some(nnn) = pod.nominated_node_name.as_deref() {
+            if let Some(node) = snapshot.get(nnn) {
+                let s = fw.run_filter_with_nominated_pods(state, pod, node, nominated);
+                if s.is_success() {
+                    return Ok(Feasible {
+                        nodes: vec![node.clone()],
+                        diagnosis,
+                        evaluated: 1,
+                    });
+                }
+                if s.code() == Code::Error {
+                    return Err(ScheduleError::Error(s));
+                }
+                diagnosis.add_plugin_status(&s);
+                diagnosis.node_to_status.set(node.name().into(), s);
+            }
+        }
+
+        let restricted: Option<Vec<Arc<NodeInfo>>> = pre_result.and_then(|r| r.node_names).map(|names| {
+            let mut idx: Vec<usize> = names.iter().filter_map(|n| snapshot.position(n)).collect();
+            idx.sort_unstable();
+            idx.into_iter().map(|i| all[i].clone()).collect()
+        });
+        if restricted.is_some() {
+            let plugins: Vec<&str> = with_nodes.iter().copied().collect();
+            diagnosis.node_to_status.set_absent_nodes_status(Status::unresolvable(format!(
+                "node(s) didn't satisfy plugin(s) [{}]",
+                plugins.join(" ")
+            )));
+        }
+        let nodes: &[Arc<NodeInfo>] = restricted.as_deref().unwrap_or(all);
+        let (feasible, evaluated) = self.find_nodes_that_pass_filters(fw, state, pod, nodes, all.len(), nominated, &mut diagnosis)?;
+        Ok(Feasible {
+            nodes: feasible,
+            diagnosis,
+            evaluated,
+        })
+    }
+
+    /// Runs Filter over `nodes`, starting where the last search stopped and
+    /// stopping once enough feasible nodes are found. Nodes are evaluated in
+    /// parallel, a batch at a time; the result is the same as evaluating
+    /// them one by one in order.
+    #[allow(clippy::too_many_arguments)]
+    fn find_nodes_that_pass_filters(
+        &mut self,
+        fw: &Framework,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        num_all_nodes: usize,
+        nominated: &NominatedPods,
+        diagnosis: &mut Diagnosis,
+    ) -> Result<(Vec<Arc<NodeInfo>>, usize), ScheduleError> {
+        let n = nodes.len();
+        if n == 0 {
+            return Ok((Vec::new(), 0));
+        }
+        let percentage = fw
+            .percentage_of_nodes_to_score()
+            .unwrap_or(self.percentage_of_nodes_to_score);
+        let mut want = num_feasible_nodes_to_find(percentage, n);
+        if !fw.has_score_plugins() {
+            // Without scoring, any feasible node will do.
+            want = 1;
+        }
+        let start = self.next_start_node_index;
+        let at = |i: usize| &nodes[(start + i) % n];
+        if !fw.has_filter_plugins() {
+            let take = want.min(n);
+            self.next_start_node_index = (start + take) % num_all_nodes;
+            return Ok(((0..take).map(|i| at(i).clone()).collect(), take));
+        }
+
+        let parallelizer = fw.handle().parallelizer();
+        let mut feasible = Vec::with_capacity(want.min(n));
+        let mut statuses: Vec<Status> = Vec::new();
+        let mut processed = 0;
+        while processed < n && feasible.len() < want {
+            // Evaluate at least what is still needed, in batches big enough
+            // to keep the pool busy.
+            let batch = (want - feasible.len()).max(64).min(n - processed);
+            statuses.clear();
+            statuses.resize(batch, Status::success());
+            parallelizer.for_each_mut(&mut statuses, |i, slot| {
+                *slot = fw.run_filter_with_nominated_pods(state, pod, at(processed + i), nominated);
+            });
+            for (i, status) in statuses.drain(..).enumerate() {
+                let node = at(processed + i);
+                if status.is_success() {
+                    feasible.push(node.clone());
+                    if feasible.len() == want {
+                        processed += i + 1;
+                        break;
+                    }
+                } else if status.code() == Code::Error {
+                    return Err(ScheduleError::Error(status));
+                } else {
+                    diagnosis.add_plugin_status(&status);
+                    diagnosis.node_to_status.set(Arc::from(node.name()), status);
+                }
+                if i + 1 == batch {
+                    processed += batch;
+                }
+            }
+        }
+        self.next_start_node_index = (start + processed) % num_all_nodes;
+        Ok((feasible, processed))
+    }
+
+    /// Scores the feasible nodes; totals in the same order.
+    async fn prioritize(
+        &mut self,
+        fw: &Framework,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<Vec<i64>, ScheduleError> {
+        if !fw.has_score_plugins() {
+            return Ok(vec![1; nodes.len()]);
+        }
+        let s = fw.run_pre_score(state, pod, nodes).await;
+        if !s.is_success() {
+            return Err(ScheduleError::Error(s));
+        }
+        fw.run_score(state, pod, nodes)
+            .map(|r| r.totals)
+            .map_err(ScheduleError::Error)
+    }
+
+    /// The index of a node with the top score; ties are broken uniformly at
+    /// random (reservoir sampling).
+    pub fn select_host(&mut self, totals: &[i64]) -> usize {
+        let mut best = 0;
+        let mut ties = 0u64;
+        for (i, &t) in totals.iter().enumerate() {
+            if i == 0 || t > totals[best] {
+                best = i;
+                ties = 1;
+            } else if t == totals[best] {
+                ties += 1;
+                if self.rng.below(ties) == 0 {
+                    best = i;
+                }
+            }
+        }
+        best
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,222 @@
+//! Cluster changes into the cache and the queue, as kube-scheduler's event
+//! handlers apply them:
+//!
+//! * nodes: into the cache; each change that matters (added, allocatable,
+//!   labels, taints, conditions, uncordoned) moves the unschedulable pods
+//!   it may help;
+//! * bound pods: into the cache (confirming assumed ones); their deletion
+//!   frees room and moves pods;
+//! * pending pods of one of our profiles: into the queue; a pod bound
+//!   elsewhere leaves it; a pod deleted while waiting at Permit is rejected.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use tokio::sync::{mpsc, watch};
+
+use super::Shared;
+use crate::cluster::{ClusterChange, WatchEvent};
+use crate::framework::{node_scheduling_property_changes, pod_scheduling_property_changes, ClusterEvent, EventObject};
+use crate::model::{NodeSpec, PodInfo, PodRef};
+
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    mut changes: mpsc::UnboundedReceiver<ClusterChange>,
+    synced: watch::Sender<bool>,
+) {
+    while let Some(change) = changes.recv().await {
+        match change {
+            ClusterChange::Node(e) => on_node(&shared, e),
+            ClusterChange::Pod(e) => on_pod(&shared, e),
+            ClusterChange::Synced => {
+                let (nodes, pods) = {
+                    let c = shared.cache.lock();
+                    (c.node_count(), c.pod_count())
+                };
+                tracing::info!(nodes, bound_pods = pods, pending = shared.queue.counts().active,
+                    "cache synced with the {} cluster", shared.cluster.kind());
+                let _ = synced.send(true);
+            }
+        }
+    }
+    tracing::info!("cluster change stream ended");
+}
+
+fn node_spec(node: &Arc<Node>) -> Option<Arc<NodeSpec>> {
+    match NodeSpec::new(node.clone()) {
+        Ok(n) => Some(Arc::new(n)),
+        Err(e) => {
+            let name = node.metadata.name.as_deref().unwrap_or("<unnamed>");
+            tracing::error!(node = name, error = %e, "ignoring invalid node");
+            None
+        }
+    }
+}
+
+fn pod_info(pod: &Arc<Pod>) -> Option<PodRef> {
+    match PodInfo::new(pod.clone()) {
+        Ok(p) => Some(Arc::new(p)),
+        Err(e) => {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
+            tracing::error!(pod = %format!("{ns}/{name}"), error = %e, "ignoring invalid pod");
+            None
+        }
+    }
+}
+
+fn on_node(shared: &Shared, e: WatchEvent<Arc<Node>>) {
+    match e {
+        WatchEvent::Added(n) => {
+            let Some(n) = node_spec(&n) else { return };
+            shared.cache.lock().add_node(n.clone());
+            shared
+                .queue
+                .move_all_to_active_or_backoff(ClusterEvent::NODE_ADD, None, Some(EventObject::Node(n)), None);
+        }
+        WatchEvent::Modified { old, new } => {
+            let Some(new) = node_spec(&new) else { return };
+            shared.cache.lock().update_node(new.clone());
+            let Some(old) = node_spec(&old) else { return };
+            for event in node_scheduling_property_changes(&old, &new) {
+                shared.queue.move_all_to_active_or_backoff(
+                    event,
+                    Some(EventObject::Node(old.clone())),
+                    Some(EventObject::Node(new.clone())),
+                    None,
+                );
+            }
+        }
+        WatchEvent::Deleted(n) => {
+            let Some(n) = node_spec(&n) else { return };
+            shared
+                .queue
+                .move_all_to_active_or_backoff(ClusterEvent::NODE_DELETE, Some(EventObject::Node(n.clone())), None, None);
+            if let Err(e) = shared.cache.lock().remove_node(&n.name) {
+                tracing::error!(error = %e, "scheduler cache RemoveNode failed");
+            }
+        }
+    }
+}
+
+fn responsible(shared: &Shared, pod: &PodInfo) -> bool {
+    shared.profiles.contains_key(&pod.scheduler_name)
+}
+
+fn on_pod(shared: &Shared, e: WatchEvent<Arc<Pod>>) {
+    match e {
+        WatchEvent::Added(p) => {
+            let Some(p) = pod_info(&p) else { return };
+            if p.node_name.is_some() {
+                add_assigned(shared, p);
+            } else if responsible(shared, &p) {
+                shared.queue.add(p);
+            }
+        }
+        WatchEvent::Modified { old, new } => {
+            let (Some(old), Some(new)) = (pod_info(&old), pod_info(&new)) else {
+                return;
+            };
+            if old.node_name.is_some() {
+                if let Err(e) = shared.cache.lock().update_pod(new.clone()) {
+                    tracing::error!(error = %e, "scheduler cache UpdatePod failed");
+                }
+                for event in pod_scheduling_property_changes(&old, &new) {
+                    shared.queue.move_all_to_active_or_backoff(
+                        event,
+                        Some(EventObject::Pod(old.clone())),
+                        Some(EventObject::Pod(new.clone())),
+                        None,
+                    );
+                }
+            } else if new.node_name.is_some() {
+                // Bound (by us or by someone else): it is no longer pending.
+                let uid = new.uid.clone();
+                let ours = responsible(shared, &new);
+                add_assigned(shared, new);
+                if ours {
+                    shared.queue.delete(&uid);
+                }
+            } else if responsible(shared, &new) {
+                if old.pod.metadata.resource_version == new.pod.metadata.resource_version
+                    && old.pod.metadata.resource_version.is_some()
+                {
+                    return;
+                }
+                if shared.cache.lock().is_assumed(&new.uid) {
+                    if new.terminating && !old.terminating {
+                        assumed_pod_deleted(shared, &new);
+                    }
+                    return;
+                }
+                shared.queue.update(&old, new.clone());
+                if old.nominated_node_name.is_some() && old.nominated_node_name != new.nominated_node_name {
+                    // Its nomination held room that is free now.
+                    let priority = old.priority;
+                    shared.queue.move_all_to_active_or_backoff(
+                        ClusterEvent::ASSIGNED_POD_DELETE,
+                        Some(EventObject::Pod(old.clone())),
+                        None,
+                        Some(&|p: &PodInfo| p.priority <= priority),
+                    );
+                }
+            }
+        }
+        WatchEvent::Deleted(p) => {
+            let Some(p) = pod_info(&p) else { return };
+            if p.node_name.is_some() {
+                if let Err(e) = shared.cache.lock().remove_pod(&p.uid) {
+                    tracing::debug!(error = %e, "scheduler cache RemovePod");
+                }
+                shared.queue.move_all_to_active_or_backoff(
+                    ClusterEvent::ASSIGNED_POD_DELETE,
+                    Some(EventObject::Pod(p)),
+                    None,
+                    None,
+                );
+            } else if responsible(shared, &p) {
+                shared.queue.delete(&p.uid);
+                if shared.cache.lock().is_assumed(&p.uid) {
+                    assumed_pod_deleted(shared, &p);
+                } else if p.nominated_node_name.is_some() {
+                    let priority = p.priority;
+                    shared.queue.move_all_to_active_or_backoff(
+                        ClusterEvent::ASSIGNED_POD_DELETE,
+                        Some(EventObject::Pod(p)),
+                        None,
+                        Some(&|q: &PodInfo| q.priority <= priority),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn add_assigned(shared: &Shared, p: PodRef) {
+    if let Err(e) = shared.cache.lock().add_pod(p.clone()) {
+        tracing::error!(error = %e, "scheduler cache AddPod failed");
+    }
+    shared
+        .queue
+        .move_all_to_active_or_backoff(ClusterEvent::ASSIGNED_POD_ADD, None, Some(EventObject::Pod(p)), None);
+}
+
+/// A pod we assumed is going away before its binding was seen: release it.
+/// If it waits at Permit, rejecting it lets its binding cycle unreserve and
+/// forget it; otherwise forget it here.
+fn assumed_pod_deleted(shared: &Shared, p: &PodRef) {
+    if !shared.handle.waiting_pods().reject(&p.uid, None, "removed") {
+        let node = shared.cache.lock().get_pod(&p.uid).and_then(|c| c.node_name.clone());
+        if let Some(node) = node {
+            if let Err(e) = shared.cache.lock().forget_pod(&p.uid, &node) {
+                tracing::error!(error = %e, "scheduler cache ForgetPod failed");
+            }
+        }
+    }
+    shared.queue.move_all_to_active_or_backoff(
+        ClusterEvent::ASSIGNED_POD_DELETE,
+        Some(EventObject::Pod(p.clone())),
+        None,
+        None,
+    );
+}

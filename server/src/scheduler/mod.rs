@@ -1,0 +1,258 @@
+//! The scheduler: the loop that pops pods and runs their scheduling cycles
+//! (one at a time), the binding cycles it spawns (concurrently), and the
+//! handlers that feed cluster changes into the cache and the queue.
+
+mod algorithm;
+mod event_handlers;
+mod schedule_one;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{broadcast, watch};
+
+pub use algorithm::{
+    num_feasible_nodes_to_find, Algorithm, FastRng, Feasible, FitError, ScheduleError, ScheduleResult,
+    NO_NODES_AVAILABLE,
+};
+
+use crate::cache::{Cache, Snapshot};
+use crate::cluster::ClusterSource;
+use crate::config::{ConfigError, SchedulerConfig};
+use crate::framework::{Framework, Handle, Parallelizer, Registry};
+use crate::queue::{QueueConfig, QueueCounts, SchedulingQueue};
+
+/// What happened to a pod in a scheduling attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Bound to a node.
+    Scheduled {
+        /// `namespace/name`.
+        pod: String,
+        /// The node.
+        node: String,
+    },
+    /// Not placed; requeued.
+    Failed {
+        /// `namespace/name`.
+        pod: String,
+        /// `Unschedulable` or `SchedulerError`.
+        reason: String,
+        /// The message, as in the FailedScheduling event.
+        message: String,
+    },
+}
+
+/// Scheduler-wide settings not in the KubeSchedulerConfiguration.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How long an assumed pod whose binding finished may stay unconfirmed
+    /// (`Duration::ZERO`: forever, as upstream).
+    pub assumed_pod_ttl: Duration,
+    /// Seed for tie-breaking (None: from the clock).
+    pub seed: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            assumed_pod_ttl: Duration::ZERO,
+            seed: None,
+        }
+    }
+}
+
+/// State shared by the loop, the binding tasks and the event handlers.
+pub(crate) struct Shared {
+    pub profiles: HashMap<Arc<str>, Arc<Framework>>,
+    pub cache: Mutex<Cache>,
+    pub queue: Arc<SchedulingQueue>,
+    pub cluster: Arc<dyn ClusterSource>,
+    pub handle: Handle,
+    pub decisions: broadcast::Sender<Decision>,
+    /// Binding cycles not finished yet.
+    pub bindings_in_flight: AtomicUsize,
+    /// Decisions made, for the idle summary.
+    pub decided: AtomicU64,
+    pub last_summary: AtomicU64,
+    pub summary_lock: Mutex<()>,
+}
+
+/// A running scheduler's public face.
+#[derive(Clone)]
+pub struct Scheduler {
+    shared: Arc<Shared>,
+    synced: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("profiles", &self.shared.profiles.keys().collect::<Vec<_>>())
+            .field("queue", &self.shared.queue.counts())
+            .finish()
+    }
+}
+
+/// Builds every profile's framework; errors name the configuration path.
+pub fn build_profiles(
+    config: &SchedulerConfig,
+    registry: &Registry,
+    handle: &Handle,
+) -> Result<HashMap<Arc<str>, Arc<Framework>>, ConfigError> {
+    let mut profiles = HashMap::new();
+    let mut first: Option<(String, &'static str)> = None;
+    for p in &config.profiles {
+        let fw = Framework::new(p, registry, handle)?;
+        let sort = fw.queue_sort().name();
+        match &first {
+            None => first = Some((p.scheduler_name.clone(), sort)),
+            Some((name, s)) if *s != sort => {
+                return Err(ConfigError::new(
+                    format!("{}.plugins.queueSort", p.path),
+                    format!("different queue sort plugins for profile {:?}: {sort:?}, first: {s:?} (profile {name:?}); queueSort must be the same for all profiles", p.scheduler_name),
+                ));
+            }
+            Some(_) => {}
+        }
+        // Queue-sort args must match too: compare the args given.
+        if let Some(f) = config.profiles.first() {
+            if f.args_for(sort).map(|c| &c.args) != p.args_for(sort).map(|c| &c.args) {
+                return Err(ConfigError::new(
+                    format!("{}.pluginConfig", p.path),
+                    "queueSort must be the same for all profiles: different queue sort plugin args",
+                ));
+            }
+        }
+        profiles.insert(Arc::from(p.scheduler_name.as_str()), Arc::new(fw));
+    }
+    Ok(profiles)
+}
+
+impl Scheduler {
+    /// Builds the scheduler over `cluster` and starts its tasks on the
+    /// current tokio runtime: the event handler, the queue's timers, the
+    /// scheduling loop (once the cluster's initial state is in the cache)
+    /// and the assumed-pod cleanup.
+    pub fn start(
+        config: &SchedulerConfig,
+        registry: &Registry,
+        cluster: Arc<dyn ClusterSource>,
+        options: Options,
+    ) -> Result<Self, ConfigError> {
+        let parallelizer = Parallelizer::new(config.parallelism)
+            .map_err(|e| ConfigError::new("parallelism", format!("cannot start the CPU pool: {e}")))?;
+        let handle = Handle::new(cluster.clone(), cluster.clone(), parallelizer);
+        let profiles = build_profiles(config, registry, &handle)?;
+        let queue = SchedulingQueue::new(
+            QueueConfig {
+                initial_backoff: config.pod_initial_backoff,
+                max_backoff: config.pod_max_backoff,
+                ..QueueConfig::default()
+            },
+            profiles.clone(),
+        );
+        handle.set_nominator(queue.clone());
+        let (decisions, _) = broadcast::channel(1024);
+        let shared = Arc::new(Shared {
+            profiles,
+            cache: Mutex::new(Cache::new(options.assumed_pod_ttl)),
+            queue: queue.clone(),
+            cluster: cluster.clone(),
+            handle,
+            decisions,
+            bindings_in_flight: AtomicUsize::new(0),
+            decided: AtomicU64::new(0),
+            last_summary: AtomicU64::new(0),
+            summary_lock: Mutex::new(()),
+        });
+        let (synced_tx, synced) = watch::channel(false);
+        tokio::spawn(event_handlers::run(shared.clone(), cluster.subscribe(), synced_tx));
+        tokio::spawn(queue.clone().run());
+        if !options.assumed_pod_ttl.is_zero() {
+            tokio::spawn(cleanup_assumed_pods(shared.clone()));
+        }
+        let rng = options.seed.map_or_else(FastRng::from_entropy, FastRng::new);
+        let algorithm = Algorithm::new(config.percentage_of_nodes_to_score, rng);
+        let mut ready = synced.clone();
+        let loop_shared = shared.clone();
+        tokio::spawn(async move {
+            // Like kube-scheduler's WaitForCacheSync: schedule only once the
+            // cache holds the cluster as it was at start.
+            if ready.wait_for(|s| *s).await.is_err() {
+                return;
+            }
+            schedule_one::Loop::new(loop_shared, algorithm).run().await;
+        });
+        Ok(Self { shared, synced })
+    }
+
+    /// Waits until the cluster's initial state is in the cache.
+    pub async fn wait_synced(&self) {
+        let mut s = self.synced.clone();
+        let _ = s.wait_for(|s| *s).await;
+    }
+
+    /// Scheduling decisions as they are made.
+    pub fn decisions(&self) -> broadcast::Receiver<Decision> {
+        self.shared.decisions.subscribe()
+    }
+
+    /// The scheduling queue.
+    pub fn queue(&self) -> &Arc<SchedulingQueue> {
+        &self.shared.queue
+    }
+
+    /// The queue's counts.
+    pub fn queue_counts(&self) -> QueueCounts {
+        self.shared.queue.counts()
+    }
+
+    /// The framework handle (waiting pods, snapshot).
+    pub fn handle(&self) -> &Handle {
+        &self.shared.handle
+    }
+
+    /// The profiles by scheduler name.
+    pub fn profiles(&self) -> &HashMap<Arc<str>, Arc<Framework>> {
+        &self.shared.profiles
+    }
+
+    /// A fresh snapshot of the cache.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut s = Snapshot::new();
+        self.shared.cache.lock().update_snapshot(&mut s);
+        s
+    }
+
+    /// Binding cycles still running.
+    pub fn bindings_in_flight(&self) -> usize {
+        self.shared.bindings_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Stops popping pods.
+    pub fn stop(&self) {
+        self.shared.queue.close();
+    }
+}
+
+/// Expires assumed pods whose binding finished but was never confirmed
+/// within the TTL, checking every second as upstream does.
+async fn cleanup_assumed_pods(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    while !shared.queue.is_closed() {
+        tick.tick().await;
+        let expired = shared.cache.lock().cleanup_expired(tokio::time::Instant::now());
+        for pod in expired {
+            shared.queue.move_all_to_active_or_backoff(
+                crate::framework::ClusterEvent::ASSIGNED_POD_DELETE,
+                Some(crate::framework::EventObject::Pod(pod)),
+                None,
+                None,
+            );
+        }
+    }
+}

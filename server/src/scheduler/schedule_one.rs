@@ -1,0 +1,412 @@
+//! One pod's way through the framework: the scheduling cycle (serial, on
+//! the loop) and the binding cycle (a task of its own).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::algorithm::{Algorithm, FitError, ScheduleError, ScheduleResult, NO_NODES_AVAILABLE};
+use super::{Decision, Shared};
+use crate::cache::Snapshot;
+use crate::cluster::PodScheduledCondition;
+use crate::framework::{
+    ClusterEvent, Code, CycleState, Diagnosis, EventObject, EventType, Framework, NominatingInfo, PodEvent,
+    QueuedPodInfo, Status,
+};
+use crate::model::{PodInfo, PodRef};
+
+/// Why an attempt failed, with what the requeue and the messages need.
+struct Failure {
+    status: Status,
+    /// The full message (a FitError's wording, or the status message).
+    message: String,
+    diagnosis: Option<Diagnosis>,
+    nominating: Option<NominatingInfo>,
+}
+
+impl Failure {
+    fn from_status(status: Status) -> Self {
+        Self {
+            message: status.message(),
+            status,
+            diagnosis: None,
+            nominating: Some(NominatingInfo::Override(None)),
+        }
+    }
+
+    /// A rejection on the one node chosen (at Reserve, Permit or while
+    /// waiting): worded as a fit error over one node.
+    fn rejected_on(node: &Arc<str>, status: Status) -> Self {
+        let mut diagnosis = Diagnosis::default();
+        diagnosis.add_plugin_status(&status);
+        if let Some(p) = status.plugin() {
+            diagnosis.unschedulable_plugins.insert(p);
+        }
+        diagnosis.node_to_status.set(node.clone(), status.clone());
+        let fit = FitError {
+            num_all_nodes: 1,
+            diagnosis,
+        };
+        Self {
+            message: fit.to_string(),
+            status: Status::code_only(status.code()),
+            diagnosis: Some(fit.diagnosis),
+            nominating: Some(NominatingInfo::Override(None)),
+        }
+    }
+}
+
+/// The scheduling loop: owns the snapshot and the search state.
+pub(crate) struct Loop {
+    shared: Arc<Shared>,
+    algorithm: Algorithm,
+    snapshot: Arc<Snapshot>,
+}
+
+impl Loop {
+    pub fn new(shared: Arc<Shared>, algorithm: Algorithm) -> Self {
+        Self {
+            shared,
+            algorithm,
+            snapshot: Arc::new(Snapshot::new()),
+        }
+    }
+
+    pub async fn run(mut self) {
+        loop {
+            maybe_report_idle(&self.shared);
+            let Some(q) = self.shared.queue.pop().await else {
+                tracing::info!("scheduling queue closed; scheduling loop stops");
+                return;
+            };
+            self.schedule_one(q).await;
+        }
+    }
+
+    async fn schedule_one(&mut self, q: QueuedPodInfo) {
+        let shared = self.shared.clone();
+        let pod = q.pod.clone();
+        let Some(fw) = shared.profiles.get(&pod.scheduler_name).cloned() else {
+            tracing::error!(pod = %pod.key(), scheduler = %pod.scheduler_name, "profile not found for scheduler name");
+            shared.queue.done(&pod.uid);
+            return;
+        };
+        if pod.terminating {
+            record(&fw, &pod, EventType::Warning, "FailedScheduling", "Scheduling",
+                &format!("skip schedule deleting pod: {}", pod.key()));
+            shared.queue.done(&pod.uid);
+            return;
+        }
+        if shared.cache.lock().is_assumed(&pod.uid) {
+            shared.queue.done(&pod.uid);
+            return;
+        }
+
+        let start = Instant::now();
+        shared.cache.lock().update_snapshot(Arc::make_mut(&mut self.snapshot));
+        shared.handle.set_snapshot(self.snapshot.clone());
+        let nominated = shared.handle.nominated_pods();
+        let mut state = CycleState::new();
+        let span = tracing::debug_span!("scheduling_cycle", pod = %pod.key(), attempt = q.attempts);
+        let _enter = span.enter();
+
+        let result = self
+            .algorithm
+            .schedule_pod(&fw, &mut state, &pod, &self.snapshot, &nominated)
+            .await;
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => {
+                let failure = self.on_schedule_error(&fw, &state, &pod, e).await;
+                drop(_enter);
+                failure_handler(&shared, &fw, q, failure, start).await;
+                return;
+            }
+        };
+        match self.reserve_and_permit(&fw, &mut state, &pod, &result).await {
+            Ok(assumed) => {
+                drop(_enter);
+                shared.bindings_in_flight.fetch_add(1, Ordering::SeqCst);
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    binding_cycle(&shared, &fw, state, q, assumed, result, start).await;
+                    shared.bindings_in_flight.fetch_sub(1, Ordering::SeqCst);
+                    maybe_report_idle(&shared);
+                });
+            }
+            Err(failure) => {
+                drop(_enter);
+                failure_handler(&shared, &fw, q, failure, start).await;
+            }
+        }
+    }
+
+    async fn on_schedule_error(&self, fw: &Framework, state: &CycleState, pod: &PodInfo, e: ScheduleError) -> Failure {
+        match e {
+            ScheduleError::NoNodesAvailable => Failure::from_status(Status::unresolvable(NO_NODES_AVAILABLE)),
+            ScheduleError::Error(s) => Failure::from_status(s),
+            ScheduleError::Fit(mut fit) => {
+                let mut nominating = Some(NominatingInfo::Override(None));
+                if fw.has_post_filter_plugins() {
+                    let (result, s) = fw.run_post_filter(state, pod, &fit.diagnosis.node_to_status).await;
+                    fit.diagnosis.post_filter_msg = Some(s.message()).filter(|m| !m.is_empty());
+                    nominating = result.map(|r| r.nominating_info);
+                }
+                Failure {
+                    message: fit.to_string(),
+                    status: Status::code_only(Code::Unschedulable),
+                    diagnosis: Some(fit.diagnosis),
+                    nominating,
+                }
+            }
+        }
+    }
+
+    /// Assume, Reserve, Permit. On success the pod counts against its node
+    /// and its binding may start.
+    async fn reserve_and_permit(
+        &self,
+        fw: &Framework,
+        state: &mut CycleState,
+        pod: &PodRef,
+        result: &ScheduleResult,
+    ) -> Result<PodRef, Failure> {
+        let shared = &self.shared;
+        let host = &result.suggested_host;
+        let assumed = Arc::new(pod.assumed_on(host));
+        if let Err(e) = shared.cache.lock().assume_pod(assumed.clone()) {
+            return Err(Failure::from_status(Status::error(e.to_string())));
+        }
+        shared.queue.delete_nominated_pod_if_exists(&pod.uid);
+
+        let s = fw.run_reserve(state, &assumed, host).await;
+        if !s.is_success() {
+            fw.run_unreserve(state, &assumed, host).await;
+            forget(shared, &assumed, host);
+            return Err(if s.is_rejected() { Failure::rejected_on(host, s) } else { Failure::from_status(s) });
+        }
+        let s = fw.run_permit(state, &assumed, host).await;
+        if !s.is_success() && !s.is_wait() {
+            fw.run_unreserve(state, &assumed, host).await;
+            forget(shared, &assumed, host);
+            return Err(if s.is_rejected() { Failure::rejected_on(host, s) } else { Failure::from_status(s) });
+        }
+        if s.is_wait() {
+            tracing::debug!(pod = %pod.key(), node = %host, "waiting at Permit");
+        }
+        Ok(assumed)
+    }
+}
+
+fn forget(shared: &Shared, assumed: &PodInfo, node: &str) {
+    if let Err(e) = shared.cache.lock().forget_pod(&assumed.uid, node) {
+        tracing::error!(pod = %assumed.key(), error = %e, "scheduler cache forget failed");
+    }
+}
+
+fn record(fw: &Framework, pod: &PodRef, t: EventType, reason: &'static str, action: &'static str, note: &str) {
+    fw.handle()
+        .events()
+        .record(PodEvent::new(pod.clone(), fw.profile_name().clone(), t, reason, action, note));
+}
+
+/// Waits at Permit, then PreBind, Bind, PostBind. Any failure runs
+/// Unreserve, forgets the assumed pod and requeues it.
+async fn binding_cycle(
+    shared: &Arc<Shared>,
+    fw: &Arc<Framework>,
+    state: CycleState,
+    q: QueuedPodInfo,
+    assumed: PodRef,
+    result: ScheduleResult,
+    start: Instant,
+) {
+    let host = &result.suggested_host;
+    let s = fw.wait_on_permit(&assumed).await;
+    if !s.is_success() {
+        let failure = if s.is_rejected() { Failure::rejected_on(host, s) } else { Failure::from_status(s) };
+        return binding_failure(shared, fw, &state, q, &assumed, host, failure, start).await;
+    }
+    // From here the pod cannot come back as unschedulable through events
+    // seen while it was in flight.
+    shared.queue.done(&assumed.uid);
+
+    let s = fw.run_pre_bind(&state, &assumed, host).await;
+    if !s.is_success() {
+        return binding_failure(shared, fw, &state, q, &assumed, host, Failure::from_status(s), start).await;
+    }
+    let s = fw.run_bind(&state, &assumed, host).await;
+    if !s.is_success() {
+        return binding_failure(shared, fw, &state, q, &assumed, host, Failure::from_status(s), start).await;
+    }
+    shared.cache.lock().finish_binding(&assumed.uid, Instant::now());
+    let note = format!("Successfully assigned {}/{} to {}", assumed.namespace, assumed.name, host);
+    record(fw, &assumed, EventType::Normal, "Scheduled", "Binding", &note);
+    tracing::info!(
+        pod = %assumed.key(), node = %host, evaluated = result.evaluated_nodes, feasible = result.feasible_nodes,
+        attempts = q.attempts, latency_ms = start.elapsed().as_secs_f64() * 1e3, "scheduled"
+    );
+    shared.decided.fetch_add(1, Ordering::SeqCst);
+    let _ = shared.decisions.send(Decision::Scheduled {
+        pod: assumed.key(),
+        node: host.to_string(),
+    });
+    fw.run_post_bind(&state, &assumed, host).await;
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn binding_failure(
+    shared: &Arc<Shared>,
+    fw: &Arc<Framework>,
+    state: &CycleState,
+    q: QueuedPodInfo,
+    assumed: &PodRef,
+    host: &Arc<str>,
+    failure: Failure,
+    start: Instant,
+) {
+    fw.run_unreserve(state, assumed, host).await;
+    let forgotten = shared.cache.lock().forget_pod(&assumed.uid, host);
+    let rejected = failure.status.is_rejected();
+    if let Err(e) = &forgotten {
+        tracing::error!(pod = %assumed.key(), error = %e, "scheduler cache forget failed");
+    } else if !rejected {
+        // The pod's room on the node is free again.
+        shared.queue.move_all_to_active_or_backoff(
+            ClusterEvent::ASSIGNED_POD_DELETE,
+            Some(EventObject::Pod(assumed.clone())),
+            None,
+            None,
+        );
+    }
+    failure_handler(shared, fw, q, failure, start).await;
+    if forgotten.is_ok() && rejected {
+        let uid = assumed.uid.clone();
+        shared.queue.move_all_to_active_or_backoff(
+            ClusterEvent::ASSIGNED_POD_DELETE,
+            Some(EventObject::Pod(assumed.clone())),
+            None,
+            Some(&|p: &PodInfo| p.uid != uid),
+        );
+    }
+}
+
+/// Requeues a pod whose attempt failed, records the FailedScheduling event
+/// and sets its PodScheduled=False condition, as upstream does.
+async fn failure_handler(shared: &Arc<Shared>, fw: &Arc<Framework>, mut q: QueuedPodInfo, f: Failure, start: Instant) {
+    let reason = if f.status.is_rejected() { "Unschedulable" } else { "SchedulerError" };
+    let pod = q.pod.clone();
+    match &f.diagnosis {
+        Some(d) => {
+            q.unschedulable_plugins = d.unschedulable_plugins.clone();
+            q.pending_plugins = d.pending_plugins.clone();
+        }
+        None => {
+            q.unschedulable_plugins.clear();
+            q.pending_plugins.clear();
+        }
+    }
+    if f.status.is_rejected() {
+        tracing::info!(pod = %pod.key(), attempts = q.attempts, "unschedulable: {}", f.message);
+    } else if !f.status.is_skip() {
+        tracing::warn!(pod = %pod.key(), attempts = q.attempts, "error scheduling pod; retrying: {}", f.message);
+    }
+    q.last_failure = Some(Arc::from(f.message.as_str()));
+
+    // Requeue only if the pod still exists and is still unbound.
+    let current = shared.cluster.get_pod(&pod.namespace, &pod.name);
+    let current = current.filter(|p| p.metadata.uid.as_deref() == Some(&*pod.uid));
+    let requeued_pod = match current.map(PodInfo::new) {
+        None => {
+            tracing::info!(pod = %pod.key(), "pod doesn't exist any more; not requeued");
+            shared.queue.done(&pod.uid);
+            None
+        }
+        Some(Err(e)) => {
+            tracing::error!(pod = %pod.key(), error = %e, "pod became invalid; not requeued");
+            shared.queue.done(&pod.uid);
+            None
+        }
+        Some(Ok(p)) if p.node_name.is_some() => {
+            tracing::info!(pod = %pod.key(), node = ?p.node_name, "pod has been assigned to node; not requeued");
+            shared.queue.done(&pod.uid);
+            None
+        }
+        Some(Ok(p)) => {
+            let p = Arc::new(p);
+            q.pod = p.clone();
+            if let Err(e) = shared.queue.add_unschedulable_if_not_present(q) {
+                tracing::error!(pod = %pod.key(), error = %e, "requeue failed");
+            }
+            Some(p)
+        }
+    };
+    let nominating = f.nominating.clone().unwrap_or(NominatingInfo::Noop);
+    if let Some(p) = &requeued_pod {
+        shared.queue.add_nominated_pod(p, &nominating);
+    }
+    if f.status.is_skip() {
+        // No bind plugin took the pod: upstream records nothing.
+        return;
+    }
+    shared.decided.fetch_add(1, Ordering::SeqCst);
+    let _ = shared.decisions.send(Decision::Failed {
+        pod: pod.key(),
+        reason: reason.to_string(),
+        message: f.message.clone(),
+    });
+    record(fw, &pod, EventType::Warning, "FailedScheduling", "Scheduling", &f.message);
+    let nominated = match &nominating {
+        NominatingInfo::Override(n) if n.as_deref() != pod.nominated_node_name.as_deref() => {
+            Some(n.as_deref().map(str::to_string))
+        }
+        _ => None,
+    };
+    if requeued_pod.is_some() {
+        let cond = PodScheduledCondition {
+            reason: reason.to_string(),
+            message: f.message,
+        };
+        if let Err(e) = shared.cluster.set_unschedulable(&pod, cond, nominated).await {
+            tracing::warn!(pod = %pod.key(), error = %e, "error updating pod status");
+        }
+    }
+    tracing::trace!(elapsed_ms = start.elapsed().as_secs_f64() * 1e3, "attempt done");
+}
+
+/// Logs a summary when the scheduler has nothing left to do: what is bound
+/// where, and why each pending pod is pending.
+pub(crate) fn maybe_report_idle(shared: &Arc<Shared>) {
+    let decided = shared.decided.load(Ordering::SeqCst);
+    if decided == shared.last_summary.load(Ordering::SeqCst) {
+        return;
+    }
+    let counts = shared.queue.counts();
+    if counts.active + counts.backoff + counts.in_flight > 0 || shared.bindings_in_flight.load(Ordering::SeqCst) > 0 {
+        return;
+    }
+    let Some(_guard) = shared.summary_lock.try_lock() else {
+        return;
+    };
+    if shared.last_summary.swap(decided, Ordering::SeqCst) == decided {
+        return;
+    }
+    let (nodes, pods) = {
+        let cache = shared.cache.lock();
+        (cache.node_count(), cache.pod_count())
+    };
+    let pending = shared.queue.list();
+    tracing::info!(
+        nodes, bound_pods = pods, pending = pending.len(),
+        "scheduler idle: {pods} pods on {nodes} nodes, {} pending", pending.len()
+    );
+    let mut pending: Vec<_> = pending.into_iter().map(|e| (e.info.pod.key(), e)).collect();
+    pending.sort_by(|a, b| a.0.cmp(&b.0));
+    for (key, e) in pending {
+        tracing::info!(
+            pod = %key, queue = ?e.queue, attempts = e.info.attempts,
+            "pending: {}", e.info.last_failure.as_deref().unwrap_or("not attempted yet")
+        );
+    }
+}
