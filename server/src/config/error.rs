@@ -51,7 +51,19 @@ impl ConfigError {
     pub fn from_serde<E: fmt::Display>(prefix: &str, err: serde_path_to_error::Error<E>) -> Self {
         let inner = err.path().to_string();
         let path = join_path(prefix, if inner == "." { "" } else { &inner });
-        Self::new(path, err.into_inner().to_string())
+        let mut message = err.into_inner().to_string();
+        // YAML errors repeat the path of the enclosing object and end with a
+        // location; keep the path once and the location in brackets.
+        if let Some((head, rest)) = message.split_once(": ") {
+            if !head.is_empty() && inner.starts_with(head) {
+                message = rest.to_string();
+            }
+        }
+        if let Some(i) = message.rfind(" at line ") {
+            let loc = message[i + " at ".len()..].replace(" column ", ", column ");
+            message = format!("{} ({loc})", &message[..i]);
+        }
+        Self::new(path, message)
     }
 }
 
