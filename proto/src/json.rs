@@ -21,10 +21,7 @@ pub fn to_struct(value: &serde_json::Value) -> Option<Struct> {
 /// Converts a JSON map into a `Struct`.
 pub fn map_to_struct(map: &Map<String, serde_json::Value>) -> Struct {
     Struct {
-        fields: map
-            .iter()
-            .map(|(k, v)| (k.clone(), to_value(v)))
-            .collect(),
+        fields: map.iter().map(|(k, v)| (k.clone(), to_value(v))).collect(),
     }
 }
 

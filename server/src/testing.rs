@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::model::{NodeSpec, PodInfo};
 
@@ -97,7 +97,8 @@ impl PodBuilder {
     }
     /// Adds a TCP host port.
     pub fn host_port(mut self, port: i32) -> Self {
-        self.ports.push(json!({"containerPort": port, "hostPort": port}));
+        self.ports
+            .push(json!({"containerPort": port, "hostPort": port}));
         self
     }
     /// Adds a toleration.
@@ -206,7 +207,8 @@ impl NodeBuilder {
     }
     /// Adds a taint.
     pub fn taint(mut self, key: &str, value: &str, effect: &str) -> Self {
-        self.taints.push(json!({"key": key, "value": value, "effect": effect}));
+        self.taints
+            .push(json!({"key": key, "value": value, "effect": effect}));
         self
     }
     /// Cordons the node.

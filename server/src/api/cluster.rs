@@ -25,7 +25,9 @@ impl ClusterApi {
 
 fn kind(s: &str) -> Result<Kind, ApiError> {
     Kind::parse(s).ok_or_else(|| {
-        ApiError::InvalidArgument(format!("kind: unsupported kind {s:?}: supported kinds: \"Node\", \"Pod\""))
+        ApiError::InvalidArgument(format!(
+            "kind: unsupported kind {s:?}: supported kinds: \"Node\", \"Pod\""
+        ))
     })
 }
 
@@ -44,7 +46,10 @@ impl Cluster for ClusterApi {
                 .cluster
                 .pods()
                 .iter()
-                .filter(|p| req.namespace.is_empty() || p.metadata.namespace.as_deref() == Some(req.namespace.as_str()))
+                .filter(|p| {
+                    req.namespace.is_empty()
+                        || p.metadata.namespace.as_deref() == Some(req.namespace.as_str())
+                })
                 .map(|p| to_json(&**p))
                 .collect(),
         };
@@ -59,13 +64,23 @@ impl Cluster for ClusterApi {
         let object = match kind(&req.kind)? {
             Kind::Node => self.cluster.node(&req.name).map(|n| to_json(&*n)),
             Kind::Pod => {
-                let ns = if req.namespace.is_empty() { "default" } else { &req.namespace };
-                crate::cluster::ClusterSource::get_pod(&*self.cluster, ns, &req.name).map(|p| to_json(&*p))
+                let ns = if req.namespace.is_empty() {
+                    "default"
+                } else {
+                    &req.namespace
+                };
+                crate::cluster::ClusterSource::get_pod(&*self.cluster, ns, &req.name)
+                    .map(|p| to_json(&*p))
             }
         };
         match object {
             Some(o) => Ok(Response::new(GetResponse { object: Some(o) })),
-            None => Err(ApiError::NotFound(format!("{} {:?} not found", req.kind.to_lowercase(), req.name)).into()),
+            None => Err(ApiError::NotFound(format!(
+                "{} {:?} not found",
+                req.kind.to_lowercase(),
+                req.name
+            ))
+            .into()),
         }
     }
 }

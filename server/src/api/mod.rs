@@ -54,8 +54,10 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(berth_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    let scheduler_svc = SchedulerServer::new(SchedulerApi::new(scheduler)).max_decoding_message_size(MAX_REQUEST_BYTES);
-    let cluster_svc = ClusterServer::new(ClusterApi::new(cluster)).max_decoding_message_size(MAX_REQUEST_BYTES);
+    let scheduler_svc = SchedulerServer::new(SchedulerApi::new(scheduler))
+        .max_decoding_message_size(MAX_REQUEST_BYTES);
+    let cluster_svc =
+        ClusterServer::new(ClusterApi::new(cluster)).max_decoding_message_size(MAX_REQUEST_BYTES);
     tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(reflection_v1)

@@ -24,7 +24,11 @@ impl SchedulerApi {
 fn wall_clock(t: tokio::time::Instant) -> prost_types::Timestamp {
     let now = tokio::time::Instant::now();
     let wall = std::time::SystemTime::now();
-    let at = if t >= now { wall + (t - now) } else { wall - (now - t) };
+    let at = if t >= now {
+        wall + (t - now)
+    } else {
+        wall - (now - t)
+    };
     let d = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     prost_types::Timestamp {
         seconds: d.as_secs() as i64,
@@ -34,7 +38,10 @@ fn wall_clock(t: tokio::time::Instant) -> prost_types::Timestamp {
 
 #[tonic::async_trait]
 impl SchedulerService for SchedulerApi {
-    async fn get_queue(&self, req: Request<GetQueueRequest>) -> Result<Response<GetQueueResponse>, Status> {
+    async fn get_queue(
+        &self,
+        req: Request<GetQueueRequest>,
+    ) -> Result<Response<GetQueueResponse>, Status> {
         let ns = req.into_inner().namespace;
         let queue = self.scheduler.queue();
         let now = tokio::time::Instant::now();
@@ -60,8 +67,15 @@ impl SchedulerService for SchedulerApi {
                     attempts: q.attempts,
                     backoff_expires_at: q.backoff_expiration.filter(|t| *t > now).map(wall_clock),
                     last_failure: q.last_failure.as_deref().unwrap_or("").to_string(),
-                    unschedulable_plugins: q.unschedulable_plugins.iter().map(|p| p.to_string()).collect(),
-                    nominated_node_name: queue.nominated_node(&q.pod.uid).map(|n| n.to_string()).unwrap_or_default(),
+                    unschedulable_plugins: q
+                        .unschedulable_plugins
+                        .iter()
+                        .map(|p| p.to_string())
+                        .collect(),
+                    nominated_node_name: queue
+                        .nominated_node(&q.pod.uid)
+                        .map(|n| n.to_string())
+                        .unwrap_or_default(),
                 }
             })
             .collect();

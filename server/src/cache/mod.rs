@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub use node_info::{HostPortInfo, NodeInfo, DEFAULT_BIND_ALL_HOST_IP};
+pub use node_info::{DEFAULT_BIND_ALL_HOST_IP, HostPortInfo, NodeInfo};
 pub use node_tree::NodeTree;
 pub use snapshot::Snapshot;
 
@@ -130,10 +130,13 @@ impl Cache {
     fn mutate_node(&mut self, name: &Arc<str>, f: impl FnOnce(&mut NodeInfo)) {
         self.next_generation += 1;
         let generation = self.next_generation;
-        let entry = self.nodes.entry(name.clone()).or_insert_with(|| CachedNode {
-            info: Arc::new(NodeInfo::default()),
-            zone: String::new(),
-        });
+        let entry = self
+            .nodes
+            .entry(name.clone())
+            .or_insert_with(|| CachedNode {
+                info: Arc::new(NodeInfo::default()),
+                zone: String::new(),
+            });
         let info = Arc::make_mut(&mut entry.info);
         self.by_generation.remove(&info.generation());
         f(info);
@@ -143,11 +146,12 @@ impl Cache {
 
     /// Drops a node entry that has neither a node nor pods.
     fn drop_if_empty(&mut self, name: &str) {
-        if let Some(entry) = self.nodes.get(name) {
-            if entry.info.node().is_none() && entry.info.pods().is_empty() {
-                self.by_generation.remove(&entry.info.generation());
-                self.nodes.remove(name);
-            }
+        if let Some(entry) = self.nodes.get(name)
+            && entry.info.node().is_none()
+            && entry.info.pods().is_empty()
+        {
+            self.by_generation.remove(&entry.info.generation());
+            self.nodes.remove(name);
         }
     }
 
@@ -155,7 +159,10 @@ impl Cache {
     pub fn add_node(&mut self, node: Arc<NodeSpec>) {
         let name = node.name.clone();
         let zone = node.zone_key();
-        let old_zone = self.nodes.get(&name).and_then(|e| e.info.node().map(|_| e.zone.clone()));
+        let old_zone = self
+            .nodes
+            .get(&name)
+            .and_then(|e| e.info.node().map(|_| e.zone.clone()));
         if old_zone.as_deref() != Some(zone.as_str()) {
             if let Some(old) = &old_zone {
                 self.tree.remove(old, &name);
@@ -198,13 +205,13 @@ impl Cache {
     }
 
     fn remove_pod_from_node(&mut self, pod: &PodRef) {
-        if let Some(node) = pod.node_name.clone() {
-            if self.nodes.contains_key(&node) {
-                self.mutate_node(&node, |info| {
-                    info.remove_pod(&pod.uid);
-                });
-                self.drop_if_empty(&node);
-            }
+        if let Some(node) = pod.node_name.clone()
+            && self.nodes.contains_key(&node)
+        {
+            self.mutate_node(&node, |info| {
+                info.remove_pod(&pod.uid);
+            });
+            self.drop_if_empty(&node);
         }
     }
 
@@ -336,9 +343,9 @@ impl Cache {
             .assumed
             .iter()
             .filter(|uid| {
-                self.pods.get(*uid).is_some_and(|s| {
-                    s.binding_finished && s.deadline.is_some_and(|d| now >= d)
-                })
+                self.pods
+                    .get(*uid)
+                    .is_some_and(|s| s.binding_finished && s.deadline.is_some_and(|d| now >= d))
             })
             .cloned()
             .collect();
@@ -388,7 +395,11 @@ impl Cache {
             }
             snapshot.tree_version = self.tree_version;
         } else {
-            for name in self.by_generation.range(snapshot.generation + 1..).map(|(_, n)| n) {
+            for name in self
+                .by_generation
+                .range(snapshot.generation + 1..)
+                .map(|(_, n)| n)
+            {
                 if let (Some(&i), Some(e)) = (snapshot.index.get(name), self.nodes.get(name)) {
                     snapshot.list[i] = e.info.clone();
                 }
@@ -404,7 +415,13 @@ mod tests {
     use crate::testing::{make_node, make_pod};
 
     fn node(name: &str, zone: &str) -> Arc<NodeSpec> {
-        Arc::new(make_node(name).cpu("4").memory("8Gi").label("topology.kubernetes.io/zone", zone).build())
+        Arc::new(
+            make_node(name)
+                .cpu("4")
+                .memory("8Gi")
+                .label("topology.kubernetes.io/zone", zone)
+                .build(),
+        )
     }
 
     fn pod_on(name: &str, node: &str, cpu: &str) -> PodRef {
@@ -419,13 +436,19 @@ mod tests {
         let p = pod_on("p", "n1", "1");
         c.assume_pod(p.clone()).unwrap();
         assert!(c.is_assumed(&p.uid));
-        assert_eq!(c.assume_pod(p.clone()), Err(CacheError::AlreadyInCache(p.key())));
+        assert_eq!(
+            c.assume_pod(p.clone()),
+            Err(CacheError::AlreadyInCache(p.key()))
+        );
         let mut snap = Snapshot::new();
         c.update_snapshot(&mut snap);
         assert_eq!(snap.get("n1").unwrap().requested().milli_cpu, 1000);
 
         // Forget on the wrong node is refused; on the right one it releases.
-        assert!(matches!(c.forget_pod(&p.uid, "n2"), Err(CacheError::WrongNode { .. })));
+        assert!(matches!(
+            c.forget_pod(&p.uid, "n2"),
+            Err(CacheError::WrongNode { .. })
+        ));
         c.forget_pod(&p.uid, "n1").unwrap();
         c.update_snapshot(&mut snap);
         assert_eq!(snap.get("n1").unwrap().requested().milli_cpu, 0);
@@ -437,8 +460,14 @@ mod tests {
         c.update_snapshot(&mut snap);
         assert_eq!(snap.get("n1").unwrap().requested().milli_cpu, 0);
         assert_eq!(snap.get("n2").unwrap().requested().milli_cpu, 1000);
-        assert_eq!(c.add_pod(pod_on("p", "n2", "1")), Err(CacheError::AlreadyAdded(p.key())));
-        assert!(matches!(c.forget_pod(&p.uid, "n2"), Err(CacheError::NotAssumed(_))));
+        assert_eq!(
+            c.add_pod(pod_on("p", "n2", "1")),
+            Err(CacheError::AlreadyAdded(p.key()))
+        );
+        assert!(matches!(
+            c.forget_pod(&p.uid, "n2"),
+            Err(CacheError::NotAssumed(_))
+        ));
 
         c.remove_pod(&p.uid).unwrap();
         c.update_snapshot(&mut snap);
@@ -454,7 +483,10 @@ mod tests {
         let p = pod_on("p", "n1", "1");
         c.assume_pod(p.clone()).unwrap();
         tokio::time::advance(Duration::from_secs(120)).await;
-        assert!(c.cleanup_expired(Instant::now()).is_empty(), "binding still in flight");
+        assert!(
+            c.cleanup_expired(Instant::now()).is_empty(),
+            "binding still in flight"
+        );
 
         c.finish_binding(&p.uid, Instant::now());
         assert_eq!(c.next_expiry(), Some(Instant::now() + ttl));
@@ -514,7 +546,10 @@ mod tests {
         c.add_node(node("n2", "a"));
         c.add_pod(pod_on("p", "n1", "1")).unwrap();
         c.remove_node("n1").unwrap();
-        assert_eq!(c.remove_node("n1"), Err(CacheError::NodeNotFound("n1".into())));
+        assert_eq!(
+            c.remove_node("n1"),
+            Err(CacheError::NodeNotFound("n1".into()))
+        );
         let mut snap = Snapshot::new();
         c.update_snapshot(&mut snap);
         assert_eq!(snap.num_nodes(), 1);

@@ -171,7 +171,13 @@ mod tests {
     #[test]
     fn add_and_remove_pods_keep_aggregates() {
         let mut n = NodeInfo::new(Arc::new(make_node("n1").cpu("4").memory("8Gi").build()));
-        let a = Arc::new(make_pod("a").req_cpu("1").req_memory("1Gi").host_port(80).build());
+        let a = Arc::new(
+            make_pod("a")
+                .req_cpu("1")
+                .req_memory("1Gi")
+                .host_port(80)
+                .build(),
+        );
         let b = Arc::new(make_pod("b").build());
         n.add_pod(a.clone());
         n.add_pod(b.clone());
@@ -181,7 +187,10 @@ mod tests {
         assert!(n.used_ports().conflicts("0.0.0.0", Protocol::Tcp, 80));
         assert!(n.used_ports().conflicts("10.0.0.1", Protocol::Tcp, 80));
         assert!(!n.used_ports().conflicts("0.0.0.0", Protocol::Udp, 80));
-        assert_eq!(n.remove_pod(&a.uid).map(|p| p.uid.clone()), Some(a.uid.clone()));
+        assert_eq!(
+            n.remove_pod(&a.uid).map(|p| p.uid.clone()),
+            Some(a.uid.clone())
+        );
         assert_eq!(n.requested().milli_cpu, 0);
         assert_eq!(n.non_zero_milli_cpu(), 100);
         assert!(n.used_ports().is_empty());
@@ -192,7 +201,11 @@ mod tests {
     #[test]
     fn specific_ips_only_clash_with_themselves_and_the_wildcard() {
         let mut ports = HostPortInfo::default();
-        ports.add(&HostPort { ip: "10.0.0.1".into(), protocol: Protocol::Tcp, port: 8080 });
+        ports.add(&HostPort {
+            ip: "10.0.0.1".into(),
+            protocol: Protocol::Tcp,
+            port: 8080,
+        });
         assert!(ports.conflicts("10.0.0.1", Protocol::Tcp, 8080));
         assert!(ports.conflicts("0.0.0.0", Protocol::Tcp, 8080));
         assert!(!ports.conflicts("10.0.0.2", Protocol::Tcp, 8080));

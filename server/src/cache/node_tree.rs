@@ -79,7 +79,14 @@ mod tests {
     #[test]
     fn interleaves_zones() {
         let mut t = NodeTree::default();
-        for (zone, name) in [("a", "a1"), ("a", "a2"), ("b", "b1"), ("a", "a3"), ("c", "c1"), ("c", "c2")] {
+        for (zone, name) in [
+            ("a", "a1"),
+            ("a", "a2"),
+            ("b", "b1"),
+            ("a", "a3"),
+            ("c", "c1"),
+            ("c", "c2"),
+        ] {
             t.add(zone, &Arc::from(name));
         }
         let names: Vec<String> = t.list().iter().map(|n| n.to_string()).collect();

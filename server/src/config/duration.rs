@@ -53,8 +53,14 @@ mod tests {
     fn parses() {
         assert_eq!(parse_go_duration("15s").unwrap(), Duration::from_secs(15));
         assert_eq!(parse_go_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_go_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_go_duration("1.5h").unwrap(), Duration::from_secs(5400));
+        assert_eq!(
+            parse_go_duration("250ms").unwrap(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            parse_go_duration("1.5h").unwrap(),
+            Duration::from_secs(5400)
+        );
         assert_eq!(parse_go_duration("0").unwrap(), Duration::ZERO);
         for bad in ["", "15", "s", "-1s", "1x", "1s2"] {
             assert!(parse_go_duration(bad).is_err(), "{bad}");

@@ -54,10 +54,11 @@ impl ConfigError {
         let mut message = err.into_inner().to_string();
         // YAML errors repeat the path of the enclosing object and end with a
         // location; keep the path once and the location in brackets.
-        if let Some((head, rest)) = message.split_once(": ") {
-            if !head.is_empty() && inner.starts_with(head) {
-                message = rest.to_string();
-            }
+        if let Some((head, rest)) = message.split_once(": ")
+            && !head.is_empty()
+            && inner.starts_with(head)
+        {
+            message = rest.to_string();
         }
         if let Some(i) = message.rfind(" at line ") {
             let loc = message[i + " at ".len()..].replace(" column ", ", column ");
@@ -87,7 +88,10 @@ mod tests {
         assert_eq!(join_path("a", ""), "a");
         assert_eq!(join_path("a", "b.c"), "a.b.c");
         assert_eq!(join_path("a", "[0].b"), "a[0].b");
-        assert_eq!(ConfigError::required("x.y").to_string(), "x.y: Required value");
+        assert_eq!(
+            ConfigError::required("x.y").to_string(),
+            "x.y: Required value"
+        );
         assert_eq!(ConfigError::new("", "bad").to_string(), "bad");
     }
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 pub use defaults::*;
 pub use duration::parse_go_duration;
-pub use error::{join_path, ConfigError};
+pub use error::{ConfigError, join_path};
 pub use types::*;
 
 use crate::framework::ExtensionPoint;
@@ -54,7 +54,9 @@ pub struct PluginSet {
 impl PluginSet {
     /// Whether `name` (or `"*"`) is disabled.
     pub fn is_disabled(&self, name: &str) -> bool {
-        self.disabled.iter().any(|p| p.name == name || p.name == "*")
+        self.disabled
+            .iter()
+            .any(|p| p.name == name || p.name == "*")
     }
 
     /// Whether every plugin is disabled.
@@ -171,7 +173,10 @@ pub struct SchedulerConfig {
 /// Parses a KubeSchedulerConfiguration YAML (or JSON) document.
 /// `plugin_known` tells which plugin names exist, so that defaults only
 /// enable existing plugins.
-pub fn parse(text: &str, plugin_known: &dyn Fn(&str) -> bool) -> Result<SchedulerConfig, ConfigError> {
+pub fn parse(
+    text: &str,
+    plugin_known: &dyn Fn(&str) -> bool,
+) -> Result<SchedulerConfig, ConfigError> {
     let de = serde_yaml::Deserializer::from_str(text);
     let raw: RawConfiguration =
         serde_path_to_error::deserialize(de).map_err(|e| ConfigError::from_serde("", e))?;
@@ -190,7 +195,10 @@ pub fn default_config(plugin_known: &dyn Fn(&str) -> bool) -> SchedulerConfig {
 }
 
 /// Defaults and validates a parsed document.
-pub fn resolve(raw: RawConfiguration, plugin_known: &dyn Fn(&str) -> bool) -> Result<SchedulerConfig, ConfigError> {
+pub fn resolve(
+    raw: RawConfiguration,
+    plugin_known: &dyn Fn(&str) -> bool,
+) -> Result<SchedulerConfig, ConfigError> {
     match raw.api_version.as_deref() {
         Some(API_VERSION) => {}
         None => return Err(ConfigError::required("apiVersion")),
@@ -198,7 +206,7 @@ pub fn resolve(raw: RawConfiguration, plugin_known: &dyn Fn(&str) -> bool) -> Re
             return Err(ConfigError::new(
                 "apiVersion",
                 format!("Unsupported value: {other:?}: supported values: {API_VERSION:?}"),
-            ))
+            ));
         }
     }
     match raw.kind.as_deref() {
@@ -208,7 +216,7 @@ pub fn resolve(raw: RawConfiguration, plugin_known: &dyn Fn(&str) -> bool) -> Re
             return Err(ConfigError::new(
                 "kind",
                 format!("Unsupported value: {other:?}: supported values: {KIND:?}"),
-            ))
+            ));
         }
     }
     if !raw.extenders.is_empty() {
@@ -239,7 +247,9 @@ pub fn resolve(raw: RawConfiguration, plugin_known: &dyn Fn(&str) -> bool) -> Re
             "must be greater than 0",
         ));
     }
-    let max = raw.pod_max_backoff_seconds.unwrap_or(DEFAULT_POD_MAX_BACKOFF_SECONDS);
+    let max = raw
+        .pod_max_backoff_seconds
+        .unwrap_or(DEFAULT_POD_MAX_BACKOFF_SECONDS);
     if max < initial {
         return Err(ConfigError::invalid(
             "podMaxBackoffSeconds",
@@ -266,7 +276,10 @@ pub fn resolve(raw: RawConfiguration, plugin_known: &dyn Fn(&str) -> bool) -> Re
             Some(n) => n.to_string(),
         };
         if !names.insert(name.clone()) {
-            return Err(ConfigError::duplicate(format!("{path}.schedulerName"), &name));
+            return Err(ConfigError::duplicate(
+                format!("{path}.schedulerName"),
+                &name,
+            ));
         }
         if let Some(p) = rp.percentage_of_nodes_to_score {
             validate_percentage(&format!("{path}.percentageOfNodesToScore"), p)?;
@@ -326,23 +339,25 @@ fn resolve_leader_election(raw: RawLeaderElection) -> Result<LeaderElection, Con
     if let Some(v) = raw.leader_elect {
         le.leader_elect = v;
     }
-    let duration = |field: &str, text: Option<String>, default: Duration| -> Result<Duration, ConfigError> {
-        match text {
-            None => Ok(default),
-            Some(t) => parse_go_duration(&t).map_err(|e| ConfigError::new(format!("leaderElection.{field}"), e)),
-        }
-    };
+    let duration =
+        |field: &str, text: Option<String>, default: Duration| -> Result<Duration, ConfigError> {
+            match text {
+                None => Ok(default),
+                Some(t) => parse_go_duration(&t)
+                    .map_err(|e| ConfigError::new(format!("leaderElection.{field}"), e)),
+            }
+        };
     le.lease_duration = duration("leaseDuration", raw.lease_duration, le.lease_duration)?;
     le.renew_deadline = duration("renewDeadline", raw.renew_deadline, le.renew_deadline)?;
     le.retry_period = duration("retryPeriod", raw.retry_period, le.retry_period)?;
-    if let Some(lock) = raw.resource_lock {
-        if lock != "leases" {
-            return Err(ConfigError::invalid(
-                "leaderElection.resourceLock",
-                &lock,
-                "resourceLock value must be \"leases\"",
-            ));
-        }
+    if let Some(lock) = raw.resource_lock
+        && lock != "leases"
+    {
+        return Err(ConfigError::invalid(
+            "leaderElection.resourceLock",
+            &lock,
+            "resourceLock value must be \"leases\"",
+        ));
     }
     if let Some(n) = raw.resource_name.filter(|n| !n.is_empty()) {
         le.resource_name = n;
@@ -409,7 +424,11 @@ fn custom_set(raw: Option<&RawPluginSet>, path: &str) -> PluginSet {
 }
 
 /// Merges the user's plugin sets with the defaults, point by point.
-fn resolve_plugins(raw: RawPlugins, profile_path: &str, plugin_known: &dyn Fn(&str) -> bool) -> Plugins {
+fn resolve_plugins(
+    raw: RawPlugins,
+    profile_path: &str,
+    plugin_known: &dyn Fn(&str) -> bool,
+) -> Plugins {
     let mut plugins = Plugins::default();
     let default_multi = PluginSet {
         enabled: DEFAULT_MULTI_POINT
@@ -425,12 +444,17 @@ fn resolve_plugins(raw: RawPlugins, profile_path: &str, plugin_known: &dyn Fn(&s
     };
     plugins.multi_point = merge_plugin_set(
         &default_multi,
-        custom_set(raw_set(&raw, None), &format!("{profile_path}.plugins.multiPoint")),
+        custom_set(
+            raw_set(&raw, None),
+            &format!("{profile_path}.plugins.multiPoint"),
+        ),
     );
     for point in ExtensionPoint::ALL {
         let path = format!("{profile_path}.plugins.{}", point.field());
-        *plugins.get_mut(point) =
-            merge_plugin_set(&PluginSet::default(), custom_set(raw_set(&raw, Some(point)), &path));
+        *plugins.get_mut(point) = merge_plugin_set(
+            &PluginSet::default(),
+            custom_set(raw_set(&raw, Some(point)), &path),
+        );
     }
     plugins
 }

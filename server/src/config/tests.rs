@@ -21,7 +21,8 @@ fn parse_err(yaml: &str) -> String {
     parse(yaml, &known).unwrap_err().to_string()
 }
 
-const HEADER: &str = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n";
+const HEADER: &str =
+    "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n";
 
 fn names(set: &PluginSet) -> Vec<&str> {
     set.enabled.iter().map(|p| p.name.as_str()).collect()
@@ -40,9 +41,22 @@ fn defaults_follow_upstream() {
     // The default multiPoint list, in upstream's order, minus what does not exist.
     assert_eq!(
         names(&p.plugins.multi_point),
-        ["SchedulingGates", "PrioritySort", "NodeUnschedulable", "NodeName", "NodeResourcesFit", "DefaultBinder"]
+        [
+            "SchedulingGates",
+            "PrioritySort",
+            "NodeUnschedulable",
+            "NodeName",
+            "NodeResourcesFit",
+            "DefaultBinder"
+        ]
     );
-    let fit = p.plugins.multi_point.enabled.iter().find(|e| e.name == "NodeResourcesFit").unwrap();
+    let fit = p
+        .plugins
+        .multi_point
+        .enabled
+        .iter()
+        .find(|e| e.name == "NodeResourcesFit")
+        .unwrap();
     assert_eq!(fit.weight, Some(1));
     assert_eq!(c.leader_election.lease_duration, Duration::from_secs(15));
 }
@@ -87,12 +101,21 @@ profiles:
     assert_eq!(c.pod_max_backoff, Duration::from_secs(20));
     assert_eq!(c.leader_election.resource_name, "my-berth");
     assert_eq!(c.leader_election.renew_deadline, Duration::from_secs(20));
-    assert_eq!(c.kubeconfig.as_deref(), Some("/etc/kubernetes/scheduler.conf"));
+    assert_eq!(
+        c.kubeconfig.as_deref(),
+        Some("/etc/kubernetes/scheduler.conf")
+    );
     assert_eq!(c.profiles.len(), 2);
     let p = &c.profiles[0];
     assert_eq!(p.percentage_of_nodes_to_score, Some(50));
-    assert_eq!(p.plugins.get(ExtensionPoint::Score).enabled[0].weight, Some(5));
-    assert_eq!(p.args_for("NodeResourcesFit").unwrap().path, "profiles[0].pluginConfig[0].args");
+    assert_eq!(
+        p.plugins.get(ExtensionPoint::Score).enabled[0].weight,
+        Some(5)
+    );
+    assert_eq!(
+        p.args_for("NodeResourcesFit").unwrap().path,
+        "profiles[0].pluginConfig[0].args"
+    );
     assert_eq!(c.profiles[1].scheduler_name, "bin-packer");
 }
 
@@ -116,10 +139,20 @@ fn merging_with_defaults() {
     let mp = &c.profiles[0].plugins.multi_point;
     assert_eq!(
         names(mp),
-        ["SchedulingGates", "PrioritySort", "NodeUnschedulable", "NodeResourcesFit", "DefaultBinder", "Custom"]
+        [
+            "SchedulingGates",
+            "PrioritySort",
+            "NodeUnschedulable",
+            "NodeResourcesFit",
+            "DefaultBinder",
+            "Custom"
+        ]
     );
     assert_eq!(mp.enabled[3].weight, Some(7));
-    assert_eq!(mp.enabled[3].path, "profiles[0].plugins.multiPoint.enabled[1]");
+    assert_eq!(
+        mp.enabled[3].path,
+        "profiles[0].plugins.multiPoint.enabled[1]"
+    );
 
     let c = parse_ok(&format!(
         "{HEADER}profiles:
@@ -130,36 +163,87 @@ fn merging_with_defaults() {
       disabled: [{{name: \"*\"}}]
 "
     ));
-    assert_eq!(names(&c.profiles[0].plugins.multi_point), ["PrioritySort", "DefaultBinder"]);
+    assert_eq!(
+        names(&c.profiles[0].plugins.multi_point),
+        ["PrioritySort", "DefaultBinder"]
+    );
 }
 
 #[test]
 fn errors_name_the_field_path() {
     let cases = [
-        ("apiVersion: kubescheduler.config.k8s.io/v1beta3\nkind: KubeSchedulerConfiguration\n",
-         "apiVersion: Unsupported value: \"kubescheduler.config.k8s.io/v1beta3\": supported values: \"kubescheduler.config.k8s.io/v1\""),
-        ("kind: KubeSchedulerConfiguration\n", "apiVersion: Required value"),
-        (&format!("{HEADER}parallelism: 0\n"), "parallelism: Invalid value: 0: should be an integer value greater than zero"),
-        (&format!("{HEADER}percentageOfNodesToScore: 101\n"), "percentageOfNodesToScore: Invalid value: 101: not in valid range [0-100]"),
-        (&format!("{HEADER}podInitialBackoffSeconds: 0\n"), "podInitialBackoffSeconds: Invalid value: 0: must be greater than 0"),
-        (&format!("{HEADER}podInitialBackoffSeconds: 5\npodMaxBackoffSeconds: 4\n"),
-         "podMaxBackoffSeconds: Invalid value: 4: must be greater than or equal to PodInitialBackoffSeconds"),
-        (&format!("{HEADER}profiles:\n- schedulerName: a\n- schedulerName: a\n"), "profiles[1].schedulerName: Duplicate value: \"a\""),
-        (&format!("{HEADER}profiles:\n- schedulerName: a\n- plugins: {{}}\n"), "profiles[1].schedulerName: Required value"),
-        (&format!("{HEADER}profiles:\n- schedulerName: a\n  percentageOfNodesToScore: -1\n"),
-         "profiles[0].percentageOfNodesToScore: Invalid value: -1: not in valid range [0-100]"),
-        (&format!("{HEADER}profiles:\n- schedulerName: a\n  pluginConfig:\n  - name: NodeResourcesFit\n  - name: NodeResourcesFit\n"),
-         "profiles[0].pluginConfig[1]: Duplicate value: \"NodeResourcesFit\""),
-        (&format!("{HEADER}profiles:\n- schedulerName: a\n  pluginConfig:\n  - name: Nope\n"),
-         "profiles[0].pluginConfig[0].name: plugin \"Nope\" does not exist"),
-        (&format!("{HEADER}profiles:\n- schedulerName: a\n  plugins:\n    filter:\n      enabled:\n      - name: X\n        wieght: 2\n"),
-         "profiles[0].plugins.filter.enabled[0].wieght: unknown field `wieght`, expected `name` or `weight` (line 9, column 9)"),
-        (&format!("{HEADER}percentageOfNodesToScore: lots\n"), "percentageOfNodesToScore: invalid type: string \"lots\", expected i32 (line 3, column 27)"),
-        (&format!("{HEADER}leaderElection:\n  leaseDuration: forever\n"), "leaderElection.leaseDuration: invalid duration \"forever\""),
-        (&format!("{HEADER}leaderElection:\n  resourceLock: endpoints\n"),
-         "leaderElection.resourceLock: Invalid value: endpoints: resourceLock value must be \"leases\""),
-        (&format!("{HEADER}extenders:\n- urlPrefix: http://x\n"), "extenders: HTTP extenders are not supported by this version of berth"),
-        (&format!("{HEADER}unknownTopLevel: 1\n"), "unknownTopLevel: unknown field `unknownTopLevel`, expected one of `apiVersion`, `kind`, `parallelism`, `leaderElection`, `clientConnection`, `enableProfiling`, `enableContentionProfiling`, `percentageOfNodesToScore`, `podInitialBackoffSeconds`, `podMaxBackoffSeconds`, `profiles`, `extenders`, `delayCacheUntilActive` (line 3, column 1)"),
+        (
+            "apiVersion: kubescheduler.config.k8s.io/v1beta3\nkind: KubeSchedulerConfiguration\n",
+            "apiVersion: Unsupported value: \"kubescheduler.config.k8s.io/v1beta3\": supported values: \"kubescheduler.config.k8s.io/v1\"",
+        ),
+        (
+            "kind: KubeSchedulerConfiguration\n",
+            "apiVersion: Required value",
+        ),
+        (
+            &format!("{HEADER}parallelism: 0\n"),
+            "parallelism: Invalid value: 0: should be an integer value greater than zero",
+        ),
+        (
+            &format!("{HEADER}percentageOfNodesToScore: 101\n"),
+            "percentageOfNodesToScore: Invalid value: 101: not in valid range [0-100]",
+        ),
+        (
+            &format!("{HEADER}podInitialBackoffSeconds: 0\n"),
+            "podInitialBackoffSeconds: Invalid value: 0: must be greater than 0",
+        ),
+        (
+            &format!("{HEADER}podInitialBackoffSeconds: 5\npodMaxBackoffSeconds: 4\n"),
+            "podMaxBackoffSeconds: Invalid value: 4: must be greater than or equal to PodInitialBackoffSeconds",
+        ),
+        (
+            &format!("{HEADER}profiles:\n- schedulerName: a\n- schedulerName: a\n"),
+            "profiles[1].schedulerName: Duplicate value: \"a\"",
+        ),
+        (
+            &format!("{HEADER}profiles:\n- schedulerName: a\n- plugins: {{}}\n"),
+            "profiles[1].schedulerName: Required value",
+        ),
+        (
+            &format!("{HEADER}profiles:\n- schedulerName: a\n  percentageOfNodesToScore: -1\n"),
+            "profiles[0].percentageOfNodesToScore: Invalid value: -1: not in valid range [0-100]",
+        ),
+        (
+            &format!(
+                "{HEADER}profiles:\n- schedulerName: a\n  pluginConfig:\n  - name: NodeResourcesFit\n  - name: NodeResourcesFit\n"
+            ),
+            "profiles[0].pluginConfig[1]: Duplicate value: \"NodeResourcesFit\"",
+        ),
+        (
+            &format!("{HEADER}profiles:\n- schedulerName: a\n  pluginConfig:\n  - name: Nope\n"),
+            "profiles[0].pluginConfig[0].name: plugin \"Nope\" does not exist",
+        ),
+        (
+            &format!(
+                "{HEADER}profiles:\n- schedulerName: a\n  plugins:\n    filter:\n      enabled:\n      - name: X\n        wieght: 2\n"
+            ),
+            "profiles[0].plugins.filter.enabled[0].wieght: unknown field `wieght`, expected `name` or `weight` (line 9, column 9)",
+        ),
+        (
+            &format!("{HEADER}percentageOfNodesToScore: lots\n"),
+            "percentageOfNodesToScore: invalid type: string \"lots\", expected i32 (line 3, column 27)",
+        ),
+        (
+            &format!("{HEADER}leaderElection:\n  leaseDuration: forever\n"),
+            "leaderElection.leaseDuration: invalid duration \"forever\"",
+        ),
+        (
+            &format!("{HEADER}leaderElection:\n  resourceLock: endpoints\n"),
+            "leaderElection.resourceLock: Invalid value: endpoints: resourceLock value must be \"leases\"",
+        ),
+        (
+            &format!("{HEADER}extenders:\n- urlPrefix: http://x\n"),
+            "extenders: HTTP extenders are not supported by this version of berth",
+        ),
+        (
+            &format!("{HEADER}unknownTopLevel: 1\n"),
+            "unknownTopLevel: unknown field `unknownTopLevel`, expected one of `apiVersion`, `kind`, `parallelism`, `leaderElection`, `clientConnection`, `enableProfiling`, `enableContentionProfiling`, `percentageOfNodesToScore`, `podInitialBackoffSeconds`, `podMaxBackoffSeconds`, `profiles`, `extenders`, `delayCacheUntilActive` (line 3, column 1)",
+        ),
     ];
     for (yaml, want) in cases {
         assert_eq!(parse_err(yaml), want, "for:\n{yaml}");

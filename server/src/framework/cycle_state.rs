@@ -120,7 +120,10 @@ impl Clone for CycleState {
 impl fmt::Debug for CycleState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CycleState")
-            .field("keys", &self.entries.iter().map(|(k, _)| *k).collect::<Vec<_>>())
+            .field(
+                "keys",
+                &self.entries.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+            )
             .field("skip_filter", &self.skip_filter)
             .field("skip_score", &self.skip_score)
             .finish()
@@ -214,6 +217,9 @@ mod tests {
         let s = CycleState::new();
         let err = s.require(&COUNTER).unwrap_err();
         assert!(err.is_error());
-        assert_eq!(err.message(), "reading \"test/counter\" from cycleState: not found");
+        assert_eq!(
+            err.message(),
+            "reading \"test/counter\" from cycleState: not found"
+        );
     }
 }

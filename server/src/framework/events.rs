@@ -301,10 +301,14 @@ impl ClusterEventWithHint {
     /// A registration with a hint.
     pub fn with_hint(
         event: ClusterEvent,
-        hint: impl Fn(&PodInfo, Option<&EventObject>, Option<&EventObject>) -> Result<QueueingHint, String>
-            + Send
-            + Sync
-            + 'static,
+        hint: impl Fn(
+            &PodInfo,
+            Option<&EventObject>,
+            Option<&EventObject>,
+        ) -> Result<QueueingHint, String>
+        + Send
+        + Sync
+        + 'static,
     ) -> Self {
         Self {
             event,
@@ -328,10 +332,18 @@ impl fmt::Debug for ClusterEventWithHint {
 /// resource, each always requeueing.
 pub fn wildcard_registrations() -> Vec<ClusterEventWithHint> {
     use EventResource::*;
-    [Pod, Node, PersistentVolume, PersistentVolumeClaim, StorageClass, CsiNode, PodDisruptionBudget]
-        .into_iter()
-        .map(|r| ClusterEventWithHint::always(ClusterEvent::new(r, ActionType::ALL)))
-        .collect()
+    [
+        Pod,
+        Node,
+        PersistentVolume,
+        PersistentVolumeClaim,
+        StorageClass,
+        CsiNode,
+        PodDisruptionBudget,
+    ]
+    .into_iter()
+    .map(|r| ClusterEventWithHint::always(ClusterEvent::new(r, ActionType::ALL)))
+    .collect()
 }
 
 /// The events a change of a pod amounts to: which of the properties the
@@ -358,7 +370,10 @@ pub fn pod_scheduling_property_changes(old: &PodInfo, new: &PodInfo) -> Vec<Clus
     if actions.is_empty() {
         actions.push(ActionType::UPDATE);
     }
-    actions.into_iter().map(|a| ClusterEvent::new(resource, a)).collect()
+    actions
+        .into_iter()
+        .map(|a| ClusterEvent::new(resource, a))
+        .collect()
 }
 
 fn requests_went_down(old: &crate::model::Resource, new: &crate::model::Resource) -> bool {
@@ -417,20 +432,76 @@ mod tests {
 
     #[test]
     fn matching_rules() {
-        let node_add_taint = ClusterEvent::new(Node, ActionType::ADD | ActionType::UPDATE_NODE_TAINT);
+        let node_add_taint =
+            ClusterEvent::new(Node, ActionType::ADD | ActionType::UPDATE_NODE_TAINT);
         let pod_delete = ClusterEvent::new(Pod, ActionType::DELETE);
         let cases = [
-            ("same resource and action", node_add_taint, ClusterEvent::NODE_ADD, true),
-            ("one action of several", node_add_taint, ClusterEvent::new(Node, ActionType::UPDATE_NODE_TAINT), true),
-            ("other action", node_add_taint, ClusterEvent::new(Node, ActionType::UPDATE_NODE_LABEL), false),
-            ("other resource", node_add_taint, ClusterEvent::ASSIGNED_POD_ADD, false),
-            ("Pod covers assigned pods", pod_delete, ClusterEvent::ASSIGNED_POD_DELETE, true),
-            ("Pod covers unscheduled pods", pod_delete, ClusterEvent::new(UnscheduledPod, ActionType::DELETE), true),
-            ("assigned does not cover unscheduled", ClusterEvent::ASSIGNED_POD_DELETE, ClusterEvent::new(UnscheduledPod, ActionType::DELETE), false),
-            ("broad incoming update vs narrow registration", ClusterEvent::new(Node, ActionType::UPDATE_NODE_LABEL), ClusterEvent::new(Node, ActionType::UPDATE), false),
-            ("wildcard registration matches all", ClusterEvent::new(WildCard, ActionType::ALL), ClusterEvent::NODE_DELETE, true),
-            ("wildcard resource", ClusterEvent::new(WildCard, ActionType::ADD), ClusterEvent::NODE_ADD, true),
-            ("incoming wildcard needs a wildcard registration", node_add_taint, ClusterEvent::UNSCHEDULABLE_TIMEOUT, false),
+            (
+                "same resource and action",
+                node_add_taint,
+                ClusterEvent::NODE_ADD,
+                true,
+            ),
+            (
+                "one action of several",
+                node_add_taint,
+                ClusterEvent::new(Node, ActionType::UPDATE_NODE_TAINT),
+                true,
+            ),
+            (
+                "other action",
+                node_add_taint,
+                ClusterEvent::new(Node, ActionType::UPDATE_NODE_LABEL),
+                false,
+            ),
+            (
+                "other resource",
+                node_add_taint,
+                ClusterEvent::ASSIGNED_POD_ADD,
+                false,
+            ),
+            (
+                "Pod covers assigned pods",
+                pod_delete,
+                ClusterEvent::ASSIGNED_POD_DELETE,
+                true,
+            ),
+            (
+                "Pod covers unscheduled pods",
+                pod_delete,
+                ClusterEvent::new(UnscheduledPod, ActionType::DELETE),
+                true,
+            ),
+            (
+                "assigned does not cover unscheduled",
+                ClusterEvent::ASSIGNED_POD_DELETE,
+                ClusterEvent::new(UnscheduledPod, ActionType::DELETE),
+                false,
+            ),
+            (
+                "broad incoming update vs narrow registration",
+                ClusterEvent::new(Node, ActionType::UPDATE_NODE_LABEL),
+                ClusterEvent::new(Node, ActionType::UPDATE),
+                false,
+            ),
+            (
+                "wildcard registration matches all",
+                ClusterEvent::new(WildCard, ActionType::ALL),
+                ClusterEvent::NODE_DELETE,
+                true,
+            ),
+            (
+                "wildcard resource",
+                ClusterEvent::new(WildCard, ActionType::ADD),
+                ClusterEvent::NODE_ADD,
+                true,
+            ),
+            (
+                "incoming wildcard needs a wildcard registration",
+                node_add_taint,
+                ClusterEvent::UNSCHEDULABLE_TIMEOUT,
+                false,
+            ),
         ];
         for (name, registered, incoming, want) in cases {
             assert_eq!(registered.matches(&incoming), want, "{name}");
@@ -444,35 +515,94 @@ mod tests {
         let labelled = make_pod("p").req_cpu("1").gate("g").label("a", "b").build();
         let smaller = make_pod("p").req_cpu("500m").gate("g").build();
         let ungated = make_pod("p").req_cpu("1").build();
-        let tolerant = make_pod("p").req_cpu("1").gate("g").toleration("k", "Exists", "", "").build();
+        let tolerant = make_pod("p")
+            .req_cpu("1")
+            .gate("g")
+            .toleration("k", "Exists", "", "")
+            .build();
         let bound = make_pod("p").req_cpu("1").gate("g").node("n").build();
-        let act = |a: &PodInfo, b: &PodInfo| pod_scheduling_property_changes(a, b).iter().map(|e| e.action).collect::<Vec<_>>();
+        let act = |a: &PodInfo, b: &PodInfo| {
+            pod_scheduling_property_changes(a, b)
+                .iter()
+                .map(|e| e.action)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(act(&base, &labelled), [ActionType::UPDATE_POD_LABEL]);
         assert_eq!(act(&base, &smaller), [ActionType::UPDATE_POD_SCALE_DOWN]);
-        assert_eq!(act(&base, &ungated), [ActionType::UPDATE_POD_SCHEDULING_GATES_ELIMINATED]);
+        assert_eq!(
+            act(&base, &ungated),
+            [ActionType::UPDATE_POD_SCHEDULING_GATES_ELIMINATED]
+        );
         assert_eq!(act(&base, &tolerant), [ActionType::UPDATE_POD_TOLERATION]);
         assert_eq!(act(&base, &base), [ActionType::UPDATE]);
-        assert_eq!(pod_scheduling_property_changes(&base, &bound)[0].resource, EventResource::AssignedPod);
+        assert_eq!(
+            pod_scheduling_property_changes(&base, &bound)[0].resource,
+            EventResource::AssignedPod
+        );
     }
 
     #[test]
     fn node_changes() {
         use crate::testing::make_node;
         let base = make_node("n").cpu("1").unschedulable().build();
-        let act = |a: &NodeSpec, b: &NodeSpec| node_scheduling_property_changes(a, b).iter().map(|e| e.action).collect::<Vec<_>>();
+        let act = |a: &NodeSpec, b: &NodeSpec| {
+            node_scheduling_property_changes(a, b)
+                .iter()
+                .map(|e| e.action)
+                .collect::<Vec<_>>()
+        };
         assert!(act(&base, &base).is_empty(), "heartbeat");
-        assert_eq!(act(&base, &make_node("n").cpu("1").build()), [ActionType::UPDATE_NODE_TAINT], "uncordoned");
-        assert!(act(&make_node("n").cpu("1").build(), &base).is_empty(), "cordoning is no help to pending pods");
-        assert_eq!(act(&base, &make_node("n").cpu("2").unschedulable().build()), [ActionType::UPDATE_NODE_ALLOCATABLE]);
-        assert_eq!(act(&base, &make_node("n").cpu("1").unschedulable().label("a", "b").build()), [ActionType::UPDATE_NODE_LABEL]);
-        assert_eq!(act(&base, &make_node("n").cpu("1").unschedulable().taint("k", "v", "NoSchedule").build()), [ActionType::UPDATE_NODE_TAINT]);
+        assert_eq!(
+            act(&base, &make_node("n").cpu("1").build()),
+            [ActionType::UPDATE_NODE_TAINT],
+            "uncordoned"
+        );
+        assert!(
+            act(&make_node("n").cpu("1").build(), &base).is_empty(),
+            "cordoning is no help to pending pods"
+        );
+        assert_eq!(
+            act(&base, &make_node("n").cpu("2").unschedulable().build()),
+            [ActionType::UPDATE_NODE_ALLOCATABLE]
+        );
+        assert_eq!(
+            act(
+                &base,
+                &make_node("n")
+                    .cpu("1")
+                    .unschedulable()
+                    .label("a", "b")
+                    .build()
+            ),
+            [ActionType::UPDATE_NODE_LABEL]
+        );
+        assert_eq!(
+            act(
+                &base,
+                &make_node("n")
+                    .cpu("1")
+                    .unschedulable()
+                    .taint("k", "v", "NoSchedule")
+                    .build()
+            ),
+            [ActionType::UPDATE_NODE_TAINT]
+        );
     }
 
     #[test]
     fn labels() {
         assert_eq!(ClusterEvent::NODE_ADD.label(), "NodeAdd");
-        assert_eq!(ClusterEvent::ASSIGNED_POD_DELETE.label(), "AssignedPodDelete");
-        assert_eq!(ClusterEvent::UNSCHEDULABLE_TIMEOUT.label(), "UnschedulableTimeout");
-        assert_eq!(ClusterEvent::new(Node, ActionType::ADD | ActionType::UPDATE_NODE_TAINT).label(), "NodeAdd|UpdateNodeTaint");
+        assert_eq!(
+            ClusterEvent::ASSIGNED_POD_DELETE.label(),
+            "AssignedPodDelete"
+        );
+        assert_eq!(
+            ClusterEvent::UNSCHEDULABLE_TIMEOUT.label(),
+            "UnschedulableTimeout"
+        );
+        assert_eq!(
+            ClusterEvent::new(Node, ActionType::ADD | ActionType::UPDATE_NODE_TAINT).label(),
+            "NodeAdd|UpdateNodeTaint"
+        );
     }
 }

@@ -193,7 +193,12 @@ pub trait ScorePlugin: Plugin {
 /// Rescales one plugin's scores after all nodes are scored.
 pub trait ScoreExtensions: Send + Sync {
     /// Rewrites `scores` in place; results must land in [0, 100].
-    fn normalize_score(&self, state: &CycleState, pod: &PodInfo, scores: &mut [NodeScore<'_>]) -> Status;
+    fn normalize_score(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        scores: &mut [NodeScore<'_>],
+    ) -> Status;
 }
 
 /// Claims resources for the pod on the chosen node before binding, and

@@ -19,20 +19,23 @@ mod waiting_pods;
 
 pub use cycle_state::{CycleState, PluginMask, StateData, StateKey};
 pub use events::{
-    node_scheduling_property_changes, pod_scheduling_property_changes, wildcard_registrations, ActionType, ClusterEvent, ClusterEventWithHint, EventObject, EventResource,
-    QueueingHint, QueueingHintFn,
+    ActionType, ClusterEvent, ClusterEventWithHint, EventObject, EventResource, QueueingHint,
+    QueueingHintFn, node_scheduling_property_changes, pod_scheduling_property_changes,
+    wildcard_registrations,
 };
 pub use handle::{
-    truncate_note, ClusterClient, ClusterError, EventRecorder, EventType, Handle, NominatedPods, PodEvent,
-    PodNominator, NOTE_LENGTH_LIMIT,
+    ClusterClient, ClusterError, EventRecorder, EventType, Handle, NOTE_LENGTH_LIMIT,
+    NominatedPods, PodEvent, PodNominator, truncate_note,
 };
 pub use interface::*;
 pub use parallelize::Parallelizer;
-pub use registry::{parse_args, DuplicatePlugin, NoArgs, PluginArgs, PluginFactory, Registry, ValidateArgs};
+pub use registry::{
+    DuplicatePlugin, NoArgs, PluginArgs, PluginFactory, Registry, ValidateArgs, parse_args,
+};
 pub use runtime::{Framework, PluginEvents, ScoreResult};
 pub use status::{Code, Reason, Status};
 pub use types::*;
-pub use waiting_pods::{go_duration, WaitingPod, WaitingPods, MAX_PERMIT_TIMEOUT};
+pub use waiting_pods::{MAX_PERMIT_TIMEOUT, WaitingPod, WaitingPods, go_duration};
 
 /// The extension points a profile configures, in the order they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

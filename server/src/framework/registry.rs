@@ -61,20 +61,23 @@ where
         None | Some(serde_json::Value::Null) => T::default(),
         Some(serde_json::Value::Object(map)) => {
             let mut map = map.clone();
-            if let Some(kind) = map.remove("kind") {
-                if kind.as_str() != Some(expected_kind) {
-                    return Err(ConfigError::new(
-                        format!("{path}.kind"),
-                        format!("expected {expected_kind:?}, got {kind}"),
-                    ));
-                }
+            if let Some(kind) = map.remove("kind")
+                && kind.as_str() != Some(expected_kind)
+            {
+                return Err(ConfigError::new(
+                    format!("{path}.kind"),
+                    format!("expected {expected_kind:?}, got {kind}"),
+                ));
             }
             map.remove("apiVersion");
             serde_path_to_error::deserialize(serde_json::Value::Object(map))
                 .map_err(|e| ConfigError::from_serde(path, e))?
         }
         Some(other) => {
-            return Err(ConfigError::new(path, format!("must be an object, got {other}")));
+            return Err(ConfigError::new(
+                path,
+                format!("must be an object, got {other}"),
+            ));
         }
     };
     value.validate(path)?;
@@ -132,7 +135,11 @@ impl Registry {
     }
 
     /// Registers a factory that handles its raw args itself.
-    pub fn register_factory(&mut self, name: &str, factory: PluginFactory) -> Result<(), DuplicatePlugin> {
+    pub fn register_factory(
+        &mut self,
+        name: &str,
+        factory: PluginFactory,
+    ) -> Result<(), DuplicatePlugin> {
         if self.factories.contains_key(name) {
             return Err(DuplicatePlugin(name.to_string()));
         }

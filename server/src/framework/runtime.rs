@@ -34,15 +34,20 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::ExtensionPoint;
 use super::cycle_state::{CycleState, PluginMask};
-use super::events::{wildcard_registrations, ActionType, ClusterEvent, ClusterEventWithHint, EventResource};
+use super::events::{
+    ActionType, ClusterEvent, ClusterEventWithHint, EventResource, wildcard_registrations,
+};
 use super::handle::{Handle, NominatedPods};
 use super::interface::*;
 use super::registry::Registry;
 use super::status::{Code, Status};
-use super::types::{NodeScore, NodeToStatus, PostFilterResult, PreFilterResult, MAX_NODE_SCORE, MAX_TOTAL_SCORE, MIN_NODE_SCORE};
+use super::types::{
+    MAX_NODE_SCORE, MAX_TOTAL_SCORE, MIN_NODE_SCORE, NodeScore, NodeToStatus, PostFilterResult,
+    PreFilterResult,
+};
 use super::waiting_pods::MAX_PERMIT_TIMEOUT;
-use super::ExtensionPoint;
 use crate::cache::NodeInfo;
 use crate::config::{ConfigError, PluginRef, Profile};
 use crate::model::{PodInfo, PodRef};
@@ -58,6 +63,10 @@ struct PreScoreEntry {
     /// The same plugin's position among the Score plugins.
     score_index: Option<usize>,
 }
+
+/// The plugins placed at one point, with the configuration entry that
+/// placed each.
+type PointList<'a> = Vec<(Arc<dyn Plugin>, &'a PluginRef)>;
 
 struct ScoreEntry {
     plugin: Arc<dyn ScorePlugin>,
@@ -151,13 +160,24 @@ const REJECTING_POINTS: [ExtensionPoint; 5] = [
 impl Framework {
     /// Instantiates a profile's plugins and arranges them by extension
     /// point. Every error names the configuration path at fault.
-    pub fn new(profile: &Profile, registry: &Registry, handle: &Handle) -> Result<Self, ConfigError> {
+    pub fn new(
+        profile: &Profile,
+        registry: &Registry,
+        handle: &Handle,
+    ) -> Result<Self, ConfigError> {
         // Instantiate every plugin the profile enables, once, with its args.
         let mut instances: Vec<(String, Arc<dyn Plugin>)> = Vec::new();
         let multi = &profile.plugins.multi_point;
         let all_refs = ExtensionPoint::ALL
             .iter()
-            .flat_map(|p| profile.plugins.get(*p).enabled.iter().map(move |r| (Some(*p), r)))
+            .flat_map(|p| {
+                profile
+                    .plugins
+                    .get(*p)
+                    .enabled
+                    .iter()
+                    .map(move |r| (Some(*p), r))
+            })
             .chain(multi.enabled.iter().map(|r| (None, r)));
         for (point, r) in all_refs {
             if instances.iter().any(|(n, _)| *n == r.name) {
@@ -165,11 +185,17 @@ impl Framework {
             }
             let Some(factory) = registry.get(&r.name) else {
                 let iface = point.map_or("Plugin", |p| p.interface());
-                return Err(ConfigError::new(&r.path, format!("{iface} {:?} does not exist", r.name)));
+                return Err(ConfigError::new(
+                    &r.path,
+                    format!("{iface} {:?} does not exist", r.name),
+                ));
             };
             let (args, args_path) = match profile.args_for(&r.name) {
                 Some(c) => (c.args.as_ref(), c.path.clone()),
-                None => (None, format!("{}.pluginConfig[{}].args", profile.path, r.name)),
+                None => (
+                    None,
+                    format!("{}.pluginConfig[{}].args", profile.path, r.name),
+                ),
             };
             let plugin = factory(args, &args_path, handle)?;
             instances.push((r.name.clone(), plugin));
@@ -177,31 +203,44 @@ impl Framework {
         // Args given for plugins the profile does not enable are still
         // validated, so that typos in them do not go unnoticed.
         for c in &profile.plugin_config {
-            if !instances.iter().any(|(n, _)| *n == c.name) {
-                if let Some(factory) = registry.get(&c.name) {
-                    factory(c.args.as_ref(), &c.path, handle)?;
-                }
+            if !instances.iter().any(|(n, _)| *n == c.name)
+                && let Some(factory) = registry.get(&c.name)
+            {
+                factory(c.args.as_ref(), &c.path, handle)?;
             }
         }
-        let get = |name: &str| instances.iter().find(|(n, _)| n == name).map(|(_, p)| p.clone());
+        let get = |name: &str| {
+            instances
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, p)| p.clone())
+        };
 
         // Per point: explicit plugins, then multiPoint expansion.
-        let mut lists: Vec<(ExtensionPoint, Vec<(Arc<dyn Plugin>, &PluginRef)>)> = Vec::new();
+        let mut lists: Vec<(ExtensionPoint, PointList<'_>)> = Vec::new();
         for point in ExtensionPoint::ALL {
             let set = profile.plugins.get(point);
-            let mut explicit: Vec<(Arc<dyn Plugin>, &PluginRef)> = Vec::new();
+            let mut explicit: PointList<'_> = Vec::new();
             for r in &set.enabled {
                 let p = get(&r.name).expect("instantiated above");
                 if !implements(&p, point) {
                     return Err(ConfigError::new(
                         &r.path,
-                        format!("plugin {:?} does not extend {} plugin", r.name, point.interface()),
+                        format!(
+                            "plugin {:?} does not extend {} plugin",
+                            r.name,
+                            point.interface()
+                        ),
                     ));
                 }
                 if explicit.iter().any(|(_, e)| e.name == r.name) {
                     return Err(ConfigError::new(
                         &r.path,
-                        format!("plugin {:?} already registered as {:?}", r.name, point.interface()),
+                        format!(
+                            "plugin {:?} already registered as {:?}",
+                            r.name,
+                            point.interface()
+                        ),
                     ));
                 }
                 explicit.push((p, r));
@@ -211,7 +250,7 @@ impl Framework {
                 list = explicit;
             } else {
                 let mut overrides = Vec::new();
-                let mut from_multi: Vec<(Arc<dyn Plugin>, &PluginRef)> = Vec::new();
+                let mut from_multi: PointList<'_> = Vec::new();
                 for r in &multi.enabled {
                     let p = get(&r.name).expect("instantiated above");
                     if !implements(&p, point) || set.is_disabled(&r.name) {
@@ -224,27 +263,39 @@ impl Framework {
                     if from_multi.iter().any(|(_, e)| e.name == r.name) {
                         return Err(ConfigError::new(
                             &r.path,
-                            format!("plugin {:?} already registered as {:?}", r.name, point.interface()),
+                            format!(
+                                "plugin {:?} already registered as {:?}",
+                                r.name,
+                                point.interface()
+                            ),
                         ));
                     }
                     from_multi.push((p, r));
                 }
-                let (first, rest): (Vec<_>, Vec<_>) =
-                    explicit.into_iter().partition(|(_, e)| overrides.contains(&e.name));
+                let (first, rest): (Vec<_>, Vec<_>) = explicit
+                    .into_iter()
+                    .partition(|(_, e)| overrides.contains(&e.name));
                 list.extend(first);
                 list.extend(from_multi);
                 list.extend(rest);
             }
             lists.push((point, list));
         }
-        let list = |point: ExtensionPoint| -> &Vec<(Arc<dyn Plugin>, &PluginRef)> {
-            &lists.iter().find(|(p, _)| *p == point).expect("every point").1
+        let list = |point: ExtensionPoint| -> &PointList<'_> {
+            &lists
+                .iter()
+                .find(|(p, _)| *p == point)
+                .expect("every point")
+                .1
         };
         for (point, l) in &lists {
             if l.len() > PluginMask::CAPACITY {
                 return Err(ConfigError::new(
                     format!("{}.plugins.{}", profile.path, point.field()),
-                    format!("at most {} plugins per extension point", PluginMask::CAPACITY),
+                    format!(
+                        "at most {} plugins per extension point",
+                        PluginMask::CAPACITY
+                    ),
                 ));
             }
         }
@@ -269,7 +320,7 @@ impl Framework {
                         format!("{}.weight", configured.1),
                         w,
                         "must be greater than or equal to 0",
-                    ))
+                    ));
                 }
                 Some(0) | None => 1,
                 Some(w) => i64::from(w),
@@ -303,8 +354,9 @@ impl Framework {
         }
 
         let typed = |point: ExtensionPoint| list(point).iter().map(|(p, _)| p.clone());
-        let filter: Vec<Arc<dyn FilterPlugin>> =
-            typed(ExtensionPoint::Filter).map(|p| p.as_filter().expect("checked")).collect();
+        let filter: Vec<Arc<dyn FilterPlugin>> = typed(ExtensionPoint::Filter)
+            .map(|p| p.as_filter().expect("checked"))
+            .collect();
         let filter_names: Vec<&'static str> = filter.iter().map(|p| p.name()).collect();
         let score_names: Vec<&'static str> = score.iter().map(|s| s.plugin.name()).collect();
 
@@ -315,11 +367,14 @@ impl Framework {
                 if events.iter().any(|e| e.plugin == p.name()) {
                     continue;
                 }
-                let mut registered = p.events_to_register().unwrap_or_else(wildcard_registrations);
+                let mut registered = p
+                    .events_to_register()
+                    .unwrap_or_else(wildcard_registrations);
                 // A plugin waiting for nodes to appear also wants nodes whose
                 // taints change (upstream does the same).
                 let node_add = registered.iter().any(|e| {
-                    e.event.resource == EventResource::Node && e.event.action.contains(ActionType::ADD)
+                    e.event.resource == EventResource::Node
+                        && e.event.action.contains(ActionType::ADD)
                 });
                 let node_taint = registered.iter().any(|e| {
                     e.event.resource == EventResource::Node
@@ -374,11 +429,21 @@ impl Framework {
                 })
                 .collect(),
             score,
-            reserve: typed(ExtensionPoint::Reserve).map(|p| p.as_reserve().expect("checked")).collect(),
-            permit: typed(ExtensionPoint::Permit).map(|p| p.as_permit().expect("checked")).collect(),
-            pre_bind: typed(ExtensionPoint::PreBind).map(|p| p.as_pre_bind().expect("checked")).collect(),
-            bind: typed(ExtensionPoint::Bind).map(|p| p.as_bind().expect("checked")).collect(),
-            post_bind: typed(ExtensionPoint::PostBind).map(|p| p.as_post_bind().expect("checked")).collect(),
+            reserve: typed(ExtensionPoint::Reserve)
+                .map(|p| p.as_reserve().expect("checked"))
+                .collect(),
+            permit: typed(ExtensionPoint::Permit)
+                .map(|p| p.as_permit().expect("checked"))
+                .collect(),
+            pre_bind: typed(ExtensionPoint::PreBind)
+                .map(|p| p.as_pre_bind().expect("checked"))
+                .collect(),
+            bind: typed(ExtensionPoint::Bind)
+                .map(|p| p.as_bind().expect("checked"))
+                .collect(),
+            post_bind: typed(ExtensionPoint::PostBind)
+                .map(|p| p.as_post_bind().expect("checked"))
+                .collect(),
             events,
             names,
         })
@@ -480,10 +545,13 @@ impl Framework {
                     _ => {
                         return (
                             None,
-                            Status::error(format!("running PreFilter plugin {name:?}: {}", s.message()))
-                                .with_plugin(name),
+                            Status::error(format!(
+                                "running PreFilter plugin {name:?}: {}",
+                                s.message()
+                            ))
+                            .with_plugin(name),
                             BTreeSet::new(),
-                        )
+                        );
                     }
                 }
             }
@@ -495,11 +563,18 @@ impl Framework {
                 None => result = Some(r),
                 Some(acc) => acc.merge(&r),
             }
-            if result.as_ref().and_then(|r| r.node_names.as_ref()).is_some_and(|n| n.is_empty()) {
+            if result
+                .as_ref()
+                .and_then(|r| r.node_names.as_ref())
+                .is_some_and(|n| n.is_empty())
+            {
                 let msg = if with_nodes.len() == 1 {
                     format!("node(s) didn't satisfy plugin {name}")
                 } else {
-                    format!("node(s) didn't satisfy plugin(s) {} simultaneously", go_list(&with_nodes))
+                    format!(
+                        "node(s) didn't satisfy plugin(s) {} simultaneously",
+                        go_list(&with_nodes)
+                    )
                 };
                 return (result, Status::unresolvable(msg), with_nodes);
             }
@@ -528,8 +603,11 @@ impl Framework {
             let s = ext.add_pod(state, pod, pod_to_add, node);
             if !s.is_success() {
                 let name = entry.plugin.name();
-                return Status::error(format!("running AddPod on PreFilter plugin {name:?}: {}", s.message()))
-                    .with_plugin(name);
+                return Status::error(format!(
+                    "running AddPod on PreFilter plugin {name:?}: {}",
+                    s.message()
+                ))
+                .with_plugin(name);
             }
         }
         Status::success()
@@ -581,7 +659,12 @@ impl Framework {
     /// Like [`Framework::run_filter`], but evaluates every Filter plugin
     /// (for explanations): each plugin's verdict, in order, `None` for
     /// plugins skipped at PreFilter.
-    pub fn run_filter_each(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Vec<(&'static str, Option<Status>)> {
+    pub fn run_filter_each(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Vec<(&'static str, Option<Status>)> {
         self.filter
             .iter()
             .enumerate()
@@ -590,7 +673,11 @@ impl Framework {
                     (p.name(), None)
                 } else {
                     let s = p.filter(state, pod, node);
-                    let s = if s.is_success() { s } else { self.filter_failure(p.name(), s) };
+                    let s = if s.is_success() {
+                        s
+                    } else {
+                        self.filter_failure(p.name(), s)
+                    };
                     (p.name(), Some(s))
                 }
             })
@@ -601,7 +688,8 @@ impl Framework {
         if s.is_rejected() {
             s.with_plugin(name)
         } else {
-            Status::error(format!("running {name:?} filter plugin: {}", s.message())).with_plugin(name)
+            Status::error(format!("running {name:?} filter plugin: {}", s.message()))
+                .with_plugin(name)
         }
     }
 
@@ -663,7 +751,8 @@ impl Framework {
                 Code::Unschedulable => {
                     reasons.extend(s.reasons().iter().cloned());
                     rejector.get_or_insert(p.name());
-                    if let Some(r) = r.filter(|r| r.nominating_info != super::NominatingInfo::Noop) {
+                    if let Some(r) = r.filter(|r| r.nominating_info != super::NominatingInfo::Noop)
+                    {
                         last_result = Some(r);
                     }
                 }
@@ -678,7 +767,12 @@ impl Framework {
     }
 
     /// Runs PreScore plugins on the feasible nodes.
-    pub async fn run_pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[Arc<NodeInfo>]) -> Status {
+    pub async fn run_pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Status {
         for entry in &self.pre_score {
             let s = entry.plugin.pre_score(state, pod, nodes).await;
             if s.is_skip() {
@@ -689,7 +783,8 @@ impl Framework {
             }
             if !s.is_success() {
                 let name = entry.plugin.name();
-                return Status::error(format!("running PreScore plugin {name:?}: {}", s.message())).with_plugin(name);
+                return Status::error(format!("running PreScore plugin {name:?}: {}", s.message()))
+                    .with_plugin(name);
             }
         }
         Status::success()
@@ -698,7 +793,12 @@ impl Framework {
     /// Scores the feasible nodes: every (non-skipped) Score plugin on every
     /// node, fanned out over nodes; then NormalizeScore per plugin; then the
     /// range check and the weighted sum.
-    pub fn run_score(&self, state: &CycleState, pod: &PodInfo, nodes: &[Arc<NodeInfo>]) -> Result<ScoreResult, Status> {
+    pub fn run_score(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<ScoreResult, Status> {
         let active: Vec<&ScoreEntry> = self
             .score
             .iter()
@@ -791,8 +891,12 @@ impl Framework {
                 if s.is_rejected() {
                     return s.with_plugin(p.name());
                 }
-                return Status::error(format!("running Reserve plugin {:?}: {}", p.name(), s.message()))
-                    .with_plugin(p.name());
+                return Status::error(format!(
+                    "running Reserve plugin {:?}: {}",
+                    p.name(),
+                    s.message()
+                ))
+                .with_plugin(p.name());
             }
         }
         Status::success()
@@ -822,13 +926,19 @@ impl Framework {
                 waits.push((p.name(), timeout.min(MAX_PERMIT_TIMEOUT)));
                 continue;
             }
-            return Status::error(format!("running Permit plugin {:?}: {}", p.name(), s.message()))
-                .with_plugin(p.name());
+            return Status::error(format!(
+                "running Permit plugin {:?}: {}",
+                p.name(),
+                s.message()
+            ))
+            .with_plugin(p.name());
         }
         if waits.is_empty() {
             return Status::success();
         }
-        self.handle.waiting_pods().add(pod.clone(), node.clone(), waits);
+        self.handle
+            .waiting_pods()
+            .add(pod.clone(), node.clone(), waits);
         Status::new(
             Code::Wait,
             format!(
@@ -861,8 +971,12 @@ impl Framework {
                 if s.is_rejected() {
                     return s.with_plugin(p.name());
                 }
-                return Status::error(format!("running PreBind plugin {:?}: {}", p.name(), s.message()))
-                    .with_plugin(p.name());
+                return Status::error(format!(
+                    "running PreBind plugin {:?}: {}",
+                    p.name(),
+                    s.message()
+                ))
+                .with_plugin(p.name());
             }
         }
         Status::success()
@@ -884,8 +998,12 @@ impl Framework {
             if s.is_rejected() {
                 return s.with_plugin(p.name());
             }
-            return Status::error(format!("running Bind plugin {:?}: {}", p.name(), s.message()))
-                .with_plugin(p.name());
+            return Status::error(format!(
+                "running Bind plugin {:?}: {}",
+                p.name(),
+                s.message()
+            ))
+            .with_plugin(p.name());
         }
         last
     }

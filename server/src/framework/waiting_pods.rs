@@ -70,15 +70,15 @@ impl WaitingPod {
     /// `plugin` allows the pod; when no plugin is left, the pod proceeds.
     pub fn allow(&self, plugin: &str) {
         let mut inner = self.inner.lock();
-        if let Some(i) = inner.pending.iter().position(|(p, _)| *p == plugin) {
-            if let (_, Some(timer)) = inner.pending.remove(i) {
-                timer.abort();
-            }
+        if let Some(i) = inner.pending.iter().position(|(p, _)| *p == plugin)
+            && let (_, Some(timer)) = inner.pending.remove(i)
+        {
+            timer.abort();
         }
-        if inner.pending.is_empty() {
-            if let Some(tx) = inner.outcome.take() {
-                let _ = tx.send(Status::success());
-            }
+        if inner.pending.is_empty()
+            && let Some(tx) = inner.outcome.take()
+        {
+            let _ = tx.send(Status::success());
         }
     }
 
@@ -257,7 +257,14 @@ mod tests {
     async fn proceeds_only_when_every_plugin_allowed() {
         let w = WaitingPods::default();
         let p = pod();
-        w.add(p.clone(), "n1".into(), vec![("A", Duration::from_secs(10)), ("B", Duration::from_secs(20))]);
+        w.add(
+            p.clone(),
+            "n1".into(),
+            vec![
+                ("A", Duration::from_secs(10)),
+                ("B", Duration::from_secs(20)),
+            ],
+        );
         assert_eq!(w.get(&p.uid).unwrap().pending_plugins(), ["A", "B"]);
         assert!(w.allow(&p.uid, "A"));
         let waiting = w.clone();
@@ -275,7 +282,14 @@ mod tests {
     async fn each_plugin_has_its_own_timer() {
         let w = WaitingPods::default();
         let p = pod();
-        w.add(p.clone(), "n1".into(), vec![("A", Duration::from_secs(10)), ("B", Duration::from_secs(20))]);
+        w.add(
+            p.clone(),
+            "n1".into(),
+            vec![
+                ("A", Duration::from_secs(10)),
+                ("B", Duration::from_secs(20)),
+            ],
+        );
         // A allows before its timer; B's timer (20s) still runs and rejects.
         w.allow(&p.uid, "A");
         let start = tokio::time::Instant::now();
@@ -283,7 +297,10 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_secs(20));
         assert_eq!(status.code(), Code::Unschedulable);
         assert_eq!(status.plugin(), Some("B"));
-        assert_eq!(status.message(), "rejected due to timeout after waiting 20s at plugin B");
+        assert_eq!(
+            status.message(),
+            "rejected due to timeout after waiting 20s at plugin B"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -295,7 +312,10 @@ mod tests {
         w.allow(&p.uid, "A");
         let status = w.wait(&p.uid).await;
         assert_eq!(status.message(), "no room for the gang");
-        assert!(!w.allow(&p.uid, "A"), "forgotten once the outcome was taken");
+        assert!(
+            !w.allow(&p.uid, "A"),
+            "forgotten once the outcome was taken"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -54,7 +54,12 @@ impl NodeSpec {
             .ok_or_else(|| InvalidObject::new("metadata.name", "Required value"))?;
         let spec = node.spec.as_ref();
         let mut taints = Vec::new();
-        for (i, t) in spec.and_then(|s| s.taints.as_ref()).into_iter().flatten().enumerate() {
+        for (i, t) in spec
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
             let effect = TaintEffect::parse(&t.effect).ok_or_else(|| {
                 InvalidObject::new(
                     format!("spec.taints[{i}].effect"),
@@ -70,7 +75,10 @@ impl NodeSpec {
         let status = node.status.as_ref();
         let allocatable = match status.and_then(|s| s.allocatable.as_ref()) {
             Some(list) => Resource::from_list(list).map_err(|e| {
-                InvalidObject::new(format!("status.allocatable.{}", e.name), e.error.to_string())
+                InvalidObject::new(
+                    format!("status.allocatable.{}", e.name),
+                    e.error.to_string(),
+                )
             })?,
             None => Resource::default(),
         };
@@ -79,7 +87,12 @@ impl NodeSpec {
             .into_iter()
             .flatten()
             .map(|img| NodeImage {
-                names: img.names.iter().flatten().map(|n| Arc::from(n.as_str())).collect(),
+                names: img
+                    .names
+                    .iter()
+                    .flatten()
+                    .map(|n| Arc::from(n.as_str()))
+                    .collect(),
                 size_bytes: img.size_bytes.unwrap_or(0),
             })
             .collect();

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
 use super::quantity::Quantity;
-use super::resource::{self, Resource, DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST};
+use super::resource::{self, DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, Resource};
 use super::taint::{TaintEffect, Toleration, TolerationOperator};
 use super::{InvalidObject, Labels};
 
@@ -116,7 +116,11 @@ impl PodInfo {
         )?;
 
         let mut host_ports = Vec::new();
-        let app = spec.containers.iter().enumerate().map(|(i, c)| (format!("spec.containers[{i}]"), c));
+        let app = spec
+            .containers
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (format!("spec.containers[{i}]"), c));
         let sidecars = spec
             .init_containers
             .iter()
@@ -136,11 +140,17 @@ impl PodInfo {
                     Some(other) => {
                         return Err(InvalidObject::new(
                             format!("{path}.ports[{j}].protocol"),
-                            format!("Unsupported value: \"{other}\": supported values: \"SCTP\", \"TCP\", \"UDP\""),
+                            format!(
+                                "Unsupported value: \"{other}\": supported values: \"SCTP\", \"TCP\", \"UDP\""
+                            ),
                         ));
                     }
                 };
-                let ip = p.host_ip.as_deref().filter(|s| !s.is_empty()).unwrap_or("0.0.0.0");
+                let ip = p
+                    .host_ip
+                    .as_deref()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or("0.0.0.0");
                 host_ports.push(HostPort {
                     ip: Arc::from(ip),
                     protocol,
@@ -157,7 +167,9 @@ impl PodInfo {
                 Some(other) => {
                     return Err(InvalidObject::new(
                         format!("spec.tolerations[{i}].operator"),
-                        format!("Unsupported value: \"{other}\": supported values: \"Equal\", \"Exists\""),
+                        format!(
+                            "Unsupported value: \"{other}\": supported values: \"Equal\", \"Exists\""
+                        ),
                     ));
                 }
             };
@@ -190,7 +202,11 @@ impl PodInfo {
                     .filter(|s| !s.is_empty())
                     .unwrap_or(DEFAULT_SCHEDULER_NAME),
             ),
-            node_name: spec.node_name.as_deref().filter(|s| !s.is_empty()).map(Arc::from),
+            node_name: spec
+                .node_name
+                .as_deref()
+                .filter(|s| !s.is_empty())
+                .map(Arc::from),
             nominated_node_name: status
                 .and_then(|s| s.nominated_node_name.as_deref())
                 .filter(|s| !s.is_empty())
@@ -247,7 +263,11 @@ fn pod_requests(pod: &Pod, defaults: Option<(i64, i64)>) -> Result<Resource, Inv
     };
     let mut reqs = Resource::default();
     for (i, c) in spec.containers.iter().enumerate() {
-        reqs.add(&container_requests(c, defaults, &format!("spec.containers[{i}]"))?);
+        reqs.add(&container_requests(
+            c,
+            defaults,
+            &format!("spec.containers[{i}]"),
+        )?);
     }
     let mut sidecars = Resource::default();
     let mut init_max = Resource::default();
@@ -358,7 +378,10 @@ mod tests {
 
     #[test]
     fn explicit_zero_request_stays_zero() {
-        let p = pod(base(json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "0"}}}]}))).unwrap();
+        let p = pod(base(
+            json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "0"}}}]}),
+        ))
+        .unwrap();
         assert_eq!(p.non_zero_milli_cpu, 0);
         assert_eq!(p.non_zero_memory, DEFAULT_MEMORY_REQUEST);
     }
@@ -371,13 +394,18 @@ mod tests {
         ]})))
         .unwrap_err();
         assert_eq!(err.path, "spec.containers[1].resources.requests.cpu");
-        assert!(err.message.starts_with("quantities must match the regular expression"));
+        assert!(
+            err.message
+                .starts_with("quantities must match the regular expression")
+        );
     }
 
     #[test]
     fn negative_request_is_rejected() {
-        let err = pod(base(json!({"containers": [{"name": "a", "resources": {"requests": {"memory": "-1Mi"}}}]})))
-            .unwrap_err();
+        let err = pod(base(
+            json!({"containers": [{"name": "a", "resources": {"requests": {"memory": "-1Mi"}}}]}),
+        ))
+        .unwrap_err();
         assert_eq!(err.path, "spec.containers[0].resources.requests.memory");
     }
 
@@ -408,8 +436,23 @@ mod tests {
 
     #[test]
     fn missing_pieces_are_named() {
-        assert_eq!(pod(json!({"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "a"}]}})).unwrap_err().path, "metadata.name");
-        assert_eq!(pod(json!({"metadata": {"name": "p", "uid": "u"}})).unwrap_err().path, "spec");
-        assert_eq!(pod(json!({"metadata": {"name": "p", "uid": "u"}, "spec": {"containers": []}})).unwrap_err().path, "spec.containers");
+        assert_eq!(
+            pod(json!({"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "a"}]}}))
+                .unwrap_err()
+                .path,
+            "metadata.name"
+        );
+        assert_eq!(
+            pod(json!({"metadata": {"name": "p", "uid": "u"}}))
+                .unwrap_err()
+                .path,
+            "spec"
+        );
+        assert_eq!(
+            pod(json!({"metadata": {"name": "p", "uid": "u"}, "spec": {"containers": []}}))
+                .unwrap_err()
+                .path,
+            "spec.containers"
+        );
     }
 }

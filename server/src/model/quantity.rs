@@ -38,11 +38,11 @@ impl Quantity {
         let bytes = text.as_bytes();
         let mut i = 0;
         let mut negative = false;
-        if let Some(&c) = bytes.first() {
-            if c == b'+' || c == b'-' {
-                negative = c == b'-';
-                i = 1;
-            }
+        if let Some(&c) = bytes.first()
+            && (c == b'+' || c == b'-')
+        {
+            negative = c == b'-';
+            i = 1;
         }
         let mut mantissa: u128 = 0;
         let mut digits = 0usize;
@@ -105,7 +105,7 @@ impl Quantity {
         } else {
             let div = 10u128.checked_pow(exp.unsigned_abs()).unwrap_or(u128::MAX);
             let whole = m / div;
-            if m % div != 0 && !self.negative {
+            if !m.is_multiple_of(div) && !self.negative {
                 whole + 1
             } else {
                 whole
@@ -194,7 +194,7 @@ mod tests {
             ("2.25", 2250),
             (".1", 100),
             ("1.", 1000),
-            ("100u", 1),  // rounds up to one milli-CPU
+            ("100u", 1), // rounds up to one milli-CPU
             ("1n", 1),
             ("0", 0),
             ("1e3", 1_000_000),
@@ -216,11 +216,14 @@ mod tests {
             ("1.5Gi", 3 << 29),
             ("1k", 1000),
             ("1Ki", 1024),
-            ("100m", 1), // a tenth of a byte rounds up to one byte
+            ("100m", 1),       // a tenth of a byte rounds up to one byte
             ("8Ei", i64::MAX), // overflows below
         ] {
             if text == "8Ei" {
-                assert_eq!(Quantity::parse(text).unwrap().value(), Err(QuantityError::TooLarge));
+                assert_eq!(
+                    Quantity::parse(text).unwrap().value(),
+                    Err(QuantityError::TooLarge)
+                );
             } else {
                 assert_eq!(value(text), want, "{text}");
             }
@@ -229,8 +232,14 @@ mod tests {
 
     #[test]
     fn malformed() {
-        for text in ["", "abc", "1Qi", "1.2.3", "--1", "1e", "1e+", "m", ".", "1 Gi", "1KiB"] {
-            assert_eq!(Quantity::parse(text), Err(QuantityError::Format), "{text:?}");
+        for text in [
+            "", "abc", "1Qi", "1.2.3", "--1", "1e", "1e+", "m", ".", "1 Gi", "1KiB",
+        ] {
+            assert_eq!(
+                Quantity::parse(text),
+                Err(QuantityError::Format),
+                "{text:?}"
+            );
         }
     }
 

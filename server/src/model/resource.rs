@@ -196,8 +196,12 @@ impl Resource {
     pub fn add(&mut self, other: &Resource) {
         self.milli_cpu = self.milli_cpu.saturating_add(other.milli_cpu);
         self.memory = self.memory.saturating_add(other.memory);
-        self.ephemeral_storage = self.ephemeral_storage.saturating_add(other.ephemeral_storage);
-        self.allowed_pod_number = self.allowed_pod_number.saturating_add(other.allowed_pod_number);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_add(other.ephemeral_storage);
+        self.allowed_pod_number = self
+            .allowed_pod_number
+            .saturating_add(other.allowed_pod_number);
         for &(name, v) in &other.scalar {
             let cur = self.scalar(name);
             self.set_scalar(name, cur.saturating_add(v));
@@ -280,9 +284,17 @@ mod tests {
     #[test]
     fn add_sub_max() {
         let gpu = ResourceName::intern("example.com/gpu");
-        let mut a = Resource { milli_cpu: 100, memory: 10, ..Default::default() };
+        let mut a = Resource {
+            milli_cpu: 100,
+            memory: 10,
+            ..Default::default()
+        };
         a.set_scalar(gpu, 1);
-        let mut b = Resource { milli_cpu: 50, memory: 20, ..Default::default() };
+        let mut b = Resource {
+            milli_cpu: 50,
+            memory: 20,
+            ..Default::default()
+        };
         b.set_scalar(gpu, 3);
         let mut sum = a.clone();
         sum.add(&b);

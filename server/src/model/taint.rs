@@ -95,10 +95,24 @@ mod tests {
     use super::*;
 
     fn taint(key: &str, value: &str, effect: TaintEffect) -> Taint {
-        Taint { key: key.into(), value: value.into(), effect }
+        Taint {
+            key: key.into(),
+            value: value.into(),
+            effect,
+        }
     }
-    fn tol(key: Option<&str>, op: TolerationOperator, value: &str, effect: Option<TaintEffect>) -> Toleration {
-        Toleration { key: key.map(Into::into), operator: op, value: value.into(), effect }
+    fn tol(
+        key: Option<&str>,
+        op: TolerationOperator,
+        value: &str,
+        effect: Option<TaintEffect>,
+    ) -> Toleration {
+        Toleration {
+            key: key.map(Into::into),
+            operator: op,
+            value: value.into(),
+            effect,
+        }
     }
 
     #[test]
@@ -107,13 +121,37 @@ mod tests {
         use TolerationOperator::*;
         let t = taint("dedicated", "gpu", NoSchedule);
         let cases = [
-            ("equal, same value", tol(Some("dedicated"), Equal, "gpu", Some(NoSchedule)), true),
-            ("equal, other value", tol(Some("dedicated"), Equal, "cpu", Some(NoSchedule)), false),
-            ("exists on key", tol(Some("dedicated"), Exists, "", None), true),
-            ("exists, empty key tolerates all", tol(None, Exists, "", None), true),
-            ("other effect", tol(Some("dedicated"), Exists, "", Some(NoExecute)), false),
+            (
+                "equal, same value",
+                tol(Some("dedicated"), Equal, "gpu", Some(NoSchedule)),
+                true,
+            ),
+            (
+                "equal, other value",
+                tol(Some("dedicated"), Equal, "cpu", Some(NoSchedule)),
+                false,
+            ),
+            (
+                "exists on key",
+                tol(Some("dedicated"), Exists, "", None),
+                true,
+            ),
+            (
+                "exists, empty key tolerates all",
+                tol(None, Exists, "", None),
+                true,
+            ),
+            (
+                "other effect",
+                tol(Some("dedicated"), Exists, "", Some(NoExecute)),
+                false,
+            ),
             ("other key", tol(Some("other"), Exists, "", None), false),
-            ("equal with empty key matches empty-key taints only by value", tol(None, Equal, "gpu", None), true),
+            (
+                "equal with empty key matches empty-key taints only by value",
+                tol(None, Equal, "gpu", None),
+                true,
+            ),
         ];
         for (name, toleration, want) in cases {
             assert_eq!(toleration.tolerates(&t), want, "{name}");

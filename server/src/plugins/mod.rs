@@ -14,21 +14,26 @@ use crate::framework::{NoArgs, Registry};
 pub fn in_tree_registry() -> Registry {
     let mut r = Registry::new();
     let ok = "in-tree names are unique";
-    r.register(names::PRIORITY_SORT, |a: NoArgs, _| Ok(queue_sort::PrioritySort::new(a)))
-        .expect(ok);
+    r.register(names::PRIORITY_SORT, |a: NoArgs, _| {
+        Ok(queue_sort::PrioritySort::new(a))
+    })
+    .expect(ok);
     r.register(names::SCHEDULING_GATES, |a: NoArgs, _| {
         Ok(scheduling_gates::SchedulingGates::new(a))
     })
     .expect(ok);
-    r.register(names::NODE_NAME, |a: NoArgs, _| Ok(node_name::NodeName::new(a)))
-        .expect(ok);
+    r.register(names::NODE_NAME, |a: NoArgs, _| {
+        Ok(node_name::NodeName::new(a))
+    })
+    .expect(ok);
     r.register(names::NODE_UNSCHEDULABLE, |a: NoArgs, _| {
         Ok(node_unschedulable::NodeUnschedulable::new(a))
     })
     .expect(ok);
-    r.register(names::NODE_RESOURCES_FIT, |a: node_resources::NodeResourcesFitArgs, _| {
-        node_resources::NodeResourcesFit::new(a)
-    })
+    r.register(
+        names::NODE_RESOURCES_FIT,
+        |a: node_resources::NodeResourcesFitArgs, _| node_resources::NodeResourcesFit::new(a),
+    )
     .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {
         Ok(default_binder::DefaultBinder::new(a, h))

@@ -130,7 +130,10 @@ mod tests {
     use tokio::time::Instant;
 
     fn item(name: &str, prio: i32) -> QueuedPodInfo {
-        QueuedPodInfo::new(Arc::new(make_pod(name).priority(prio).build()), Instant::now())
+        QueuedPodInfo::new(
+            Arc::new(make_pod(name).priority(prio).build()),
+            Instant::now(),
+        )
     }
 
     #[test]
@@ -143,7 +146,9 @@ mod tests {
         assert_eq!(h.peek().unwrap().pod.priority, 9);
         h.remove("uid-default-p4", &less); // priority 7
         h.push(item("p1", 10), &less); // 1 -> 10
-        let order: Vec<i32> = std::iter::from_fn(|| h.pop(&less)).map(|q| q.pod.priority).collect();
+        let order: Vec<i32> = std::iter::from_fn(|| h.pop(&less))
+            .map(|q| q.pod.priority)
+            .collect();
         assert_eq!(order, [10, 9, 8, 5, 3, 2]);
         assert_eq!(h.len(), 0);
         assert!(h.index.is_empty());

@@ -50,8 +50,8 @@ use heap::KeyedHeap;
 use nominator::Nominator;
 
 use crate::framework::{
-    pod_scheduling_property_changes, ClusterEvent, EventObject, Framework, NominatedPods, NominatingInfo,
-    PodNominator, QueueSortPlugin, QueuedPodInfo, QueueingHint,
+    ClusterEvent, EventObject, Framework, NominatedPods, NominatingInfo, PodNominator,
+    QueueSortPlugin, QueuedPodInfo, QueueingHint, pod_scheduling_property_changes,
 };
 use crate::model::{PodInfo, PodRef};
 
@@ -178,7 +178,9 @@ pub struct SchedulingQueue {
 
 impl std::fmt::Debug for SchedulingQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SchedulingQueue").field("counts", &self.counts()).finish()
+        f.debug_struct("SchedulingQueue")
+            .field("counts", &self.counts())
+            .finish()
     }
 }
 
@@ -227,17 +229,23 @@ impl Inner {
     }
 
     fn insert_unschedulable(&mut self, q: QueuedPodInfo) {
-        let since = q.flush_timestamp.map_or(q.timestamp, |f| f.max(q.timestamp));
+        let since = q
+            .flush_timestamp
+            .map_or(q.timestamp, |f| f.max(q.timestamp));
         let uid = q.pod.uid.clone();
         self.remove_unschedulable(&uid);
-        self.flush_at.insert((since + self.cfg.max_in_unschedulable, uid.clone()));
+        self.flush_at
+            .insert((since + self.cfg.max_in_unschedulable, uid.clone()));
         self.unschedulable.insert(uid, q);
     }
 
     fn remove_unschedulable(&mut self, uid: &str) -> Option<QueuedPodInfo> {
         let q = self.unschedulable.remove(uid)?;
-        let since = q.flush_timestamp.map_or(q.timestamp, |f| f.max(q.timestamp));
-        self.flush_at.remove(&(since + self.cfg.max_in_unschedulable, q.pod.uid.clone()));
+        let since = q
+            .flush_timestamp
+            .map_or(q.timestamp, |f| f.max(q.timestamp));
+        self.flush_at
+            .remove(&(since + self.cfg.max_in_unschedulable, q.pod.uid.clone()));
         Some(q)
     }
 
@@ -437,7 +445,10 @@ impl Inner {
             self.recorded[i].1 = Recorded::Done;
         }
         // Nobody needs what precedes the oldest pod still in flight.
-        while matches!(self.recorded.front(), Some((_, Recorded::Done | Recorded::Event(..)))) {
+        while matches!(
+            self.recorded.front(),
+            Some((_, Recorded::Done | Recorded::Event(..)))
+        ) {
             self.recorded.pop_front();
         }
     }
@@ -488,7 +499,8 @@ impl Inner {
         for uid in due {
             if let Some(mut q) = self.remove_unschedulable(&uid) {
                 q.flush_timestamp = Some(now);
-                let strategy = self.worth_requeuing(&q, &ClusterEvent::UNSCHEDULABLE_TIMEOUT, None, None);
+                let strategy =
+                    self.worth_requeuing(&q, &ClusterEvent::UNSCHEDULABLE_TIMEOUT, None, None);
                 activated |= self.requeue(q, strategy, now);
             }
         }
@@ -559,7 +571,11 @@ impl SchedulingQueue {
             let new_obj = EventObject::Pod(new.clone());
             if inner.in_flight.contains_key(&uid) {
                 for e in events {
-                    inner.record(Recorded::Event(e, Some(old_obj.clone()), Some(new_obj.clone())));
+                    inner.record(Recorded::Event(
+                        e,
+                        Some(old_obj.clone()),
+                        Some(new_obj.clone()),
+                    ));
                 }
                 return;
             }
@@ -667,9 +683,15 @@ impl SchedulingQueue {
                     if let Some(marker) = marker {
                         for (_, rec) in inner.recorded.iter().filter(|(s, _)| *s > marker) {
                             if let Recorded::Event(e, old, new) = rec {
-                                best = best.max(inner.worth_requeuing(&q, e, old.as_ref(), new.as_ref()));
+                                best = best.max(inner.worth_requeuing(
+                                    &q,
+                                    e,
+                                    old.as_ref(),
+                                    new.as_ref(),
+                                ));
                                 if best == Strategy::Immediately
-                                    || (best == Strategy::AfterBackoff && q.pending_plugins.is_empty())
+                                    || (best == Strategy::AfterBackoff
+                                        && q.pending_plugins.is_empty())
                                 {
                                     break;
                                 }
@@ -704,10 +726,13 @@ impl SchedulingQueue {
         new: Option<EventObject>,
         pre_check: Option<&dyn Fn(&PodInfo) -> bool>,
     ) {
-        let activated = self
-            .inner
-            .lock()
-            .move_all(&event, old.as_ref(), new.as_ref(), pre_check, Instant::now());
+        let activated = self.inner.lock().move_all(
+            &event,
+            old.as_ref(),
+            new.as_ref(),
+            pre_check,
+            Instant::now(),
+        );
         self.wake(activated);
     }
 
@@ -718,7 +743,9 @@ impl SchedulingQueue {
         {
             let mut inner = self.inner.lock();
             for pod in pods {
-                let q = inner.remove_unschedulable(&pod.uid).or_else(|| inner.remove_backoff(&pod.uid));
+                let q = inner
+                    .remove_unschedulable(&pod.uid)
+                    .or_else(|| inner.remove_backoff(&pod.uid));
                 match q {
                     Some(q) => activated |= inner.move_to_active(q, now),
                     None if inner.in_flight.contains_key(&pod.uid) => {
@@ -822,13 +849,37 @@ impl SchedulingQueue {
                 std::cmp::Ordering::Equal
             }
         });
-        let entry = |queue, q: &QueuedPodInfo| QueueEntry { queue, info: q.clone() };
-        let mut out: Vec<QueueEntry> = active.into_iter().map(|q| entry(QueueName::Active, q)).collect();
-        out.extend(inner.backoff.iter().chain(inner.error_backoff.iter()).map(|q| entry(QueueName::Backoff, q)));
+        let entry = |queue, q: &QueuedPodInfo| QueueEntry {
+            queue,
+            info: q.clone(),
+        };
+        let mut out: Vec<QueueEntry> = active
+            .into_iter()
+            .map(|q| entry(QueueName::Active, q))
+            .collect();
+        out.extend(
+            inner
+                .backoff
+                .iter()
+                .chain(inner.error_backoff.iter())
+                .map(|q| entry(QueueName::Backoff, q)),
+        );
         out.extend(inner.unschedulable.values().map(|q| {
-            entry(if q.gated() { QueueName::Gated } else { QueueName::Unschedulable }, q)
+            entry(
+                if q.gated() {
+                    QueueName::Gated
+                } else {
+                    QueueName::Unschedulable
+                },
+                q,
+            )
         }));
-        out.extend(inner.in_flight.values().map(|(q, _)| entry(QueueName::InFlight, q)));
+        out.extend(
+            inner
+                .in_flight
+                .values()
+                .map(|(q, _)| entry(QueueName::InFlight, q)),
+        );
         out
     }
 }

@@ -98,7 +98,10 @@ mod tests {
         n.add(&p, Some(&NominatingInfo::Override(None)));
         assert!(n.snapshot().is_empty());
         // Bound pods are not nominated.
-        n.add(&Arc::new(make_pod("b").node("n1").nominated("n1").build()), None);
+        n.add(
+            &Arc::new(make_pod("b").node("n1").nominated("n1").build()),
+            None,
+        );
         assert!(n.snapshot().is_empty());
     }
 }

@@ -11,7 +11,7 @@ use crate::config::default_config;
 use crate::framework::{ActionType, EventResource, Handle, Parallelizer};
 use crate::plugins::in_tree_registry;
 use crate::scheduler::build_profiles;
-use crate::testing::{make_node, make_pod, NodeBuilder, PodBuilder};
+use crate::testing::{NodeBuilder, PodBuilder, make_node, make_pod};
 
 fn new_queue(cfg: QueueConfig) -> Arc<SchedulingQueue> {
     let registry = in_tree_registry();
@@ -109,10 +109,19 @@ async fn rejected_pods_wait_for_an_event_their_plugin_registered_for() {
     let info = q.pop().await.unwrap();
     fail(&q, info, &["NodeResourcesFit"]);
     settle().await;
-    assert_eq!(q.counts().unschedulable, 1, "no event seen in flight: stays unschedulable");
+    assert_eq!(
+        q.counts().unschedulable,
+        1,
+        "no event seen in flight: stays unschedulable"
+    );
 
     // A node too small even when empty: NodeResourcesFit's hint skips it.
-    q.move_all_to_active_or_backoff(ClusterEvent::NODE_ADD, None, node(make_node("small").cpu("4")), None);
+    q.move_all_to_active_or_backoff(
+        ClusterEvent::NODE_ADD,
+        None,
+        node(make_node("small").cpu("4")),
+        None,
+    );
     assert_eq!(q.counts().unschedulable, 1);
     // An event no rejecting plugin registered for.
     q.move_all_to_active_or_backoff(
@@ -123,7 +132,12 @@ async fn rejected_pods_wait_for_an_event_their_plugin_registered_for() {
     );
     assert_eq!(q.counts().unschedulable, 1);
     // A node that can hold it: moved, to backoffQ since its backoff runs.
-    q.move_all_to_active_or_backoff(ClusterEvent::NODE_ADD, None, node(make_node("big").cpu("16")), None);
+    q.move_all_to_active_or_backoff(
+        ClusterEvent::NODE_ADD,
+        None,
+        node(make_node("big").cpu("16")),
+        None,
+    );
     assert_eq!(q.counts().backoff, 1);
     // Nothing else to do: popped without waiting out the backoff.
     let start = Instant::now();
@@ -138,7 +152,12 @@ async fn backoff_completes_into_active_when_the_queue_is_busy() {
     q.add(pod(make_pod("big").req_cpu("8")));
     let info = q.pop().await.unwrap();
     fail(&q, info, &["NodeResourcesFit"]);
-    q.move_all_to_active_or_backoff(ClusterEvent::NODE_ADD, None, node(make_node("big").cpu("16")), None);
+    q.move_all_to_active_or_backoff(
+        ClusterEvent::NODE_ADD,
+        None,
+        node(make_node("big").cpu("16")),
+        None,
+    );
     assert_eq!(q.counts().backoff, 1);
     tokio::time::advance(Duration::from_millis(999)).await;
     settle().await;
@@ -154,13 +173,27 @@ async fn events_seen_while_in_flight_send_the_pod_to_backoff() {
     q.add(pod(make_pod("big").req_cpu("8")));
     let info = q.pop().await.unwrap();
     // While it is being scheduled, a big node appears.
-    q.move_all_to_active_or_backoff(ClusterEvent::NODE_ADD, None, node(make_node("big").cpu("16")), None);
+    q.move_all_to_active_or_backoff(
+        ClusterEvent::NODE_ADD,
+        None,
+        node(make_node("big").cpu("16")),
+        None,
+    );
     fail(&q, info, &["NodeResourcesFit"]);
-    assert_eq!(q.counts().backoff, 1, "the event may have helped: retried after backoff");
+    assert_eq!(
+        q.counts().backoff,
+        1,
+        "the event may have helped: retried after backoff"
+    );
 
     // An irrelevant event in flight changes nothing.
     let info = q.pop().await.unwrap();
-    q.move_all_to_active_or_backoff(ClusterEvent::NODE_ADD, None, node(make_node("tiny").cpu("1")), None);
+    q.move_all_to_active_or_backoff(
+        ClusterEvent::NODE_ADD,
+        None,
+        node(make_node("tiny").cpu("1")),
+        None,
+    );
     fail(&q, info, &["NodeResourcesFit"]);
     assert_eq!(q.counts().unschedulable, 1);
 }
@@ -186,7 +219,10 @@ async fn scheduling_gates_hold_pods_until_removed() {
     assert_eq!((c.active, c.gated), (0, 1));
     let entry = &q.list()[0];
     assert_eq!(entry.queue, QueueName::Gated);
-    assert_eq!(entry.info.last_failure.as_deref(), Some("waiting for scheduling gates: [example.com/wait]"));
+    assert_eq!(
+        entry.info.last_failure.as_deref(),
+        Some("waiting for scheduling gates: [example.com/wait]")
+    );
 
     // Another change keeps it gated.
     let relabelled = pod(make_pod("g").gate("example.com/wait").label("x", "y"));
@@ -215,9 +251,18 @@ async fn an_update_re_evaluates_a_waiting_pod() {
     let labelled = pod(make_pod("p").label("a", "b"));
     q.update(&p, labelled.clone());
     assert_eq!(q.counts().unschedulable, 1);
-    assert_eq!(q.list()[0].info.pod.labels.get("a"), Some("b"), "the stored pod is the new one");
+    assert_eq!(
+        q.list()[0].info.pod.labels.get("a"),
+        Some("b"),
+        "the stored pod is the new one"
+    );
     // Tolerating cordoned nodes may help: requeued.
-    let tolerant = pod(make_pod("p").label("a", "b").toleration("node.kubernetes.io/unschedulable", "Exists", "", "NoSchedule"));
+    let tolerant = pod(make_pod("p").label("a", "b").toleration(
+        "node.kubernetes.io/unschedulable",
+        "Exists",
+        "",
+        "NoSchedule",
+    ));
     q.update(&labelled, tolerant);
     assert_eq!(q.counts().unschedulable, 0);
     assert_eq!(q.counts().backoff + q.counts().active, 1);
@@ -244,7 +289,10 @@ async fn a_pod_already_queued_is_not_added_twice() {
     let p = pod(make_pod("p"));
     q.add(p.clone());
     let info = QueuedPodInfo::new(p, Instant::now());
-    assert!(matches!(q.add_unschedulable_if_not_present(info), Err(QueueError::AlreadyPresent(_, "active queue"))));
+    assert!(matches!(
+        q.add_unschedulable_if_not_present(info),
+        Err(QueueError::AlreadyPresent(_, "active queue"))
+    ));
     assert_eq!(q.counts().active, 1);
 }
 

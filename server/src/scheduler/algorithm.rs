@@ -64,7 +64,8 @@ impl fmt::Display for FitError {
                         *counts.entry(r).or_default() += self.num_all_nodes - recorded;
                     }
                 }
-                let mut lines: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
+                let mut lines: Vec<String> =
+                    counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
                 lines.sort();
                 if !lines.is_empty() {
                     write!(f, " {}.", lines.join(", "))?;
@@ -84,7 +85,7 @@ pub enum ScheduleError {
     /// The cluster has no nodes.
     NoNodesAvailable,
     /// No node fits.
-    Fit(FitError),
+    Fit(Box<FitError>),
     /// A plugin failed.
     Error(Status),
 }
@@ -175,12 +176,14 @@ impl Algorithm {
         if snapshot.num_nodes() == 0 {
             return Err(ScheduleError::NoNodesAvailable);
         }
-        let found = self.find_nodes_that_fit(fw, state, pod, snapshot, nominated).await?;
+        let found = self
+            .find_nodes_that_fit(fw, state, pod, snapshot, nominated)
+            .await?;
         if found.nodes.is_empty() {
-            return Err(ScheduleError::Fit(FitError {
+            return Err(ScheduleError::Fit(Box::new(FitError {
                 num_all_nodes: snapshot.num_nodes(),
                 diagnosis: found.diagnosis,
-            }));
+            })));
         }
         let evaluated = found.evaluated;
         if found.nodes.len() == 1 {
@@ -228,38 +231,50 @@ impl Algorithm {
         }
 
         // A pod nominated to a node (after preemption) tries it first.
-        if let Some(nnn) = pod.nominated_node_name.as_deref() {
-            if let Some(node) = snapshot.get(nnn) {
-                let s = fw.run_filter_with_nominated_pods(state, pod, node, nominated);
-                if s.is_success() {
-                    return Ok(Feasible {
-                        nodes: vec![node.clone()],
-                        diagnosis,
-                        evaluated: 1,
-                    });
-                }
-                if s.code() == Code::Error {
-                    return Err(ScheduleError::Error(s));
-                }
-                diagnosis.add_plugin_status(&s);
-                diagnosis.node_to_status.set(node.name().into(), s);
+        if let Some(nnn) = pod.nominated_node_name.as_deref()
+            && let Some(node) = snapshot.get(nnn)
+        {
+            let s = fw.run_filter_with_nominated_pods(state, pod, node, nominated);
+            if s.is_success() {
+                return Ok(Feasible {
+                    nodes: vec![node.clone()],
+                    diagnosis,
+                    evaluated: 1,
+                });
             }
+            if s.code() == Code::Error {
+                return Err(ScheduleError::Error(s));
+            }
+            diagnosis.add_plugin_status(&s);
+            diagnosis.node_to_status.set(node.name().into(), s);
         }
 
-        let restricted: Option<Vec<Arc<NodeInfo>>> = pre_result.and_then(|r| r.node_names).map(|names| {
-            let mut idx: Vec<usize> = names.iter().filter_map(|n| snapshot.position(n)).collect();
-            idx.sort_unstable();
-            idx.into_iter().map(|i| all[i].clone()).collect()
-        });
+        let restricted: Option<Vec<Arc<NodeInfo>>> =
+            pre_result.and_then(|r| r.node_names).map(|names| {
+                let mut idx: Vec<usize> =
+                    names.iter().filter_map(|n| snapshot.position(n)).collect();
+                idx.sort_unstable();
+                idx.into_iter().map(|i| all[i].clone()).collect()
+            });
         if restricted.is_some() {
             let plugins: Vec<&str> = with_nodes.iter().copied().collect();
-            diagnosis.node_to_status.set_absent_nodes_status(Status::unresolvable(format!(
-                "node(s) didn't satisfy plugin(s) [{}]",
-                plugins.join(" ")
-            )));
+            diagnosis
+                .node_to_status
+                .set_absent_nodes_status(Status::unresolvable(format!(
+                    "node(s) didn't satisfy plugin(s) [{}]",
+                    plugins.join(" ")
+                )));
         }
         let nodes: &[Arc<NodeInfo>] = restricted.as_deref().unwrap_or(all);
-        let (feasible, evaluated) = self.find_nodes_that_pass_filters(fw, state, pod, nodes, all.len(), nominated, &mut diagnosis)?;
+        let (feasible, evaluated) = self.find_nodes_that_pass_filters(
+            fw,
+            state,
+            pod,
+            nodes,
+            all.len(),
+            nominated,
+            &mut diagnosis,
+        )?;
         Ok(Feasible {
             nodes: feasible,
             diagnosis,

@@ -16,7 +16,9 @@ use tokio::sync::{mpsc, watch};
 
 use super::Shared;
 use crate::cluster::{ClusterChange, WatchEvent};
-use crate::framework::{node_scheduling_property_changes, pod_scheduling_property_changes, ClusterEvent, EventObject};
+use crate::framework::{
+    ClusterEvent, EventObject, node_scheduling_property_changes, pod_scheduling_property_changes,
+};
 use crate::model::{NodeSpec, PodInfo, PodRef};
 
 pub(crate) async fn run(
@@ -33,8 +35,13 @@ pub(crate) async fn run(
                     let c = shared.cache.lock();
                     (c.node_count(), c.pod_count())
                 };
-                tracing::info!(nodes, bound_pods = pods, pending = shared.queue.counts().active,
-                    "cache synced with the {} cluster", shared.cluster.kind());
+                tracing::info!(
+                    nodes,
+                    bound_pods = pods,
+                    pending = shared.queue.counts().active,
+                    "cache synced with the {} cluster",
+                    shared.cluster.kind()
+                );
                 let _ = synced.send(true);
             }
         }
@@ -70,9 +77,12 @@ fn on_node(shared: &Shared, e: WatchEvent<Arc<Node>>) {
         WatchEvent::Added(n) => {
             let Some(n) = node_spec(&n) else { return };
             shared.cache.lock().add_node(n.clone());
-            shared
-                .queue
-                .move_all_to_active_or_backoff(ClusterEvent::NODE_ADD, None, Some(EventObject::Node(n)), None);
+            shared.queue.move_all_to_active_or_backoff(
+                ClusterEvent::NODE_ADD,
+                None,
+                Some(EventObject::Node(n)),
+                None,
+            );
         }
         WatchEvent::Modified { old, new } => {
             let Some(new) = node_spec(&new) else { return };
@@ -89,9 +99,12 @@ fn on_node(shared: &Shared, e: WatchEvent<Arc<Node>>) {
         }
         WatchEvent::Deleted(n) => {
             let Some(n) = node_spec(&n) else { return };
-            shared
-                .queue
-                .move_all_to_active_or_backoff(ClusterEvent::NODE_DELETE, Some(EventObject::Node(n.clone())), None, None);
+            shared.queue.move_all_to_active_or_backoff(
+                ClusterEvent::NODE_DELETE,
+                Some(EventObject::Node(n.clone())),
+                None,
+                None,
+            );
             if let Err(e) = shared.cache.lock().remove_node(&n.name) {
                 tracing::error!(error = %e, "scheduler cache RemoveNode failed");
             }
@@ -150,7 +163,9 @@ fn on_pod(shared: &Shared, e: WatchEvent<Arc<Pod>>) {
                     return;
                 }
                 shared.queue.update(&old, new.clone());
-                if old.nominated_node_name.is_some() && old.nominated_node_name != new.nominated_node_name {
+                if old.nominated_node_name.is_some()
+                    && old.nominated_node_name != new.nominated_node_name
+                {
                     // Its nomination held room that is free now.
                     let priority = old.priority;
                     shared.queue.move_all_to_active_or_backoff(
@@ -196,9 +211,12 @@ fn add_assigned(shared: &Shared, p: PodRef) {
     if let Err(e) = shared.cache.lock().add_pod(p.clone()) {
         tracing::error!(error = %e, "scheduler cache AddPod failed");
     }
-    shared
-        .queue
-        .move_all_to_active_or_backoff(ClusterEvent::ASSIGNED_POD_ADD, None, Some(EventObject::Pod(p)), None);
+    shared.queue.move_all_to_active_or_backoff(
+        ClusterEvent::ASSIGNED_POD_ADD,
+        None,
+        Some(EventObject::Pod(p)),
+        None,
+    );
 }
 
 /// A pod we assumed is going away before its binding was seen: release it.
@@ -206,11 +224,15 @@ fn add_assigned(shared: &Shared, p: PodRef) {
 /// forget it; otherwise forget it here.
 fn assumed_pod_deleted(shared: &Shared, p: &PodRef) {
     if !shared.handle.waiting_pods().reject(&p.uid, None, "removed") {
-        let node = shared.cache.lock().get_pod(&p.uid).and_then(|c| c.node_name.clone());
-        if let Some(node) = node {
-            if let Err(e) = shared.cache.lock().forget_pod(&p.uid, &node) {
-                tracing::error!(error = %e, "scheduler cache ForgetPod failed");
-            }
+        let node = shared
+            .cache
+            .lock()
+            .get_pod(&p.uid)
+            .and_then(|c| c.node_name.clone());
+        if let Some(node) = node
+            && let Err(e) = shared.cache.lock().forget_pod(&p.uid, &node)
+        {
+            tracing::error!(error = %e, "scheduler cache ForgetPod failed");
         }
     }
     shared.queue.move_all_to_active_or_backoff(

@@ -5,18 +5,20 @@
 mod algorithm;
 mod event_handlers;
 mod schedule_one;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::{broadcast, watch};
 
 pub use algorithm::{
-    num_feasible_nodes_to_find, Algorithm, FastRng, Feasible, FitError, ScheduleError, ScheduleResult,
-    NO_NODES_AVAILABLE,
+    Algorithm, FastRng, Feasible, FitError, NO_NODES_AVAILABLE, ScheduleError, ScheduleResult,
+    num_feasible_nodes_to_find,
 };
 
 use crate::cache::{Cache, Snapshot};
@@ -113,19 +115,22 @@ pub fn build_profiles(
             Some((name, s)) if *s != sort => {
                 return Err(ConfigError::new(
                     format!("{}.plugins.queueSort", p.path),
-                    format!("different queue sort plugins for profile {:?}: {sort:?}, first: {s:?} (profile {name:?}); queueSort must be the same for all profiles", p.scheduler_name),
+                    format!(
+                        "different queue sort plugins for profile {:?}: {sort:?}, first: {s:?} (profile {name:?}); queueSort must be the same for all profiles",
+                        p.scheduler_name
+                    ),
                 ));
             }
             Some(_) => {}
         }
         // Queue-sort args must match too: compare the args given.
-        if let Some(f) = config.profiles.first() {
-            if f.args_for(sort).map(|c| &c.args) != p.args_for(sort).map(|c| &c.args) {
-                return Err(ConfigError::new(
-                    format!("{}.pluginConfig", p.path),
-                    "queueSort must be the same for all profiles: different queue sort plugin args",
-                ));
-            }
+        if let Some(f) = config.profiles.first()
+            && f.args_for(sort).map(|c| &c.args) != p.args_for(sort).map(|c| &c.args)
+        {
+            return Err(ConfigError::new(
+                format!("{}.pluginConfig", p.path),
+                "queueSort must be the same for all profiles: different queue sort plugin args",
+            ));
         }
         profiles.insert(Arc::from(p.scheduler_name.as_str()), Arc::new(fw));
     }
@@ -143,8 +148,9 @@ impl Scheduler {
         cluster: Arc<dyn ClusterSource>,
         options: Options,
     ) -> Result<Self, ConfigError> {
-        let parallelizer = Parallelizer::new(config.parallelism)
-            .map_err(|e| ConfigError::new("parallelism", format!("cannot start the CPU pool: {e}")))?;
+        let parallelizer = Parallelizer::new(config.parallelism).map_err(|e| {
+            ConfigError::new("parallelism", format!("cannot start the CPU pool: {e}"))
+        })?;
         let handle = Handle::new(cluster.clone(), cluster.clone(), parallelizer);
         let profiles = build_profiles(config, registry, &handle)?;
         let queue = SchedulingQueue::new(
@@ -170,12 +176,18 @@ impl Scheduler {
             summary_lock: Mutex::new(()),
         });
         let (synced_tx, synced) = watch::channel(false);
-        tokio::spawn(event_handlers::run(shared.clone(), cluster.subscribe(), synced_tx));
+        tokio::spawn(event_handlers::run(
+            shared.clone(),
+            cluster.subscribe(),
+            synced_tx,
+        ));
         tokio::spawn(queue.clone().run());
         if !options.assumed_pod_ttl.is_zero() {
             tokio::spawn(cleanup_assumed_pods(shared.clone()));
         }
-        let rng = options.seed.map_or_else(FastRng::from_entropy, FastRng::new);
+        let rng = options
+            .seed
+            .map_or_else(FastRng::from_entropy, FastRng::new);
         let algorithm = Algorithm::new(config.percentage_of_nodes_to_score, rng);
         let mut ready = synced.clone();
         let loop_shared = shared.clone();
@@ -245,7 +257,10 @@ async fn cleanup_assumed_pods(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     while !shared.queue.is_closed() {
         tick.tick().await;
-        let expired = shared.cache.lock().cleanup_expired(tokio::time::Instant::now());
+        let expired = shared
+            .cache
+            .lock()
+            .cleanup_expired(tokio::time::Instant::now());
         for pod in expired {
             shared.queue.move_all_to_active_or_backoff(
                 crate::framework::ClusterEvent::ASSIGNED_POD_DELETE,

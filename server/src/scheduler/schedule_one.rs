@@ -1,18 +1,18 @@
 //! One pod's way through the framework: the scheduling cycle (serial, on
 //! the loop) and the binding cycle (a task of its own).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
-use super::algorithm::{Algorithm, FitError, ScheduleError, ScheduleResult, NO_NODES_AVAILABLE};
+use super::algorithm::{Algorithm, FitError, NO_NODES_AVAILABLE, ScheduleError, ScheduleResult};
 use super::{Decision, Shared};
 use crate::cache::Snapshot;
 use crate::cluster::PodScheduledCondition;
 use crate::framework::{
-    ClusterEvent, Code, CycleState, Diagnosis, EventObject, EventType, Framework, NominatingInfo, PodEvent,
-    QueuedPodInfo, Status,
+    ClusterEvent, Code, CycleState, Diagnosis, EventObject, EventType, Framework, NominatingInfo,
+    PodEvent, QueuedPodInfo, Status,
 };
 use crate::model::{PodInfo, PodRef};
 
@@ -93,8 +93,14 @@ impl Loop {
             return;
         };
         if pod.terminating {
-            record(&fw, &pod, EventType::Warning, "FailedScheduling", "Scheduling",
-                &format!("skip schedule deleting pod: {}", pod.key()));
+            record(
+                &fw,
+                &pod,
+                EventType::Warning,
+                "FailedScheduling",
+                "Scheduling",
+                &format!("skip schedule deleting pod: {}", pod.key()),
+            );
             shared.queue.done(&pod.uid);
             return;
         }
@@ -104,7 +110,10 @@ impl Loop {
         }
 
         let start = Instant::now();
-        shared.cache.lock().update_snapshot(Arc::make_mut(&mut self.snapshot));
+        shared
+            .cache
+            .lock()
+            .update_snapshot(Arc::make_mut(&mut self.snapshot));
         shared.handle.set_snapshot(self.snapshot.clone());
         let nominated = shared.handle.nominated_pods();
         let mut state = CycleState::new();
@@ -124,7 +133,10 @@ impl Loop {
                 return;
             }
         };
-        match self.reserve_and_permit(&fw, &mut state, &pod, &result).await {
+        match self
+            .reserve_and_permit(&fw, &mut state, &pod, &result)
+            .await
+        {
             Ok(assumed) => {
                 drop(_enter);
                 shared.bindings_in_flight.fetch_add(1, Ordering::SeqCst);
@@ -142,14 +154,24 @@ impl Loop {
         }
     }
 
-    async fn on_schedule_error(&self, fw: &Framework, state: &CycleState, pod: &PodInfo, e: ScheduleError) -> Failure {
+    async fn on_schedule_error(
+        &self,
+        fw: &Framework,
+        state: &CycleState,
+        pod: &PodInfo,
+        e: ScheduleError,
+    ) -> Failure {
         match e {
-            ScheduleError::NoNodesAvailable => Failure::from_status(Status::unresolvable(NO_NODES_AVAILABLE)),
+            ScheduleError::NoNodesAvailable => {
+                Failure::from_status(Status::unresolvable(NO_NODES_AVAILABLE))
+            }
             ScheduleError::Error(s) => Failure::from_status(s),
             ScheduleError::Fit(mut fit) => {
                 let mut nominating = Some(NominatingInfo::Override(None));
                 if fw.has_post_filter_plugins() {
-                    let (result, s) = fw.run_post_filter(state, pod, &fit.diagnosis.node_to_status).await;
+                    let (result, s) = fw
+                        .run_post_filter(state, pod, &fit.diagnosis.node_to_status)
+                        .await;
                     fit.diagnosis.post_filter_msg = Some(s.message()).filter(|m| !m.is_empty());
                     nominating = result.map(|r| r.nominating_info);
                 }
@@ -184,13 +206,21 @@ impl Loop {
         if !s.is_success() {
             fw.run_unreserve(state, &assumed, host).await;
             forget(shared, &assumed, host);
-            return Err(if s.is_rejected() { Failure::rejected_on(host, s) } else { Failure::from_status(s) });
+            return Err(if s.is_rejected() {
+                Failure::rejected_on(host, s)
+            } else {
+                Failure::from_status(s)
+            });
         }
         let s = fw.run_permit(state, &assumed, host).await;
         if !s.is_success() && !s.is_wait() {
             fw.run_unreserve(state, &assumed, host).await;
             forget(shared, &assumed, host);
-            return Err(if s.is_rejected() { Failure::rejected_on(host, s) } else { Failure::from_status(s) });
+            return Err(if s.is_rejected() {
+                Failure::rejected_on(host, s)
+            } else {
+                Failure::from_status(s)
+            });
         }
         if s.is_wait() {
             tracing::debug!(pod = %pod.key(), node = %host, "waiting at Permit");
@@ -205,10 +235,22 @@ fn forget(shared: &Shared, assumed: &PodInfo, node: &str) {
     }
 }
 
-fn record(fw: &Framework, pod: &PodRef, t: EventType, reason: &'static str, action: &'static str, note: &str) {
-    fw.handle()
-        .events()
-        .record(PodEvent::new(pod.clone(), fw.profile_name().clone(), t, reason, action, note));
+fn record(
+    fw: &Framework,
+    pod: &PodRef,
+    t: EventType,
+    reason: &'static str,
+    action: &'static str,
+    note: &str,
+) {
+    fw.handle().events().record(PodEvent::new(
+        pod.clone(),
+        fw.profile_name().clone(),
+        t,
+        reason,
+        action,
+        note,
+    ));
 }
 
 /// Waits at Permit, then PreBind, Bind, PostBind. Any failure runs
@@ -225,7 +267,11 @@ async fn binding_cycle(
     let host = &result.suggested_host;
     let s = fw.wait_on_permit(&assumed).await;
     if !s.is_success() {
-        let failure = if s.is_rejected() { Failure::rejected_on(host, s) } else { Failure::from_status(s) };
+        let failure = if s.is_rejected() {
+            Failure::rejected_on(host, s)
+        } else {
+            Failure::from_status(s)
+        };
         return binding_failure(shared, fw, &state, q, &assumed, host, failure, start).await;
     }
     // From here the pod cannot come back as unschedulable through events
@@ -234,15 +280,48 @@ async fn binding_cycle(
 
     let s = fw.run_pre_bind(&state, &assumed, host).await;
     if !s.is_success() {
-        return binding_failure(shared, fw, &state, q, &assumed, host, Failure::from_status(s), start).await;
+        return binding_failure(
+            shared,
+            fw,
+            &state,
+            q,
+            &assumed,
+            host,
+            Failure::from_status(s),
+            start,
+        )
+        .await;
     }
     let s = fw.run_bind(&state, &assumed, host).await;
     if !s.is_success() {
-        return binding_failure(shared, fw, &state, q, &assumed, host, Failure::from_status(s), start).await;
+        return binding_failure(
+            shared,
+            fw,
+            &state,
+            q,
+            &assumed,
+            host,
+            Failure::from_status(s),
+            start,
+        )
+        .await;
     }
-    shared.cache.lock().finish_binding(&assumed.uid, Instant::now());
-    let note = format!("Successfully assigned {}/{} to {}", assumed.namespace, assumed.name, host);
-    record(fw, &assumed, EventType::Normal, "Scheduled", "Binding", &note);
+    shared
+        .cache
+        .lock()
+        .finish_binding(&assumed.uid, Instant::now());
+    let note = format!(
+        "Successfully assigned {}/{} to {}",
+        assumed.namespace, assumed.name, host
+    );
+    record(
+        fw,
+        &assumed,
+        EventType::Normal,
+        "Scheduled",
+        "Binding",
+        &note,
+    );
     tracing::info!(
         pod = %assumed.key(), node = %host, evaluated = result.evaluated_nodes, feasible = result.feasible_nodes,
         attempts = q.attempts, latency_ms = start.elapsed().as_secs_f64() * 1e3, "scheduled"
@@ -294,8 +373,18 @@ async fn binding_failure(
 
 /// Requeues a pod whose attempt failed, records the FailedScheduling event
 /// and sets its PodScheduled=False condition, as upstream does.
-async fn failure_handler(shared: &Arc<Shared>, fw: &Arc<Framework>, mut q: QueuedPodInfo, f: Failure, start: Instant) {
-    let reason = if f.status.is_rejected() { "Unschedulable" } else { "SchedulerError" };
+async fn failure_handler(
+    shared: &Arc<Shared>,
+    fw: &Arc<Framework>,
+    mut q: QueuedPodInfo,
+    f: Failure,
+    start: Instant,
+) {
+    let reason = if f.status.is_rejected() {
+        "Unschedulable"
+    } else {
+        "SchedulerError"
+    };
     let pod = q.pod.clone();
     match &f.diagnosis {
         Some(d) => {
@@ -317,7 +406,7 @@ async fn failure_handler(shared: &Arc<Shared>, fw: &Arc<Framework>, mut q: Queue
     // Requeue only if the pod still exists and is still unbound.
     let current = shared.cluster.get_pod(&pod.namespace, &pod.name);
     let current = current.filter(|p| p.metadata.uid.as_deref() == Some(&*pod.uid));
-    let requeued_pod = match current.map(PodInfo::new) {
+    let requeued_pod = match current.clone().map(PodInfo::new) {
         None => {
             tracing::info!(pod = %pod.key(), "pod doesn't exist any more; not requeued");
             shared.queue.done(&pod.uid);
@@ -356,23 +445,52 @@ async fn failure_handler(shared: &Arc<Shared>, fw: &Arc<Framework>, mut q: Queue
         reason: reason.to_string(),
         message: f.message.clone(),
     });
-    record(fw, &pod, EventType::Warning, "FailedScheduling", "Scheduling", &f.message);
+    record(
+        fw,
+        &pod,
+        EventType::Warning,
+        "FailedScheduling",
+        "Scheduling",
+        &f.message,
+    );
     let nominated = match &nominating {
         NominatingInfo::Override(n) if n.as_deref() != pod.nominated_node_name.as_deref() => {
             Some(n.as_deref().map(str::to_string))
         }
         _ => None,
     };
-    if requeued_pod.is_some() {
+    // Write the condition only when it changes, as upstream does: an
+    // unchanged status makes no event to wake pods.
+    let unchanged = current.as_ref().is_some_and(|p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some(reason)
+                    && c.message.as_deref() == Some(f.message.as_str())
+            })
+    });
+    if requeued_pod.is_some() && (!unchanged || nominated.is_some()) {
         let cond = PodScheduledCondition {
             reason: reason.to_string(),
             message: f.message,
         };
-        if let Err(e) = shared.cluster.set_unschedulable(&pod, cond, nominated).await {
+        if let Err(e) = shared
+            .cluster
+            .set_unschedulable(&pod, cond, nominated)
+            .await
+        {
             tracing::warn!(pod = %pod.key(), error = %e, "error updating pod status");
         }
     }
-    tracing::trace!(elapsed_ms = start.elapsed().as_secs_f64() * 1e3, "attempt done");
+    tracing::trace!(
+        elapsed_ms = start.elapsed().as_secs_f64() * 1e3,
+        "attempt done"
+    );
 }
 
 /// Logs a summary when the scheduler has nothing left to do: what is bound
@@ -383,7 +501,9 @@ pub(crate) fn maybe_report_idle(shared: &Arc<Shared>) {
         return;
     }
     let counts = shared.queue.counts();
-    if counts.active + counts.backoff + counts.in_flight > 0 || shared.bindings_in_flight.load(Ordering::SeqCst) > 0 {
+    if counts.active + counts.backoff + counts.in_flight > 0
+        || shared.bindings_in_flight.load(Ordering::SeqCst) > 0
+    {
         return;
     }
     let Some(_guard) = shared.summary_lock.try_lock() else {
@@ -398,8 +518,11 @@ pub(crate) fn maybe_report_idle(shared: &Arc<Shared>) {
     };
     let pending = shared.queue.list();
     tracing::info!(
-        nodes, bound_pods = pods, pending = pending.len(),
-        "scheduler idle: {pods} pods on {nodes} nodes, {} pending", pending.len()
+        nodes,
+        bound_pods = pods,
+        pending = pending.len(),
+        "scheduler idle: {pods} pods on {nodes} nodes, {} pending",
+        pending.len()
     );
     let mut pending: Vec<_> = pending.into_iter().map(|e| (e.info.pod.key(), e)).collect();
     pending.sort_by(|a, b| a.0.cmp(&b.0));

@@ -50,7 +50,11 @@ pub fn parse_objects(text: &str, source: &str) -> Result<Vec<LoadedObject>, Load
             serde_json::Value::Object(ref map) => {
                 let kind = map.get("kind").and_then(|k| k.as_str()).unwrap_or("");
                 if kind == "List" || kind.ends_with("List") && map.contains_key("items") {
-                    let items = map.get("items").and_then(|i| i.as_array()).cloned().unwrap_or_default();
+                    let items = map
+                        .get("items")
+                        .and_then(|i| i.as_array())
+                        .cloned()
+                        .unwrap_or_default();
                     for (j, item) in items.into_iter().enumerate() {
                         out.push(LoadedObject {
                             origin: format!("{origin}, items[{j}]"),
@@ -65,7 +69,7 @@ pub fn parse_objects(text: &str, source: &str) -> Result<Vec<LoadedObject>, Load
                 return Err(LoadError::Invalid {
                     origin,
                     message: format!("expected a Kubernetes object, got {other}"),
-                })
+                });
             }
         }
     }
@@ -122,7 +126,10 @@ items:
 {"apiVersion": "v1", "kind": "PodList", "items": [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "c"}}]}
 "#;
         let objs = parse_objects(text, "f.yaml").unwrap();
-        let names: Vec<&str> = objs.iter().map(|o| o.value["metadata"]["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = objs
+            .iter()
+            .map(|o| o.value["metadata"]["name"].as_str().unwrap())
+            .collect();
         assert_eq!(names, ["n1", "a", "b", "c"]);
         assert_eq!(objs[2].origin, "f.yaml: document 3, items[1]");
     }
@@ -130,7 +137,11 @@ items:
     #[test]
     fn bad_documents_are_located() {
         let err = parse_objects("kind: Node\n---\n- 1\n- 2\n", "f.yaml").unwrap_err();
-        assert!(err.to_string().starts_with("f.yaml: document 2: expected a Kubernetes object"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("f.yaml: document 2: expected a Kubernetes object"),
+            "{err}"
+        );
         let err = parse_objects("a: [\n", "f.yaml").unwrap_err();
         assert!(err.to_string().starts_with("f.yaml: document 1:"), "{err}");
     }

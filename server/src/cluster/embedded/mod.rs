@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-pub use load::{parse_objects, read_objects, LoadError, LoadedObject};
+pub use load::{LoadError, LoadedObject, parse_objects, read_objects};
 
 use super::{ClusterChange, ClusterSource, PodScheduledCondition, WatchEvent};
 use crate::framework::{ClusterClient, ClusterError, EventRecorder, PodEvent};
@@ -137,12 +137,14 @@ impl EmbeddedCluster {
         let kind_text = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
         match Kind::parse(kind_text) {
             Some(Kind::Node) if kind_text == "Node" => {
-                let node: Node = serde_json::from_value(value).map_err(|e| ApplyError::Malformed(e.to_string()))?;
+                let node: Node = serde_json::from_value(value)
+                    .map_err(|e| ApplyError::Malformed(e.to_string()))?;
                 let name = self.apply_node(node)?;
                 Ok((Kind::Node, String::new(), name))
             }
             Some(Kind::Pod) if kind_text == "Pod" => {
-                let pod: Pod = serde_json::from_value(value).map_err(|e| ApplyError::Malformed(e.to_string()))?;
+                let pod: Pod = serde_json::from_value(value)
+                    .map_err(|e| ApplyError::Malformed(e.to_string()))?;
                 let (ns, name) = self.apply_pod(pod)?;
                 Ok((Kind::Pod, ns, name))
             }
@@ -231,7 +233,11 @@ impl EmbeddedCluster {
                 None => false,
             },
             Kind::Pod => {
-                let ns = if namespace.is_empty() { "default" } else { namespace };
+                let ns = if namespace.is_empty() {
+                    "default"
+                } else {
+                    namespace
+                };
                 match s.pods.remove(&(ns.to_string(), name.to_string())) {
                     Some(p) => {
                         s.emit(ClusterChange::Pod(WatchEvent::Deleted(p)));
@@ -408,7 +414,10 @@ impl ClusterSource for EmbeddedCluster {
         let uid = pod.uid.to_string();
         self.update_pod(&pod.namespace, &pod.name, |p| {
             if p.metadata.uid.as_deref() != Some(uid.as_str()) {
-                return Err(ClusterError::Conflict(format!("pod {} was replaced", pod.key())));
+                return Err(ClusterError::Conflict(format!(
+                    "pod {} was replaced",
+                    pod.key()
+                )));
             }
             let status = p.status.get_or_insert_with(Default::default);
             set_condition(
@@ -448,38 +457,61 @@ mod tests {
     #[tokio::test]
     async fn binding_behaves_like_the_api_server() {
         let c = EmbeddedCluster::new();
-        c.apply(serde_json::to_value(make_node("n1").cpu("1").object()).unwrap()).unwrap();
+        c.apply(serde_json::to_value(make_node("n1").cpu("1").object()).unwrap())
+            .unwrap();
         c.apply(pod_json("p")).unwrap();
         let stored = c.get_pod("default", "p").unwrap();
         let info = PodInfo::new(stored).unwrap();
         assert!(info.uid.starts_with("00000000-"));
         c.bind(&info, "n1").await.unwrap();
         let bound = c.get_pod("default", "p").unwrap();
-        assert_eq!(bound.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
+        assert_eq!(
+            bound.spec.as_ref().unwrap().node_name.as_deref(),
+            Some("n1")
+        );
         let cond = &bound.status.as_ref().unwrap().conditions.as_ref().unwrap()[0];
-        assert_eq!((cond.type_.as_str(), cond.status.as_str()), ("PodScheduled", "True"));
+        assert_eq!(
+            (cond.type_.as_str(), cond.status.as_str()),
+            ("PodScheduled", "True")
+        );
 
         let again = c.bind(&info, "n1").await.unwrap_err();
-        assert_eq!(again.to_string(), "Operation cannot be fulfilled on pods/binding \"p\": pod p is already assigned to node \"n1\"");
+        assert_eq!(
+            again.to_string(),
+            "Operation cannot be fulfilled on pods/binding \"p\": pod p is already assigned to node \"n1\""
+        );
         assert!(matches!(again, ClusterError::Conflict(_)));
 
         let missing = PodInfo::new(Arc::new(make_pod("missing").object())).unwrap();
         let err = c.bind(&missing, "n1").await.unwrap_err();
-        assert_eq!(err, ClusterError::NotFound("pods \"missing\" not found".into()));
+        assert_eq!(
+            err,
+            ClusterError::NotFound("pods \"missing\" not found".into())
+        );
 
         c.apply(pod_json("q")).unwrap();
         let stale = PodInfo::new(Arc::new(make_pod("q").uid("stale").object())).unwrap();
-        assert!(matches!(c.bind(&stale, "n1").await, Err(ClusterError::Conflict(_))));
+        assert!(matches!(
+            c.bind(&stale, "n1").await,
+            Err(ClusterError::Conflict(_))
+        ));
     }
 
     #[tokio::test]
     async fn subscribers_get_state_then_changes() {
         let c = EmbeddedCluster::new();
-        c.apply(serde_json::to_value(make_node("n1").object()).unwrap()).unwrap();
+        c.apply(serde_json::to_value(make_node("n1").object()).unwrap())
+            .unwrap();
         c.apply(pod_json("p")).unwrap();
         let mut rx = c.subscribe();
-        assert!(matches!(rx.recv().await, Some(ClusterChange::Node(WatchEvent::Added(_)))));
-        assert!(matches!(rx.recv().await, Some(ClusterChange::Pod(WatchEvent::Added(_)))));
+        assert!(matches!(
+            rx.recv().await,
+            Some(ClusterChange::Node(WatchEvent::Added(_)))
+        ));
+        assert!(matches!(
+            rx.recv().await,
+            Some(ClusterChange::Pod(WatchEvent::Added(_)))
+        ));
         assert!(matches!(rx.recv().await, Some(ClusterChange::Synced)));
         c.apply(pod_json("p")).unwrap();
         match rx.recv().await {
@@ -490,7 +522,10 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         assert!(c.delete(Kind::Pod, "default", "p"));
-        assert!(matches!(rx.recv().await, Some(ClusterChange::Pod(WatchEvent::Deleted(_)))));
+        assert!(matches!(
+            rx.recv().await,
+            Some(ClusterChange::Pod(WatchEvent::Deleted(_)))
+        ));
         assert!(!c.delete(Kind::Pod, "default", "p"));
     }
 
@@ -500,9 +535,15 @@ mod tests {
         let mut v = pod_json("p");
         v["spec"]["containers"][0]["resources"] = serde_json::json!({"requests": {"cpu": "lots"}});
         let err = c.apply(v).unwrap_err();
-        assert!(err.to_string().starts_with("spec.containers[0].resources.requests.cpu: quantities must match"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("spec.containers[0].resources.requests.cpu: quantities must match"),
+            "{err}"
+        );
         assert!(c.pods().is_empty(), "nothing stored");
-        let err = c.apply(serde_json::json!({"kind": "Deployment"})).unwrap_err();
+        let err = c
+            .apply(serde_json::json!({"kind": "Deployment"}))
+            .unwrap_err();
         assert_eq!(err, ApplyError::UnsupportedKind("Deployment".into()));
     }
 
@@ -513,7 +554,10 @@ mod tests {
         let info = PodInfo::new(c.get_pod("default", "p").unwrap()).unwrap();
         c.set_unschedulable(
             &info,
-            PodScheduledCondition { reason: "Unschedulable".into(), message: "0/1 nodes are available: 1 Insufficient cpu.".into() },
+            PodScheduledCondition {
+                reason: "Unschedulable".into(),
+                message: "0/1 nodes are available: 1 Insufficient cpu.".into(),
+            },
             Some(Some("n1".into())),
         )
         .await
@@ -521,7 +565,10 @@ mod tests {
         let p = c.get_pod("default", "p").unwrap();
         let st = p.status.as_ref().unwrap();
         let cond = &st.conditions.as_ref().unwrap()[0];
-        assert_eq!((cond.status.as_str(), cond.reason.as_deref()), ("False", Some("Unschedulable")));
+        assert_eq!(
+            (cond.status.as_str(), cond.reason.as_deref()),
+            ("False", Some("Unschedulable"))
+        );
         assert_eq!(st.nominated_node_name.as_deref(), Some("n1"));
     }
 }

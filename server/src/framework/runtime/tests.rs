@@ -46,12 +46,28 @@ impl Plugin for TestPlugin {
     fn name(&self) -> &'static str {
         self.name
     }
-    crate::extension_points!(pre_filter, filter, post_filter, pre_score, score, reserve, permit, pre_bind, bind, post_bind);
+    crate::extension_points!(
+        pre_filter,
+        filter,
+        post_filter,
+        pre_score,
+        score,
+        reserve,
+        permit,
+        pre_bind,
+        bind,
+        post_bind
+    );
 }
 
 #[async_trait]
 impl PreFilterPlugin for TestPlugin {
-    async fn pre_filter(&self, _: &mut CycleState, _: &PodInfo, _: &[Arc<NodeInfo>]) -> (Option<PreFilterResult>, Status) {
+    async fn pre_filter(
+        &self,
+        _: &mut CycleState,
+        _: &PodInfo,
+        _: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status) {
         self.note("PreFilter");
         let result = self.b.pre_filter_nodes.as_ref().map(|n| PreFilterResult {
             node_names: Some(n.iter().map(|s| Arc::from(*s)).collect()),
@@ -69,9 +85,17 @@ impl FilterPlugin for TestPlugin {
 
 #[async_trait]
 impl PostFilterPlugin for TestPlugin {
-    async fn post_filter(&self, _: &CycleState, _: &PodInfo, _: &NodeToStatus) -> (Option<PostFilterResult>, Status) {
+    async fn post_filter(
+        &self,
+        _: &CycleState,
+        _: &PodInfo,
+        _: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status) {
         self.note("PostFilter");
-        (None, Status::unschedulable(format!("{} could not help", self.name)))
+        (
+            None,
+            Status::unschedulable(format!("{} could not help", self.name)),
+        )
     }
 }
 
@@ -118,7 +142,10 @@ impl ReservePlugin for TestPlugin {
 impl PermitPlugin for TestPlugin {
     async fn permit(&self, _: &CycleState, _: &PodInfo, _: &str) -> (Status, Duration) {
         self.note("Permit");
-        self.b.permit.clone().unwrap_or((Status::success(), Duration::ZERO))
+        self.b
+            .permit
+            .clone()
+            .unwrap_or((Status::success(), Duration::ZERO))
     }
 }
 
@@ -154,7 +181,11 @@ impl Plugin for Sort {
     crate::extension_points!(queue_sort);
 }
 impl QueueSortPlugin for Sort {
-    fn less(&self, _: &crate::framework::QueuedPodInfo, _: &crate::framework::QueuedPodInfo) -> bool {
+    fn less(
+        &self,
+        _: &crate::framework::QueuedPodInfo,
+        _: &crate::framework::QueuedPodInfo,
+    ) -> bool {
         false
     }
 }
@@ -172,11 +203,18 @@ fn handle() -> Handle {
 
 /// Builds a profile from YAML `plugins` (and optional pluginConfig) over
 /// test plugins A, B, C with the given behaviours.
-fn fixture(plugins_yaml: &str, behaviours: &[(&'static str, Behaviour)]) -> Result<Fixture, ConfigError> {
+fn fixture(
+    plugins_yaml: &str,
+    behaviours: &[(&'static str, Behaviour)],
+) -> Result<Fixture, ConfigError> {
     let log: Log = Arc::default();
     let mut registry = Registry::new();
-    registry.register("Sort", |_: crate::framework::NoArgs, _| Ok(Sort)).unwrap();
-    registry.register("Binder", |_: crate::framework::NoArgs, _| Ok(NullBinder)).unwrap();
+    registry
+        .register("Sort", |_: crate::framework::NoArgs, _| Ok(Sort))
+        .unwrap();
+    registry
+        .register("Binder", |_: crate::framework::NoArgs, _| Ok(NullBinder))
+        .unwrap();
     for (name, b) in behaviours {
         let (name, b, log) = (*name, b.clone(), log.clone());
         registry
@@ -193,7 +231,11 @@ fn fixture(plugins_yaml: &str, behaviours: &[(&'static str, Behaviour)]) -> Resu
             .unwrap();
     }
     // Profiles need a binder; tests about Bind bring their own.
-    let binder = if plugins_yaml.contains("bind:") { "" } else { "    bind:\n      enabled: [{name: Binder}]\n" };
+    let binder = if plugins_yaml.contains("bind:") {
+        ""
+    } else {
+        "    bind:\n      enabled: [{name: Binder}]\n"
+    };
     let yaml = format!(
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: test\n  plugins:\n    queueSort:\n      enabled: [{{name: Sort}}]\n{binder}{plugins_yaml}"
     );
@@ -228,7 +270,16 @@ async fn plugins_run_in_configured_order() {
     let mut st = CycleState::new();
     f.fw.run_pre_filter(&mut st, &pod(), &f.nodes).await;
     f.fw.run_reserve(&mut st, &pod(), "n1").await;
-    assert_eq!(taken(&f.log), ["C.PreFilter", "A.PreFilter", "B.PreFilter", "B.Reserve", "C.Reserve"]);
+    assert_eq!(
+        taken(&f.log),
+        [
+            "C.PreFilter",
+            "A.PreFilter",
+            "B.PreFilter",
+            "B.Reserve",
+            "C.Reserve"
+        ]
+    );
 }
 
 #[tokio::test]
@@ -242,8 +293,13 @@ async fn pre_filter_unresolvable_ends_at_once_unschedulable_lets_others_run() {
         &[("A", unresolvable), ("B", Behaviour::default())],
     )
     .unwrap();
-    let (_, s, _) = f.fw.run_pre_filter(&mut CycleState::new(), &pod(), &f.nodes).await;
-    assert_eq!((s.code(), s.plugin()), (Code::UnschedulableAndUnresolvable, Some("A")));
+    let (_, s, _) =
+        f.fw.run_pre_filter(&mut CycleState::new(), &pod(), &f.nodes)
+            .await;
+    assert_eq!(
+        (s.code(), s.plugin()),
+        (Code::UnschedulableAndUnresolvable, Some("A"))
+    );
     assert_eq!(taken(&f.log), ["A.PreFilter"], "B never ran");
 
     let unschedulable = Behaviour {
@@ -255,9 +311,18 @@ async fn pre_filter_unresolvable_ends_at_once_unschedulable_lets_others_run() {
         &[("A", unschedulable), ("B", Behaviour::default())],
     )
     .unwrap();
-    let (_, s, _) = f.fw.run_pre_filter(&mut CycleState::new(), &pod(), &f.nodes).await;
-    assert_eq!((s.code(), s.plugin(), s.message().as_str()), (Code::Unschedulable, Some("A"), "not now"));
-    assert_eq!(taken(&f.log), ["A.PreFilter", "B.PreFilter"], "B still prepares its state");
+    let (_, s, _) =
+        f.fw.run_pre_filter(&mut CycleState::new(), &pod(), &f.nodes)
+            .await;
+    assert_eq!(
+        (s.code(), s.plugin(), s.message().as_str()),
+        (Code::Unschedulable, Some("A"), "not now")
+    );
+    assert_eq!(
+        taken(&f.log),
+        ["A.PreFilter", "B.PreFilter"],
+        "B still prepares its state"
+    );
 }
 
 #[tokio::test]
@@ -271,7 +336,9 @@ async fn pre_filter_error_ends_the_cycle_with_an_error() {
         &[("A", failing), ("B", Behaviour::default())],
     )
     .unwrap();
-    let (_, s, _) = f.fw.run_pre_filter(&mut CycleState::new(), &pod(), &f.nodes).await;
+    let (_, s, _) =
+        f.fw.run_pre_filter(&mut CycleState::new(), &pod(), &f.nodes)
+            .await;
     assert_eq!(s.code(), Code::Error);
     assert_eq!(s.message(), "running PreFilter plugin \"A\": boom");
     assert_eq!(taken(&f.log), ["A.PreFilter"]);
@@ -296,9 +363,14 @@ async fn pre_filter_results_intersect_and_an_empty_intersection_rejects() {
         &[("A", a.clone()), ("B", b.clone())],
     )
     .unwrap();
-    let (r, s, with) = f.fw.run_pre_filter(&mut CycleState::new(), &pod(), &f.nodes).await;
+    let (r, s, with) =
+        f.fw.run_pre_filter(&mut CycleState::new(), &pod(), &f.nodes)
+            .await;
     assert!(s.is_success());
-    assert_eq!(r.unwrap().node_names.unwrap(), [Arc::from("n2")].into_iter().collect());
+    assert_eq!(
+        r.unwrap().node_names.unwrap(),
+        [Arc::from("n2")].into_iter().collect()
+    );
     assert_eq!(with.into_iter().collect::<Vec<_>>(), ["A", "B"]);
 
     let f = fixture(
@@ -306,9 +378,14 @@ async fn pre_filter_results_intersect_and_an_empty_intersection_rejects() {
         &[("A", a), ("B", b), ("C", c)],
     )
     .unwrap();
-    let (_, s, _) = f.fw.run_pre_filter(&mut CycleState::new(), &pod(), &f.nodes).await;
+    let (_, s, _) =
+        f.fw.run_pre_filter(&mut CycleState::new(), &pod(), &f.nodes)
+            .await;
     assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
-    assert_eq!(s.message(), "node(s) didn't satisfy plugin(s) [A B C] simultaneously");
+    assert_eq!(
+        s.message(),
+        "node(s) didn't satisfy plugin(s) [A B C] simultaneously"
+    );
 }
 
 #[tokio::test]
@@ -319,15 +396,29 @@ async fn filter_stops_at_the_first_plugin_that_does_not_succeed() {
     };
     let f = fixture(
         &indent("filter:\n  enabled: [{name: A}, {name: B}, {name: C}]"),
-        &[("A", Behaviour::default()), ("B", rejects_n1), ("C", Behaviour::default())],
+        &[
+            ("A", Behaviour::default()),
+            ("B", rejects_n1),
+            ("C", Behaviour::default()),
+        ],
     )
     .unwrap();
     let st = CycleState::new();
     let s = f.fw.run_filter(&st, &pod(), &f.nodes[0]);
-    assert_eq!((s.code(), s.plugin(), s.message().as_str()), (Code::Unschedulable, Some("B"), "no room"));
-    assert_eq!(taken(&f.log), ["A.Filter(n1)", "B.Filter(n1)"], "C not run on n1");
+    assert_eq!(
+        (s.code(), s.plugin(), s.message().as_str()),
+        (Code::Unschedulable, Some("B"), "no room")
+    );
+    assert_eq!(
+        taken(&f.log),
+        ["A.Filter(n1)", "B.Filter(n1)"],
+        "C not run on n1"
+    );
     assert!(f.fw.run_filter(&st, &pod(), &f.nodes[1]).is_success());
-    assert_eq!(taken(&f.log), ["A.Filter(n2)", "B.Filter(n2)", "C.Filter(n2)"]);
+    assert_eq!(
+        taken(&f.log),
+        ["A.Filter(n2)", "B.Filter(n2)", "C.Filter(n2)"]
+    );
 }
 
 #[tokio::test]
@@ -338,7 +429,10 @@ async fn filter_errors_are_wrapped() {
     };
     let f = fixture(&indent("filter:\n  enabled: [{name: A}]"), &[("A", broken)]).unwrap();
     let s = f.fw.run_filter(&CycleState::new(), &pod(), &f.nodes[0]);
-    assert_eq!((s.code(), s.message().as_str()), (Code::Error, "running \"A\" filter plugin: disk on fire"));
+    assert_eq!(
+        (s.code(), s.message().as_str()),
+        (Code::Error, "running \"A\" filter plugin: disk on fire")
+    );
 }
 
 #[tokio::test]
@@ -358,12 +452,23 @@ async fn skip_at_pre_filter_skips_filter_and_skip_at_pre_score_skips_score() {
     let mut st = CycleState::new();
     let (_, s, _) = f.fw.run_pre_filter(&mut st, &pod(), &f.nodes).await;
     assert!(s.is_success());
-    assert!(f.fw.run_filter(&st, &pod(), &f.nodes[0]).is_success(), "A's rejection is never asked for");
-    assert!(f.fw.run_pre_score(&mut st, &pod(), &f.nodes).await.is_success());
+    assert!(
+        f.fw.run_filter(&st, &pod(), &f.nodes[0]).is_success(),
+        "A's rejection is never asked for"
+    );
+    assert!(
+        f.fw.run_pre_score(&mut st, &pod(), &f.nodes)
+            .await
+            .is_success()
+    );
     let r = f.fw.run_score(&st, &pod(), &f.nodes).unwrap();
     assert_eq!(r.plugins, ["B"]);
     let log = taken(&f.log);
-    assert!(!log.iter().any(|l| l.starts_with("A.Filter") || l.starts_with("A.Score")), "{log:?}");
+    assert!(
+        !log.iter()
+            .any(|l| l.starts_with("A.Filter") || l.starts_with("A.Score")),
+        "{log:?}"
+    );
     assert!(log.iter().any(|l| l == "B.Filter(n1)"));
 }
 
@@ -389,7 +494,9 @@ async fn node_total_is_the_weighted_sum_of_normalized_scores() {
         &[("A", a), ("B", b)],
     )
     .unwrap();
-    let r = f.fw.run_score(&CycleState::new(), &pod(), &f.nodes).unwrap();
+    let r =
+        f.fw.run_score(&CycleState::new(), &pod(), &f.nodes)
+            .unwrap();
     assert_eq!(r.weights, [2, 3]);
     assert_eq!(r.raw, [10, 90, 20, 50, 40, 0]);
     assert_eq!(r.normalized, [25, 90, 50, 50, 100, 0]);
@@ -403,8 +510,14 @@ async fn a_score_outside_0_100_after_normalize_aborts() {
         normalize: Some(|scores| scores.iter_mut().for_each(|s| s.score *= 3)),
         ..Default::default()
     };
-    let f = fixture(&indent("score:\n  enabled: [{name: A}]"), &[("A", too_high)]).unwrap();
-    let err = f.fw.run_score(&CycleState::new(), &pod(), &f.nodes).unwrap_err();
+    let f = fixture(
+        &indent("score:\n  enabled: [{name: A}]"),
+        &[("A", too_high)],
+    )
+    .unwrap();
+    let err =
+        f.fw.run_score(&CycleState::new(), &pod(), &f.nodes)
+            .unwrap_err();
     assert_eq!(err.code(), Code::Error);
     assert_eq!(
         err.message(),
@@ -415,8 +528,15 @@ async fn a_score_outside_0_100_after_normalize_aborts() {
         score: HashMap::from([("n2", -1)]),
         ..Default::default()
     };
-    let f = fixture(&indent("score:\n  enabled: [{name: A}]"), &[("A", negative)]).unwrap();
-    assert!(f.fw.run_score(&CycleState::new(), &pod(), &f.nodes).is_err());
+    let f = fixture(
+        &indent("score:\n  enabled: [{name: A}]"),
+        &[("A", negative)],
+    )
+    .unwrap();
+    assert!(
+        f.fw.run_score(&CycleState::new(), &pod(), &f.nodes)
+            .is_err()
+    );
 }
 
 #[test]
@@ -424,17 +544,33 @@ fn weights_that_could_overflow_are_rejected() {
     assert_eq!(check_weight(0, 1), Ok(100));
     let max = MAX_TOTAL_SCORE / MAX_NODE_SCORE;
     let total = check_weight(0, max).unwrap();
-    assert_eq!(check_weight(total, 1), Err("total score of Score plugins could overflow".to_string()));
+    assert_eq!(
+        check_weight(total, 1),
+        Err("total score of Score plugins could overflow".to_string())
+    );
     assert!(check_weight(0, max + 1).is_err());
     // In configuration, a weight beyond an int32 is refused with its path.
-    let err = fixture(&indent("score:\n  enabled: [{name: A, weight: 3000000000}]"), &[("A", Behaviour::default())])
-        .err()
-        .unwrap();
-    assert!(err.path.starts_with("profiles[0].plugins.score.enabled[0].weight"), "{err}");
-    let err = fixture(&indent("score:\n  enabled: [{name: A, weight: -1}]"), &[("A", Behaviour::default())])
-        .err()
-        .unwrap();
-    assert_eq!(err.to_string(), "profiles[0].plugins.score.enabled[0].weight: Invalid value: -1: must be greater than or equal to 0");
+    let err = fixture(
+        &indent("score:\n  enabled: [{name: A, weight: 3000000000}]"),
+        &[("A", Behaviour::default())],
+    )
+    .err()
+    .unwrap();
+    assert!(
+        err.path
+            .starts_with("profiles[0].plugins.score.enabled[0].weight"),
+        "{err}"
+    );
+    let err = fixture(
+        &indent("score:\n  enabled: [{name: A, weight: -1}]"),
+        &[("A", Behaviour::default())],
+    )
+    .err()
+    .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "profiles[0].plugins.score.enabled[0].weight: Invalid value: -1: must be greater than or equal to 0"
+    );
 }
 
 #[tokio::test]
@@ -445,7 +581,11 @@ async fn reserve_failure_runs_unreserve_on_every_reserve_plugin_in_reverse() {
     };
     let f = fixture(
         &indent("reserve:\n  enabled: [{name: A}, {name: B}, {name: C}]"),
-        &[("A", Behaviour::default()), ("B", failing), ("C", Behaviour::default())],
+        &[
+            ("A", Behaviour::default()),
+            ("B", failing),
+            ("C", Behaviour::default()),
+        ],
     )
     .unwrap();
     let mut st = CycleState::new();
@@ -454,7 +594,13 @@ async fn reserve_failure_runs_unreserve_on_every_reserve_plugin_in_reverse() {
     f.fw.run_unreserve(&st, &pod(), "n1").await;
     assert_eq!(
         taken(&f.log),
-        ["A.Reserve", "B.Reserve", "C.Unreserve", "B.Unreserve", "A.Unreserve"],
+        [
+            "A.Reserve",
+            "B.Reserve",
+            "C.Unreserve",
+            "B.Unreserve",
+            "A.Unreserve"
+        ],
         "C never reserved but is unreserved too"
     );
 }
@@ -469,11 +615,20 @@ async fn permit_rejection_rejects_at_once() {
         permit: Some((Status::unschedulable("quota exceeded"), Duration::ZERO)),
         ..Default::default()
     };
-    let f = fixture(&indent("permit:\n  enabled: [{name: A}, {name: B}]"), &[("A", wait), ("B", deny)]).unwrap();
+    let f = fixture(
+        &indent("permit:\n  enabled: [{name: A}, {name: B}]"),
+        &[("A", wait), ("B", deny)],
+    )
+    .unwrap();
     let p = pod();
-    let s = f.fw.run_permit(&CycleState::new(), &p, &Arc::from("n1")).await;
+    let s =
+        f.fw.run_permit(&CycleState::new(), &p, &Arc::from("n1"))
+            .await;
     assert_eq!((s.code(), s.plugin()), (Code::Unschedulable, Some("B")));
-    assert!(f.fw.handle().waiting_pods().is_empty(), "a rejected pod does not wait");
+    assert!(
+        f.fw.handle().waiting_pods().is_empty(),
+        "a rejected pod does not wait"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -484,13 +639,22 @@ async fn permit_wait_proceeds_only_when_every_waiting_plugin_allows() {
     };
     let f = fixture(
         &indent("permit:\n  enabled: [{name: A}, {name: B}, {name: C}]"),
-        &[("A", wait(30)), ("B", Behaviour::default()), ("C", wait(60))],
+        &[
+            ("A", wait(30)),
+            ("B", Behaviour::default()),
+            ("C", wait(60)),
+        ],
     )
     .unwrap();
     let p = pod();
-    let s = f.fw.run_permit(&CycleState::new(), &p, &Arc::from("n1")).await;
+    let s =
+        f.fw.run_permit(&CycleState::new(), &p, &Arc::from("n1"))
+            .await;
     assert_eq!(s.code(), Code::Wait);
-    assert_eq!(s.message(), "one or more plugins asked to wait and no plugin rejected pod \"p\"");
+    assert_eq!(
+        s.message(),
+        "one or more plugins asked to wait and no plugin rejected pod \"p\""
+    );
     let waiting = f.fw.handle().waiting_pods().get(&p.uid).unwrap();
     assert_eq!(waiting.pending_plugins(), ["A", "C"]);
 
@@ -508,17 +672,28 @@ async fn permit_wait_proceeds_only_when_every_waiting_plugin_allows() {
 #[tokio::test(start_paused = true)]
 async fn permit_timeouts_are_capped_at_15_minutes() {
     let forever = Behaviour {
-        permit: Some((Status::code_only(Code::Wait), Duration::from_secs(24 * 3600))),
+        permit: Some((
+            Status::code_only(Code::Wait),
+            Duration::from_secs(24 * 3600),
+        )),
         ..Default::default()
     };
-    let f = fixture(&indent("permit:\n  enabled: [{name: A}]"), &[("A", forever)]).unwrap();
+    let f = fixture(
+        &indent("permit:\n  enabled: [{name: A}]"),
+        &[("A", forever)],
+    )
+    .unwrap();
     let p = pod();
-    f.fw.run_permit(&CycleState::new(), &p, &Arc::from("n1")).await;
+    f.fw.run_permit(&CycleState::new(), &p, &Arc::from("n1"))
+        .await;
     let start = tokio::time::Instant::now();
     let s = f.fw.wait_on_permit(&p).await;
     assert_eq!(start.elapsed(), MAX_PERMIT_TIMEOUT);
     assert_eq!((s.code(), s.plugin()), (Code::Unschedulable, Some("A")));
-    assert_eq!(s.message(), "rejected due to timeout after waiting 15m0s at plugin A");
+    assert_eq!(
+        s.message(),
+        "rejected due to timeout after waiting 15m0s at plugin A"
+    );
 }
 
 #[tokio::test]
@@ -533,7 +708,13 @@ async fn pre_bind_failure_is_reported_with_its_plugin() {
     )
     .unwrap();
     let s = f.fw.run_pre_bind(&CycleState::new(), &pod(), "n1").await;
-    assert_eq!((s.code(), s.message().as_str()), (Code::Error, "running PreBind plugin \"A\": volume not ready"));
+    assert_eq!(
+        (s.code(), s.message().as_str()),
+        (
+            Code::Error,
+            "running PreBind plugin \"A\": volume not ready"
+        )
+    );
     assert_eq!(taken(&f.log), ["A.PreBind"]);
 }
 
@@ -545,11 +726,23 @@ async fn bind_plugins_are_tried_in_order_until_one_does_not_skip() {
     };
     let f = fixture(
         &indent("bind:\n  enabled: [{name: A}, {name: B}, {name: C}]"),
-        &[("A", Behaviour::default()), ("B", binds.clone()), ("C", binds)],
+        &[
+            ("A", Behaviour::default()),
+            ("B", binds.clone()),
+            ("C", binds),
+        ],
     )
     .unwrap();
-    assert!(f.fw.run_bind(&CycleState::new(), &pod(), "n1").await.is_success());
-    assert_eq!(taken(&f.log), ["A.Bind", "B.Bind"], "C not asked once B bound");
+    assert!(
+        f.fw.run_bind(&CycleState::new(), &pod(), "n1")
+            .await
+            .is_success()
+    );
+    assert_eq!(
+        taken(&f.log),
+        ["A.Bind", "B.Bind"],
+        "C not asked once B bound"
+    );
 
     let f = fixture(
         &indent("bind:\n  enabled: [{name: A}, {name: B}]"),
@@ -578,7 +771,9 @@ async fn post_filter_collects_reasons_until_one_helps() {
         &[("A", Behaviour::default()), ("B", Behaviour::default())],
     )
     .unwrap();
-    let (_, s) = f.fw.run_post_filter(&CycleState::new(), &pod(), &NodeToStatus::default()).await;
+    let (_, s) =
+        f.fw.run_post_filter(&CycleState::new(), &pod(), &NodeToStatus::default())
+            .await;
     assert_eq!((s.code(), s.plugin()), (Code::Unschedulable, Some("A")));
     assert_eq!(s.message(), "A could not help, B could not help");
 }
@@ -603,19 +798,31 @@ async fn nominated_pods_of_higher_priority_are_counted_on_their_node() {
         }
     }
     let mut registry = Registry::new();
-    registry.register("Sort", |_: crate::framework::NoArgs, _| Ok(Sort)).unwrap();
-    registry.register("OnePod", |_: crate::framework::NoArgs, _| Ok(OnePod)).unwrap();
-    registry.register("Binder", |_: crate::framework::NoArgs, _| Ok(NullBinder)).unwrap();
+    registry
+        .register("Sort", |_: crate::framework::NoArgs, _| Ok(Sort))
+        .unwrap();
+    registry
+        .register("OnePod", |_: crate::framework::NoArgs, _| Ok(OnePod))
+        .unwrap();
+    registry
+        .register("Binder", |_: crate::framework::NoArgs, _| Ok(NullBinder))
+        .unwrap();
     let yaml = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: t\n  plugins:\n    queueSort: {enabled: [{name: Sort}]}\n    filter: {enabled: [{name: OnePod}]}\n    bind: {enabled: [{name: Sort}]}\n";
     // Sort is not a Bind plugin: the profile is refused with the path.
     let cfg = config::parse(yaml, &|n| registry.contains(n)).unwrap();
     let err = Framework::new(&cfg.profiles[0], &registry, &handle()).unwrap_err();
-    assert_eq!(err.to_string(), "profiles[0].plugins.bind.enabled[0]: plugin \"Sort\" does not extend BindPlugin plugin");
+    assert_eq!(
+        err.to_string(),
+        "profiles[0].plugins.bind.enabled[0]: plugin \"Sort\" does not extend BindPlugin plugin"
+    );
 
     let yaml = yaml.replace("    bind: {enabled: [{name: Sort}]}\n", "");
     let cfg = config::parse(&yaml, &|n| registry.contains(n)).unwrap();
     let err = Framework::new(&cfg.profiles[0], &registry, &handle()).unwrap_err();
-    assert_eq!(err.to_string(), "profiles[0].plugins.bind: at least one bind plugin is needed for profile with scheduler name \"t\"");
+    assert_eq!(
+        err.to_string(),
+        "profiles[0].plugins.bind: at least one bind plugin is needed for profile with scheduler name \"t\""
+    );
 
     // With a binder the profile builds; check the nominated-pod rule.
     let yaml = format!("{yaml}    bind: {{enabled: [{{name: Binder}}]}}\n");
@@ -625,14 +832,34 @@ async fn nominated_pods_of_higher_priority_are_counted_on_their_node() {
     let pod = make_pod("p").priority(10).build();
     let mut nominated = NominatedPods::new();
     let st = CycleState::new();
-    nominated.insert(Arc::from("n1"), vec![Arc::new(make_pod("low").priority(5).nominated("n1").build())]);
-    assert!(fw.run_filter_with_nominated_pods(&st, &pod, &node, &nominated).is_success(), "lower priority: ignored");
-    nominated.insert(Arc::from("n1"), vec![Arc::new(make_pod("high").priority(10).nominated("n1").build())]);
+    nominated.insert(
+        Arc::from("n1"),
+        vec![Arc::new(
+            make_pod("low").priority(5).nominated("n1").build(),
+        )],
+    );
+    assert!(
+        fw.run_filter_with_nominated_pods(&st, &pod, &node, &nominated)
+            .is_success(),
+        "lower priority: ignored"
+    );
+    nominated.insert(
+        Arc::from("n1"),
+        vec![Arc::new(
+            make_pod("high").priority(10).nominated("n1").build(),
+        )],
+    );
     let s = fw.run_filter_with_nominated_pods(&st, &pod, &node, &nominated);
     assert_eq!(s.message(), "node has a pod", "equal priority: counted");
     // The pod's own nomination does not count against it.
-    nominated.insert(Arc::from("n1"), vec![Arc::new(make_pod("p").priority(10).nominated("n1").build())]);
-    assert!(fw.run_filter_with_nominated_pods(&st, &pod, &node, &nominated).is_success());
+    nominated.insert(
+        Arc::from("n1"),
+        vec![Arc::new(make_pod("p").priority(10).nominated("n1").build())],
+    );
+    assert!(
+        fw.run_filter_with_nominated_pods(&st, &pod, &node, &nominated)
+            .is_success()
+    );
 }
 
 struct NullBinder;

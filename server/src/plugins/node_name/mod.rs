@@ -7,7 +7,10 @@ use async_trait::async_trait;
 
 use crate::cache::NodeInfo;
 use crate::extension_points;
-use crate::framework::{ClusterEvent, ClusterEventWithHint, CycleState, FilterPlugin, NoArgs, Plugin, PreFilterPlugin, PreFilterResult, Status};
+use crate::framework::{
+    ClusterEvent, ClusterEventWithHint, CycleState, FilterPlugin, NoArgs, Plugin, PreFilterPlugin,
+    PreFilterResult, Status,
+};
 use crate::model::PodInfo;
 use crate::plugins::names::NODE_NAME;
 
@@ -38,7 +41,12 @@ impl Plugin for NodeName {
 
 #[async_trait]
 impl PreFilterPlugin for NodeName {
-    async fn pre_filter(&self, _: &mut CycleState, pod: &PodInfo, _: &[Arc<NodeInfo>]) -> (Option<PreFilterResult>, Status) {
+    async fn pre_filter(
+        &self,
+        _: &mut CycleState,
+        pod: &PodInfo,
+        _: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status) {
         match &pod.node_name {
             // Nothing to check on any node.
             None => (None, Status::skip()),
@@ -86,6 +94,9 @@ mod tests {
         assert!(s.is_skip() && r.is_none());
         let (r, s) = pl.pre_filter(&mut st, &elsewhere, &[]).await;
         assert!(s.is_success());
-        assert_eq!(r.unwrap().node_names.unwrap(), HashSet::from([Arc::from("n2")]));
+        assert_eq!(
+            r.unwrap().node_names.unwrap(),
+            HashSet::from([Arc::from("n2")])
+        );
     }
 }

@@ -2,8 +2,8 @@
 
 use serde::Deserialize;
 
-use crate::config::{join_path, ConfigError};
-use crate::framework::{parse_args, PluginArgs, ValidateArgs};
+use crate::config::{ConfigError, join_path};
+use crate::framework::{PluginArgs, ValidateArgs, parse_args};
 
 /// The scoring strategies.
 pub const LEAST_ALLOCATED: &str = "LeastAllocated";
@@ -99,11 +99,13 @@ impl Default for NodeResourcesFitArgs {
 impl NodeResourcesFitArgs {
     /// Applies upstream's defaults to given args.
     fn apply_defaults(&mut self) {
-        let strategy = self.scoring_strategy.get_or_insert_with(|| ScoringStrategy {
-            strategy_type: LEAST_ALLOCATED.into(),
-            resources: Vec::new(),
-            requested_to_capacity_ratio: None,
-        });
+        let strategy = self
+            .scoring_strategy
+            .get_or_insert_with(|| ScoringStrategy {
+                strategy_type: LEAST_ALLOCATED.into(),
+                resources: Vec::new(),
+                requested_to_capacity_ratio: None,
+            });
         if strategy.resources.is_empty() {
             strategy.resources = default_resources();
         }
@@ -132,13 +134,21 @@ impl ValidateArgs for NodeResourcesFitArgs {
         args.apply_defaults();
         for (i, r) in args.ignored_resources.iter().enumerate() {
             if let Err(e) = validate_qualified_name(r) {
-                return Err(ConfigError::invalid(join_path(path, &format!("ignoredResources[{i}]")), format!("{r:?}"), &e));
+                return Err(ConfigError::invalid(
+                    join_path(path, &format!("ignoredResources[{i}]")),
+                    format!("{r:?}"),
+                    &e,
+                ));
             }
         }
         for (i, g) in args.ignored_resource_groups.iter().enumerate() {
             let p = join_path(path, &format!("ignoredResourceGroups[{i}]"));
             if g.contains('/') {
-                return Err(ConfigError::invalid(p, format!("{g:?}"), "resource group name can't contain '/'"));
+                return Err(ConfigError::invalid(
+                    p,
+                    format!("{g:?}"),
+                    "resource group name can't contain '/'",
+                ));
             }
             if let Err(e) = validate_qualified_name(g) {
                 return Err(ConfigError::invalid(p, format!("{g:?}"), &e));
@@ -166,12 +176,21 @@ impl ValidateArgs for NodeResourcesFitArgs {
             }
         }
         let rp = format!("{sp}.requestedToCapacityRatio");
-        match (&s.requested_to_capacity_ratio, s.strategy_type == REQUESTED_TO_CAPACITY_RATIO) {
+        match (
+            &s.requested_to_capacity_ratio,
+            s.strategy_type == REQUESTED_TO_CAPACITY_RATIO,
+        ) {
             (None, true) => {
-                return Err(ConfigError::new(rp, "Required value: must be specified when type is RequestedToCapacityRatio"))
+                return Err(ConfigError::new(
+                    rp,
+                    "Required value: must be specified when type is RequestedToCapacityRatio",
+                ));
             }
             (Some(_), false) => {
-                return Err(ConfigError::new(rp, "Forbidden: must be nil when type is not RequestedToCapacityRatio"))
+                return Err(ConfigError::new(
+                    rp,
+                    "Forbidden: must be nil when type is not RequestedToCapacityRatio",
+                ));
             }
             (Some(param), true) => validate_shape(&param.shape, &format!("{rp}.shape"))?,
             (None, false) => {}
@@ -182,7 +201,10 @@ impl ValidateArgs for NodeResourcesFitArgs {
 
 fn validate_shape(shape: &[UtilizationShapePoint], path: &str) -> Result<(), ConfigError> {
     if shape.is_empty() {
-        return Err(ConfigError::new(path, "Required value: at least one point must be specified"));
+        return Err(ConfigError::new(
+            path,
+            "Required value: at least one point must be specified",
+        ));
     }
     for (i, p) in shape.iter().enumerate() {
         if i > 0 && p.utilization <= shape[i - 1].utilization {
@@ -193,10 +215,18 @@ fn validate_shape(shape: &[UtilizationShapePoint], path: &str) -> Result<(), Con
             ));
         }
         if !(0..=100).contains(&p.utilization) {
-            return Err(ConfigError::invalid(format!("{path}[{i}].utilization"), p.utilization, "not in valid range [0, 100]"));
+            return Err(ConfigError::invalid(
+                format!("{path}[{i}].utilization"),
+                p.utilization,
+                "not in valid range [0, 100]",
+            ));
         }
         if !(0..=10).contains(&p.score) {
-            return Err(ConfigError::invalid(format!("{path}[{i}].score"), p.score, "not in valid range [0, 10]"));
+            return Err(ConfigError::invalid(
+                format!("{path}[{i}].score"),
+                p.score,
+                "not in valid range [0, 10]",
+            ));
         }
     }
     Ok(())
@@ -216,7 +246,9 @@ pub fn validate_qualified_name(value: &str) -> Result<(), String> {
             && p.split('.').all(|label| {
                 !label.is_empty()
                     && label.len() <= 63
-                    && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                     && !label.starts_with('-')
                     && !label.ends_with('-')
             });
@@ -226,7 +258,9 @@ pub fn validate_qualified_name(value: &str) -> Result<(), String> {
     }
     let ok = !name.is_empty()
         && name.len() <= 63
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
         && name.as_bytes()[0].is_ascii_alphanumeric()
         && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
     if !ok {
@@ -257,36 +291,68 @@ mod tests {
         let a = NodeResourcesFitArgs::parse(None, "x").unwrap();
         assert_eq!(a.strategy().strategy_type, LEAST_ALLOCATED);
         assert_eq!(a.strategy().resources, default_resources());
-        let a = parse(json!({"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu"}]}})).unwrap();
-        assert_eq!(a.strategy().resources, vec![ResourceSpec { name: "cpu".into(), weight: 1 }]);
-        let a = parse(json!({"kind": "NodeResourcesFitArgs", "apiVersion": "kubescheduler.config.k8s.io/v1",
-                             "scoringStrategy": {"type": "MostAllocated"}})).unwrap();
+        let a = parse(
+            json!({"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu"}]}}),
+        )
+        .unwrap();
+        assert_eq!(
+            a.strategy().resources,
+            vec![ResourceSpec {
+                name: "cpu".into(),
+                weight: 1
+            }]
+        );
+        let a = parse(
+            json!({"kind": "NodeResourcesFitArgs", "apiVersion": "kubescheduler.config.k8s.io/v1",
+                             "scoringStrategy": {"type": "MostAllocated"}}),
+        )
+        .unwrap();
         assert_eq!(a.strategy().resources, default_resources());
     }
 
     #[test]
     fn errors_name_the_field() {
         let cases = [
-            (json!({"scoringStrategy": {"type": "Foo"}}),
-             "profiles[0].pluginConfig[1].args.scoringStrategy.type: unknown strategy \"Foo\": supported values: \"LeastAllocated\", \"MostAllocated\", \"RequestedToCapacityRatio\""),
-            (json!({"scoringStrategy": {"type": "LeastAllocated", "resources": [{"name": "cpu", "weight": 101}]}}),
-             "profiles[0].pluginConfig[1].args.scoringStrategy.resources[0].weight: Invalid value: 101: resource weight of cpu not in valid range (0, 100]"),
-            (json!({"ignoredResourceGroups": ["example.com/gpu"]}),
-             "profiles[0].pluginConfig[1].args.ignoredResourceGroups[0]: Invalid value: \"example.com/gpu\": resource group name can't contain '/'"),
-            (json!({"ignoredResources": ["-bad"]}),
-             "profiles[0].pluginConfig[1].args.ignoredResources[0]: Invalid value: \"-bad\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"),
-            (json!({"scoringStrategy": {"type": "RequestedToCapacityRatio"}}),
-             "profiles[0].pluginConfig[1].args.scoringStrategy.requestedToCapacityRatio: Required value: must be specified when type is RequestedToCapacityRatio"),
-            (json!({"scoringStrategy": {"type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": [{"utilization": 50, "score": 1}, {"utilization": 40, "score": 2}]}}}),
-             "profiles[0].pluginConfig[1].args.scoringStrategy.requestedToCapacityRatio.shape[1].utilization: Invalid value: 40: values must be sorted in increasing order"),
-            (json!({"scoringStrategy": {"type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": [{"utilization": 50, "score": 11}]}}}),
-             "profiles[0].pluginConfig[1].args.scoringStrategy.requestedToCapacityRatio.shape[0].score: Invalid value: 11: not in valid range [0, 10]"),
-            (json!({"scoringStrategy": {"type": "MostAllocated", "requestedToCapacityRatio": {"shape": []}}}),
-             "profiles[0].pluginConfig[1].args.scoringStrategy.requestedToCapacityRatio: Forbidden: must be nil when type is not RequestedToCapacityRatio"),
-            (json!({"ignoredResource": ["x"]}),
-             "profiles[0].pluginConfig[1].args.ignoredResource: unknown field `ignoredResource`, expected one of `ignoredResources`, `ignoredResourceGroups`, `scoringStrategy`"),
-            (json!({"kind": "OtherArgs"}),
-             "profiles[0].pluginConfig[1].args.kind: expected \"NodeResourcesFitArgs\", got \"OtherArgs\""),
+            (
+                json!({"scoringStrategy": {"type": "Foo"}}),
+                "profiles[0].pluginConfig[1].args.scoringStrategy.type: unknown strategy \"Foo\": supported values: \"LeastAllocated\", \"MostAllocated\", \"RequestedToCapacityRatio\"",
+            ),
+            (
+                json!({"scoringStrategy": {"type": "LeastAllocated", "resources": [{"name": "cpu", "weight": 101}]}}),
+                "profiles[0].pluginConfig[1].args.scoringStrategy.resources[0].weight: Invalid value: 101: resource weight of cpu not in valid range (0, 100]",
+            ),
+            (
+                json!({"ignoredResourceGroups": ["example.com/gpu"]}),
+                "profiles[0].pluginConfig[1].args.ignoredResourceGroups[0]: Invalid value: \"example.com/gpu\": resource group name can't contain '/'",
+            ),
+            (
+                json!({"ignoredResources": ["-bad"]}),
+                "profiles[0].pluginConfig[1].args.ignoredResources[0]: Invalid value: \"-bad\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+            ),
+            (
+                json!({"scoringStrategy": {"type": "RequestedToCapacityRatio"}}),
+                "profiles[0].pluginConfig[1].args.scoringStrategy.requestedToCapacityRatio: Required value: must be specified when type is RequestedToCapacityRatio",
+            ),
+            (
+                json!({"scoringStrategy": {"type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": [{"utilization": 50, "score": 1}, {"utilization": 40, "score": 2}]}}}),
+                "profiles[0].pluginConfig[1].args.scoringStrategy.requestedToCapacityRatio.shape[1].utilization: Invalid value: 40: values must be sorted in increasing order",
+            ),
+            (
+                json!({"scoringStrategy": {"type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": [{"utilization": 50, "score": 11}]}}}),
+                "profiles[0].pluginConfig[1].args.scoringStrategy.requestedToCapacityRatio.shape[0].score: Invalid value: 11: not in valid range [0, 10]",
+            ),
+            (
+                json!({"scoringStrategy": {"type": "MostAllocated", "requestedToCapacityRatio": {"shape": []}}}),
+                "profiles[0].pluginConfig[1].args.scoringStrategy.requestedToCapacityRatio: Forbidden: must be nil when type is not RequestedToCapacityRatio",
+            ),
+            (
+                json!({"ignoredResource": ["x"]}),
+                "profiles[0].pluginConfig[1].args.ignoredResource: unknown field `ignoredResource`, expected one of `ignoredResources`, `ignoredResourceGroups`, `scoringStrategy`",
+            ),
+            (
+                json!({"kind": "OtherArgs"}),
+                "profiles[0].pluginConfig[1].args.kind: expected \"NodeResourcesFitArgs\", got \"OtherArgs\"",
+            ),
         ];
         for (args, want) in cases {
             assert_eq!(parse(args).unwrap_err().to_string(), want);

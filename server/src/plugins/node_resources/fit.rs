@@ -6,15 +6,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::args::{NodeResourcesFitArgs, LEAST_ALLOCATED, MOST_ALLOCATED};
+use super::args::{LEAST_ALLOCATED, MOST_ALLOCATED, NodeResourcesFitArgs};
 use super::scoring::Scorer;
 use crate::cache::NodeInfo;
 use crate::extension_points;
 use crate::framework::{
-    ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EventResource, FilterPlugin, Plugin,
-    PreFilterPlugin, PreFilterResult, PreScorePlugin, QueueingHint, Reason, ScorePlugin, StateKey, Status,
+    ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EventResource, FilterPlugin,
+    Plugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, QueueingHint, Reason, ScorePlugin,
+    StateKey, Status,
 };
-use crate::model::resource::{is_extended_resource, CPU, EPHEMERAL_STORAGE, MEMORY};
+use crate::model::resource::{CPU, EPHEMERAL_STORAGE, MEMORY, is_extended_resource};
 use crate::model::{NodeSpec, PodInfo, Resource, ResourceName};
 use crate::plugins::names::NODE_RESOURCES_FIT;
 
@@ -73,7 +74,11 @@ impl NodeResourcesFit {
             })
             .collect();
         Ok(Self {
-            ignored_resources: args.ignored_resources.iter().map(|r| ResourceName::intern(r)).collect(),
+            ignored_resources: args
+                .ignored_resources
+                .iter()
+                .map(|r| ResourceName::intern(r))
+                .collect(),
             ignored_groups: args.ignored_resource_groups.clone(),
             scored,
             weights: strategy.resources.iter().map(|r| r.weight).collect(),
@@ -97,7 +102,11 @@ impl NodeResourcesFit {
 
     /// The reasons `node` cannot take `pod`, and whether some request
     /// exceeds the node's whole allocatable (then no preemption helps).
-    fn insufficient(&self, pod: &PodInfo, node: &NodeInfo) -> (smallvec::SmallVec<[Reason; 2]>, bool) {
+    fn insufficient(
+        &self,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> (smallvec::SmallVec<[Reason; 2]>, bool) {
         let mut reasons = smallvec::SmallVec::new();
         let mut unresolvable = false;
         let alloc = node.allocatable();
@@ -112,7 +121,12 @@ impl NodeResourcesFit {
                 unresolvable |= want > have;
             }
         };
-        check(req.milli_cpu, alloc.milli_cpu, used.milli_cpu, "Insufficient cpu");
+        check(
+            req.milli_cpu,
+            alloc.milli_cpu,
+            used.milli_cpu,
+            "Insufficient cpu",
+        );
         check(req.memory, alloc.memory, used.memory, "Insufficient memory");
         check(
             req.ephemeral_storage,
@@ -124,7 +138,12 @@ impl NodeResourcesFit {
             if want == 0 || self.ignored(name) {
                 continue;
             }
-            check(want, alloc.scalar(name), used.scalar(name), name.insufficient_reason());
+            check(
+                want,
+                alloc.scalar(name),
+                used.scalar(name),
+                name.insufficient_reason(),
+            );
         }
         (reasons, unresolvable)
     }
@@ -160,7 +179,9 @@ fn allocatable_grew(pod: &PodInfo, old: &Resource, new: &Resource) -> bool {
         || (r.milli_cpu > 0 && new.milli_cpu > old.milli_cpu)
         || (r.memory > 0 && new.memory > old.memory)
         || (r.ephemeral_storage > 0 && new.ephemeral_storage > old.ephemeral_storage)
-        || r.scalar.iter().any(|&(n, v)| v > 0 && new.scalar(n) > old.scalar(n))
+        || r.scalar
+            .iter()
+            .any(|&(n, v)| v > 0 && new.scalar(n) > old.scalar(n))
 }
 
 impl Plugin for NodeResourcesFit {
@@ -179,15 +200,23 @@ impl Plugin for NodeResourcesFit {
         Some(vec![
             // A pod went away and freed its requests; an unbound pod that was
             // nominated nowhere freed nothing.
-            ClusterEventWithHint::with_hint(ClusterEvent::new(EventResource::Pod, ActionType::DELETE), |_, old, _| {
-                Ok(match old.and_then(|o| o.as_pod()) {
-                    Some(p) if p.node_name.is_none() && p.nominated_node_name.is_none() => QueueingHint::Skip,
-                    _ => QueueingHint::Queue,
-                })
-            }),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::Pod, ActionType::DELETE),
+                |_, old, _| {
+                    Ok(match old.and_then(|o| o.as_pod()) {
+                        Some(p) if p.node_name.is_none() && p.nominated_node_name.is_none() => {
+                            QueueingHint::Skip
+                        }
+                        _ => QueueingHint::Queue,
+                    })
+                },
+            ),
             // A node appeared or grew.
             ClusterEventWithHint::with_hint(
-                ClusterEvent::new(EventResource::Node, ActionType::ADD | ActionType::UPDATE_NODE_ALLOCATABLE),
+                ClusterEvent::new(
+                    EventResource::Node,
+                    ActionType::ADD | ActionType::UPDATE_NODE_ALLOCATABLE,
+                ),
                 move |pod, old, new| {
                     let Some(new) = new.and_then(|n| n.as_node()) else {
                         return Ok(QueueingHint::Skip);
@@ -197,7 +226,9 @@ impl Plugin for NodeResourcesFit {
                     }
                     Ok(match old.and_then(|o| o.as_node()) {
                         None => QueueingHint::Queue,
-                        Some(old) if allocatable_grew(pod, &old.allocatable, &new.allocatable) => QueueingHint::Queue,
+                        Some(old) if allocatable_grew(pod, &old.allocatable, &new.allocatable) => {
+                            QueueingHint::Queue
+                        }
                         Some(_) => QueueingHint::Skip,
                     })
                 },
@@ -210,7 +241,12 @@ impl Plugin for NodeResourcesFit {
 
 #[async_trait]
 impl PreFilterPlugin for NodeResourcesFit {
-    async fn pre_filter(&self, _: &mut CycleState, _: &PodInfo, _: &[Arc<NodeInfo>]) -> (Option<PreFilterResult>, Status) {
+    async fn pre_filter(
+        &self,
+        _: &mut CycleState,
+        _: &PodInfo,
+        _: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status) {
         // The pod's requests are computed once when the pod is parsed
         // (PodInfo::requests); nothing else to prepare.
         (None, Status::success())
@@ -223,15 +259,28 @@ impl FilterPlugin for NodeResourcesFit {
         if reasons.is_empty() {
             return Status::success();
         }
-        let code = if unresolvable { Code::UnschedulableAndUnresolvable } else { Code::Unschedulable };
+        let code = if unresolvable {
+            Code::UnschedulableAndUnresolvable
+        } else {
+            Code::Unschedulable
+        };
         Status::with_reasons(code, reasons)
     }
 }
 
 #[async_trait]
 impl PreScorePlugin for NodeResourcesFit {
-    async fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _: &[Arc<NodeInfo>]) -> Status {
-        let requests = self.scored.iter().map(|r| self.pod_request(pod, *r)).collect();
+    async fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _: &[Arc<NodeInfo>],
+    ) -> Status {
+        let requests = self
+            .scored
+            .iter()
+            .map(|r| self.pod_request(pod, *r))
+            .collect();
         state.write(&PRE_SCORE_KEY, PreScoreState(requests));
         Status::success()
     }
@@ -249,19 +298,28 @@ impl ScorePlugin for NodeResourcesFit {
         let pod_requests: &[i64] = match state.read(&PRE_SCORE_KEY) {
             Some(s) => &s.0,
             None => {
-                computed = self.scored.iter().map(|r| self.pod_request(pod, *r)).collect::<Vec<_>>();
+                computed = self
+                    .scored
+                    .iter()
+                    .map(|r| self.pod_request(pod, *r))
+                    .collect::<Vec<_>>();
                 &computed
             }
         };
-        let mut requested = smallvec::SmallVec::<[i64; INLINE_RESOURCES]>::from_elem(0, self.scored.len());
-        let mut capacity = smallvec::SmallVec::<[i64; INLINE_RESOURCES]>::from_elem(0, self.scored.len());
+        let mut requested =
+            smallvec::SmallVec::<[i64; INLINE_RESOURCES]>::from_elem(0, self.scored.len());
+        let mut capacity =
+            smallvec::SmallVec::<[i64; INLINE_RESOURCES]>::from_elem(0, self.scored.len());
         let alloc = node.allocatable();
         for (i, r) in self.scored.iter().enumerate() {
             let want = pod_requests[i];
             let (cap, req) = match *r {
                 Scored::Cpu => (alloc.milli_cpu, node.non_zero_milli_cpu() + want),
                 Scored::Memory => (alloc.memory, node.non_zero_memory() + want),
-                Scored::EphemeralStorage => (alloc.ephemeral_storage, node.requested().ephemeral_storage + want),
+                Scored::EphemeralStorage => (
+                    alloc.ephemeral_storage,
+                    node.requested().ephemeral_storage + want,
+                ),
                 // A scalar resource the pod does not request is not scored.
                 Scored::Scalar(_) if want == 0 => (0, 0),
                 Scored::Scalar(n) => (alloc.scalar(n), node.requested().scalar(n) + want),
@@ -286,9 +344,18 @@ mod tests {
     }
 
     fn node_with(cpu: &str, mem: &str, pods: &[(&str, &str, &str)]) -> NodeInfo {
-        let mut n = NodeInfo::new(Arc::new(make_node("n").cpu(cpu).memory(mem).pods(3).alloc("example.com/gpu", "2").build()));
+        let mut n = NodeInfo::new(Arc::new(
+            make_node("n")
+                .cpu(cpu)
+                .memory(mem)
+                .pods(3)
+                .alloc("example.com/gpu", "2")
+                .build(),
+        ));
         for (name, c, m) in pods {
-            n.add_pod(Arc::new(make_pod(name).req_cpu(c).req_memory(m).node("n").build()));
+            n.add_pod(Arc::new(
+                make_pod(name).req_cpu(c).req_memory(m).node("n").build(),
+            ));
         }
         n
     }
@@ -299,38 +366,90 @@ mod tests {
         let st = CycleState::new();
         let node = node_with("4", "8Gi", &[("a", "2", "4Gi")]);
         let cases: Vec<(&str, PodInfo, Code, Vec<&str>)> = vec![
-            ("fits", make_pod("p").req_cpu("2").req_memory("4Gi").build(), Code::Success, vec![]),
-            ("cpu short", make_pod("p").req_cpu("3").build(), Code::Unschedulable, vec!["Insufficient cpu"]),
-            ("cpu and memory short", make_pod("p").req_cpu("3").req_memory("5Gi").build(), Code::Unschedulable, vec!["Insufficient cpu", "Insufficient memory"]),
-            ("more than the whole node", make_pod("p").req_cpu("5").build(), Code::UnschedulableAndUnresolvable, vec!["Insufficient cpu"]),
-            ("extended resource", make_pod("p").req("example.com/gpu", "3").build(), Code::UnschedulableAndUnresolvable, vec!["Insufficient example.com/gpu"]),
-            ("extended resource absent", make_pod("p").req("example.com/fpga", "1").build(), Code::UnschedulableAndUnresolvable, vec!["Insufficient example.com/fpga"]),
+            (
+                "fits",
+                make_pod("p").req_cpu("2").req_memory("4Gi").build(),
+                Code::Success,
+                vec![],
+            ),
+            (
+                "cpu short",
+                make_pod("p").req_cpu("3").build(),
+                Code::Unschedulable,
+                vec!["Insufficient cpu"],
+            ),
+            (
+                "cpu and memory short",
+                make_pod("p").req_cpu("3").req_memory("5Gi").build(),
+                Code::Unschedulable,
+                vec!["Insufficient cpu", "Insufficient memory"],
+            ),
+            (
+                "more than the whole node",
+                make_pod("p").req_cpu("5").build(),
+                Code::UnschedulableAndUnresolvable,
+                vec!["Insufficient cpu"],
+            ),
+            (
+                "extended resource",
+                make_pod("p").req("example.com/gpu", "3").build(),
+                Code::UnschedulableAndUnresolvable,
+                vec!["Insufficient example.com/gpu"],
+            ),
+            (
+                "extended resource absent",
+                make_pod("p").req("example.com/fpga", "1").build(),
+                Code::UnschedulableAndUnresolvable,
+                vec!["Insufficient example.com/fpga"],
+            ),
             ("no requests", make_pod("p").build(), Code::Success, vec![]),
         ];
         for (name, pod, code, reasons) in cases {
             let s = pl.filter(&st, &pod, &node);
             assert_eq!(s.code(), code, "{name}");
-            assert_eq!(s.reasons().iter().map(|r| &**r).collect::<Vec<_>>(), reasons, "{name}");
+            assert_eq!(
+                s.reasons().iter().map(|r| &**r).collect::<Vec<_>>(),
+                reasons,
+                "{name}"
+            );
         }
     }
 
     #[test]
     fn pod_count_is_checked_first_and_never_unresolvable() {
         let pl = plugin(json!({}));
-        let node = node_with("4", "8Gi", &[("a", "1", "1Gi"), ("b", "1", "1Gi"), ("c", "1", "1Gi")]);
-        let s = pl.filter(&CycleState::new(), &make_pod("p").req_cpu("2").build(), &node);
+        let node = node_with(
+            "4",
+            "8Gi",
+            &[("a", "1", "1Gi"), ("b", "1", "1Gi"), ("c", "1", "1Gi")],
+        );
+        let s = pl.filter(
+            &CycleState::new(),
+            &make_pod("p").req_cpu("2").build(),
+            &node,
+        );
         assert_eq!(s.code(), Code::Unschedulable);
         assert_eq!(s.message(), "Too many pods, Insufficient cpu");
         let s = pl.filter(&CycleState::new(), &make_pod("p").build(), &node);
-        assert_eq!((s.code(), s.message().as_str()), (Code::Unschedulable, TOO_MANY_PODS));
+        assert_eq!(
+            (s.code(), s.message().as_str()),
+            (Code::Unschedulable, TOO_MANY_PODS)
+        );
     }
 
     #[test]
     fn ignored_resources_and_groups() {
         let node = node_with("4", "8Gi", &[]);
-        let pod = make_pod("p").req("example.com/fpga", "1").req("vendor.io/nic", "1").build();
+        let pod = make_pod("p")
+            .req("example.com/fpga", "1")
+            .req("vendor.io/nic", "1")
+            .build();
         let st = CycleState::new();
-        assert!(!plugin(json!({"ignoredResources": ["example.com/fpga"]})).filter(&st, &pod, &node).is_success());
+        assert!(
+            !plugin(json!({"ignoredResources": ["example.com/fpga"]}))
+                .filter(&st, &pod, &node)
+                .is_success()
+        );
         assert!(plugin(json!({"ignoredResources": ["example.com/fpga"], "ignoredResourceGroups": ["vendor.io"]}))
             .filter(&st, &pod, &node)
             .is_success());
@@ -356,7 +475,9 @@ mod tests {
 
     #[tokio::test]
     async fn most_allocated_and_weights() {
-        let pl = plugin(json!({"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu", "weight": 3}, {"name": "memory", "weight": 1}]}}));
+        let pl = plugin(
+            json!({"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu", "weight": 3}, {"name": "memory", "weight": 1}]}}),
+        );
         let node = node_with("4", "10000", &[("a", "1", "2500")]);
         let pod = make_pod("p").req_cpu("2").req_memory("2500").build();
         let mut st = CycleState::new();
@@ -367,13 +488,18 @@ mod tests {
 
     #[tokio::test]
     async fn scalar_resources_score_only_when_requested() {
-        let pl = plugin(json!({"scoringStrategy": {"type": "LeastAllocated", "resources": [{"name": "cpu"}, {"name": "example.com/gpu", "weight": 2}]}}));
+        let pl = plugin(
+            json!({"scoringStrategy": {"type": "LeastAllocated", "resources": [{"name": "cpu"}, {"name": "example.com/gpu", "weight": 2}]}}),
+        );
         let node = node_with("4", "8Gi", &[]);
         let cpu_only = make_pod("p").req_cpu("2").build();
         let mut st = CycleState::new();
         pl.pre_score(&mut st, &cpu_only, &[]).await;
         assert_eq!(pl.score(&st, &cpu_only, &node).unwrap(), 50);
-        let with_gpu = make_pod("g").req_cpu("2").req("example.com/gpu", "1").build();
+        let with_gpu = make_pod("g")
+            .req_cpu("2")
+            .req("example.com/gpu", "1")
+            .build();
         let mut st = CycleState::new();
         pl.pre_score(&mut st, &with_gpu, &[]).await;
         // (50*1 + 50*2)/3 = 50
@@ -387,17 +513,41 @@ mod tests {
         let pod = make_pod("p").req_cpu("2").build();
         let as_pod = |b: crate::testing::PodBuilder| Some(EventObject::Pod(Arc::new(b.build())));
         let delete = regs[0].hint.as_ref().unwrap();
-        assert_eq!(delete(&pod, as_pod(make_pod("x").node("n")).as_ref(), None).unwrap(), QueueingHint::Queue);
-        assert_eq!(delete(&pod, as_pod(make_pod("x")).as_ref(), None).unwrap(), QueueingHint::Skip);
-        assert_eq!(delete(&pod, as_pod(make_pod("x").nominated("n")).as_ref(), None).unwrap(), QueueingHint::Queue);
+        assert_eq!(
+            delete(&pod, as_pod(make_pod("x").node("n")).as_ref(), None).unwrap(),
+            QueueingHint::Queue
+        );
+        assert_eq!(
+            delete(&pod, as_pod(make_pod("x")).as_ref(), None).unwrap(),
+            QueueingHint::Skip
+        );
+        assert_eq!(
+            delete(&pod, as_pod(make_pod("x").nominated("n")).as_ref(), None).unwrap(),
+            QueueingHint::Queue
+        );
 
         let node_ev = regs[1].hint.as_ref().unwrap();
         let as_node = |b: crate::testing::NodeBuilder| Some(EventObject::Node(Arc::new(b.build())));
         let small = as_node(make_node("n").cpu("1"));
         let big = as_node(make_node("n").cpu("4"));
-        assert_eq!(node_ev(&pod, None, small.as_ref()).unwrap(), QueueingHint::Skip, "too small even empty");
-        assert_eq!(node_ev(&pod, None, big.as_ref()).unwrap(), QueueingHint::Queue);
-        assert_eq!(node_ev(&pod, small.as_ref(), big.as_ref()).unwrap(), QueueingHint::Queue, "grew");
-        assert_eq!(node_ev(&pod, big.as_ref(), big.as_ref()).unwrap(), QueueingHint::Skip, "no growth");
+        assert_eq!(
+            node_ev(&pod, None, small.as_ref()).unwrap(),
+            QueueingHint::Skip,
+            "too small even empty"
+        );
+        assert_eq!(
+            node_ev(&pod, None, big.as_ref()).unwrap(),
+            QueueingHint::Queue
+        );
+        assert_eq!(
+            node_ev(&pod, small.as_ref(), big.as_ref()).unwrap(),
+            QueueingHint::Queue,
+            "grew"
+        );
+        assert_eq!(
+            node_ev(&pod, big.as_ref(), big.as_ref()).unwrap(),
+            QueueingHint::Skip,
+            "no growth"
+        );
     }
 }

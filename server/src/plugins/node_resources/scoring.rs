@@ -123,23 +123,41 @@ mod tests {
         let s = Scorer::LeastAllocated.score(&[3000, 5000], &[4000, 10000], &[1, 1]);
         assert_eq!(s, 37);
         // Weighted: (25*3 + 50*1)/4 = 31
-        assert_eq!(Scorer::LeastAllocated.score(&[3000, 5000], &[4000, 10000], &[3, 1]), 31);
+        assert_eq!(
+            Scorer::LeastAllocated.score(&[3000, 5000], &[4000, 10000], &[3, 1]),
+            31
+        );
         // Over capacity scores 0; missing resources are left out.
-        assert_eq!(Scorer::LeastAllocated.score(&[5000, 0], &[4000, 0], &[1, 1]), 0);
+        assert_eq!(
+            Scorer::LeastAllocated.score(&[5000, 0], &[4000, 0], &[1, 1]),
+            0
+        );
         assert_eq!(Scorer::LeastAllocated.score(&[0, 0], &[0, 0], &[1, 1]), 0);
     }
 
     #[test]
     fn most_allocated() {
-        assert_eq!(Scorer::MostAllocated.score(&[3000, 5000], &[4000, 10000], &[1, 1]), 62);
-        assert_eq!(Scorer::MostAllocated.score(&[6000, 5000], &[4000, 10000], &[1, 1]), 75);
+        assert_eq!(
+            Scorer::MostAllocated.score(&[3000, 5000], &[4000, 10000], &[1, 1]),
+            62
+        );
+        assert_eq!(
+            Scorer::MostAllocated.score(&[6000, 5000], &[4000, 10000], &[1, 1]),
+            75
+        );
     }
 
     #[test]
     fn requested_to_capacity_ratio() {
         let shape = [
-            UtilizationShapePoint { utilization: 0, score: 10 },
-            UtilizationShapePoint { utilization: 100, score: 0 },
+            UtilizationShapePoint {
+                utilization: 0,
+                score: 10,
+            },
+            UtilizationShapePoint {
+                utilization: 100,
+                score: 0,
+            },
         ];
         let s = Scorer::requested_to_capacity_ratio(&shape);
         // utilization 75% -> 25, 50% -> 50
@@ -147,8 +165,14 @@ mod tests {
         // A full resource scores 0 and is left out of the mean.
         assert_eq!(s.score(&[4000, 5000], &[4000, 10000], &[1, 1]), 50);
         let bin_pack = Scorer::requested_to_capacity_ratio(&[
-            UtilizationShapePoint { utilization: 0, score: 0 },
-            UtilizationShapePoint { utilization: 100, score: 10 },
+            UtilizationShapePoint {
+                utilization: 0,
+                score: 0,
+            },
+            UtilizationShapePoint {
+                utilization: 100,
+                score: 10,
+            },
         ]);
         assert_eq!(bin_pack.score(&[3000, 5000], &[4000, 10000], &[1, 1]), 63);
     }

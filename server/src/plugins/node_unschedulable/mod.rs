@@ -5,9 +5,12 @@ use std::sync::Arc;
 
 use crate::cache::NodeInfo;
 use crate::extension_points;
-use crate::framework::{ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EventResource, FilterPlugin, NoArgs, Plugin, QueueingHint, Status};
+use crate::framework::{
+    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EventResource, FilterPlugin,
+    NoArgs, Plugin, QueueingHint, Status,
+};
 use crate::model::node::TAINT_NODE_UNSCHEDULABLE;
-use crate::model::{taint, PodInfo, Taint, TaintEffect};
+use crate::model::{PodInfo, Taint, TaintEffect, taint};
 use crate::plugins::names::NODE_UNSCHEDULABLE;
 
 /// The reason a cordoned node is rejected.
@@ -51,10 +54,17 @@ impl Plugin for NodeUnschedulable {
         Some(vec![
             // A schedulable node appears, or a node is uncordoned.
             ClusterEventWithHint::with_hint(
-                ClusterEvent::new(EventResource::Node, ActionType::ADD | ActionType::UPDATE_NODE_TAINT),
+                ClusterEvent::new(
+                    EventResource::Node,
+                    ActionType::ADD | ActionType::UPDATE_NODE_TAINT,
+                ),
                 |_, old, new| {
-                    let new_schedulable = new.and_then(|n| n.as_node()).is_some_and(|n| !n.unschedulable);
-                    let was_unschedulable = old.and_then(|o| o.as_node()).is_none_or(|o| o.unschedulable);
+                    let new_schedulable = new
+                        .and_then(|n| n.as_node())
+                        .is_some_and(|n| !n.unschedulable);
+                    let was_unschedulable = old
+                        .and_then(|o| o.as_node())
+                        .is_none_or(|o| o.unschedulable);
                     Ok(if new_schedulable && was_unschedulable {
                         QueueingHint::Queue
                     } else {
@@ -64,7 +74,10 @@ impl Plugin for NodeUnschedulable {
             ),
             // The pod itself now tolerates cordoned nodes.
             ClusterEventWithHint::with_hint(
-                ClusterEvent::new(EventResource::UnscheduledPod, ActionType::UPDATE_POD_TOLERATION),
+                ClusterEvent::new(
+                    EventResource::UnscheduledPod,
+                    ActionType::UPDATE_POD_TOLERATION,
+                ),
                 move |pod, _, new| {
                     Ok(match new.and_then(|n| n.as_pod()) {
                         Some(p) if p.uid == pod.uid && this.tolerates(p) => QueueingHint::Queue,
@@ -102,12 +115,19 @@ mod tests {
         let open = NodeInfo::new(Arc::new(make_node("open").build()));
         let cordoned = NodeInfo::new(Arc::new(make_node("cordoned").unschedulable().build()));
         let plain = make_pod("plain").build();
-        let tolerant = make_pod("t").toleration(TAINT_NODE_UNSCHEDULABLE, "Exists", "", "NoSchedule").build();
+        let tolerant = make_pod("t")
+            .toleration(TAINT_NODE_UNSCHEDULABLE, "Exists", "", "NoSchedule")
+            .build();
         let tolerate_all = make_pod("all").toleration("", "Exists", "", "").build();
-        let wrong_effect = make_pod("w").toleration(TAINT_NODE_UNSCHEDULABLE, "Exists", "", "NoExecute").build();
+        let wrong_effect = make_pod("w")
+            .toleration(TAINT_NODE_UNSCHEDULABLE, "Exists", "", "NoExecute")
+            .build();
         assert!(pl.filter(&st, &plain, &open).is_success());
         let s = pl.filter(&st, &plain, &cordoned);
-        assert_eq!((s.code(), s.message().as_str()), (Code::UnschedulableAndUnresolvable, ERR_REASON_UNSCHEDULABLE));
+        assert_eq!(
+            (s.code(), s.message().as_str()),
+            (Code::UnschedulableAndUnresolvable, ERR_REASON_UNSCHEDULABLE)
+        );
         assert!(pl.filter(&st, &tolerant, &cordoned).is_success());
         assert!(pl.filter(&st, &tolerate_all, &cordoned).is_success());
         assert!(!pl.filter(&st, &wrong_effect, &cordoned).is_success());
@@ -121,19 +141,46 @@ mod tests {
         let node_hint = regs[0].hint.as_ref().unwrap();
         let cordoned = node(make_node("n").unschedulable());
         let open = node(make_node("n"));
-        assert_eq!(node_hint(&pod, None, open.as_ref()).unwrap(), QueueingHint::Queue, "schedulable node added");
-        assert_eq!(node_hint(&pod, None, cordoned.as_ref()).unwrap(), QueueingHint::Skip, "cordoned node added");
-        assert_eq!(node_hint(&pod, cordoned.as_ref(), open.as_ref()).unwrap(), QueueingHint::Queue, "uncordoned");
-        assert_eq!(node_hint(&pod, open.as_ref(), open.as_ref()).unwrap(), QueueingHint::Skip, "taint change on open node");
+        assert_eq!(
+            node_hint(&pod, None, open.as_ref()).unwrap(),
+            QueueingHint::Queue,
+            "schedulable node added"
+        );
+        assert_eq!(
+            node_hint(&pod, None, cordoned.as_ref()).unwrap(),
+            QueueingHint::Skip,
+            "cordoned node added"
+        );
+        assert_eq!(
+            node_hint(&pod, cordoned.as_ref(), open.as_ref()).unwrap(),
+            QueueingHint::Queue,
+            "uncordoned"
+        );
+        assert_eq!(
+            node_hint(&pod, open.as_ref(), open.as_ref()).unwrap(),
+            QueueingHint::Skip,
+            "taint change on open node"
+        );
 
         let pod_hint = regs[1].hint.as_ref().unwrap();
         let tolerant = Some(EventObject::Pod(Arc::new(
-            make_pod("p").toleration(TAINT_NODE_UNSCHEDULABLE, "Exists", "", "").build(),
+            make_pod("p")
+                .toleration(TAINT_NODE_UNSCHEDULABLE, "Exists", "", "")
+                .build(),
         )));
         let other = Some(EventObject::Pod(Arc::new(
-            make_pod("q").toleration(TAINT_NODE_UNSCHEDULABLE, "Exists", "", "").build(),
+            make_pod("q")
+                .toleration(TAINT_NODE_UNSCHEDULABLE, "Exists", "", "")
+                .build(),
         )));
-        assert_eq!(pod_hint(&pod, None, tolerant.as_ref()).unwrap(), QueueingHint::Queue);
-        assert_eq!(pod_hint(&pod, None, other.as_ref()).unwrap(), QueueingHint::Skip, "another pod");
+        assert_eq!(
+            pod_hint(&pod, None, tolerant.as_ref()).unwrap(),
+            QueueingHint::Queue
+        );
+        assert_eq!(
+            pod_hint(&pod, None, other.as_ref()).unwrap(),
+            QueueingHint::Skip,
+            "another pod"
+        );
     }
 }

@@ -45,14 +45,27 @@ mod tests {
     fn priority_then_arrival() {
         let t0 = Instant::now();
         let q = |name: &str, prio: i32, secs: u64| {
-            QueuedPodInfo::new(Arc::new(make_pod(name).priority(prio).build()), t0 + Duration::from_secs(secs))
+            QueuedPodInfo::new(
+                Arc::new(make_pod(name).priority(prio).build()),
+                t0 + Duration::from_secs(secs),
+            )
         };
         let sort = PrioritySort;
         let cases = [
             ("higher priority first", q("a", 10, 5), q("b", 1, 0), true),
             ("lower priority last", q("a", 1, 0), q("b", 10, 5), false),
-            ("same priority, earlier first", q("a", 5, 1), q("b", 5, 2), true),
-            ("same priority, later last", q("a", 5, 2), q("b", 5, 1), false),
+            (
+                "same priority, earlier first",
+                q("a", 5, 1),
+                q("b", 5, 2),
+                true,
+            ),
+            (
+                "same priority, later last",
+                q("a", 5, 2),
+                q("b", 5, 1),
+                false,
+            ),
             ("identical is not less", q("a", 5, 1), q("b", 5, 1), false),
         ];
         for (name, a, b, want) in cases {

@@ -2,7 +2,10 @@
 //! active queue until every gate is removed.
 
 use crate::extension_points;
-use crate::framework::{ActionType, ClusterEvent, ClusterEventWithHint, EventResource, NoArgs, Plugin, PreEnqueuePlugin, QueueingHint, Status};
+use crate::framework::{
+    ActionType, ClusterEvent, ClusterEventWithHint, EventResource, NoArgs, Plugin,
+    PreEnqueuePlugin, QueueingHint, Status,
+};
 use crate::model::PodInfo;
 use crate::plugins::names::SCHEDULING_GATES;
 
@@ -24,7 +27,10 @@ impl Plugin for SchedulingGates {
     fn events_to_register(&self) -> Option<Vec<ClusterEventWithHint>> {
         // Only the removal of the pod's last gate can let it in.
         Some(vec![ClusterEventWithHint::with_hint(
-            ClusterEvent::new(EventResource::UnscheduledPod, ActionType::UPDATE_POD_SCHEDULING_GATES_ELIMINATED),
+            ClusterEvent::new(
+                EventResource::UnscheduledPod,
+                ActionType::UPDATE_POD_SCHEDULING_GATES_ELIMINATED,
+            ),
             |pod, _old, new| {
                 Ok(match new.and_then(|n| n.as_pod()) {
                     Some(p) if p.uid == pod.uid => QueueingHint::Queue,
@@ -42,7 +48,10 @@ impl PreEnqueuePlugin for SchedulingGates {
             return Status::success();
         }
         let names: Vec<&str> = pod.scheduling_gates.iter().map(|g| &**g).collect();
-        Status::unresolvable(format!("waiting for scheduling gates: [{}]", names.join(" ")))
+        Status::unresolvable(format!(
+            "waiting for scheduling gates: [{}]",
+            names.join(" ")
+        ))
     }
 }
 
@@ -56,8 +65,16 @@ mod tests {
     fn gates_hold_the_pod() {
         let p = SchedulingGates;
         assert!(p.pre_enqueue(&make_pod("free").build()).is_success());
-        let s = p.pre_enqueue(&make_pod("gated").gate("example.com/foo").gate("bar").build());
+        let s = p.pre_enqueue(
+            &make_pod("gated")
+                .gate("example.com/foo")
+                .gate("bar")
+                .build(),
+        );
         assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
-        assert_eq!(s.message(), "waiting for scheduling gates: [example.com/foo bar]");
+        assert_eq!(
+            s.message(),
+            "waiting for scheduling gates: [example.com/foo bar]"
+        );
     }
 }

@@ -1,0 +1,732 @@
+//! The scheduler end to end in process: embedded cluster, real queue,
+//! cache and framework, paused time. Tests wait on the scheduler's decision
+//! stream, never on the clock.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+use super::*;
+use crate::cache::NodeInfo;
+use crate::cluster::embedded::EmbeddedCluster;
+use crate::config;
+use crate::framework::{
+    BindPlugin, Code, CycleState, NoArgs, PermitPlugin, Plugin, PreFilterPlugin, PreFilterResult,
+    ReservePlugin, Status,
+};
+use crate::model::PodInfo;
+use crate::plugins::in_tree_registry;
+use crate::testing::{NodeBuilder, PodBuilder, make_node, make_pod};
+
+/// Counts of calls made to the test plugin, shared with the test.
+#[derive(Default)]
+struct Calls {
+    reserve: AtomicUsize,
+    unreserve: AtomicUsize,
+    permit: AtomicUsize,
+    log: Mutex<Vec<String>>,
+}
+
+/// A plugin whose behaviour the test sets: Reserve + Permit + Bind.
+struct Probe {
+    calls: Arc<Calls>,
+    reserve: Status,
+    permit: (Status, Duration),
+    bind: Status,
+}
+
+impl Plugin for Probe {
+    fn name(&self) -> &'static str {
+        "Probe"
+    }
+    fn events_to_register(&self) -> Option<Vec<crate::framework::ClusterEventWithHint>> {
+        // No event helps a pod this plugin rejected; only the flush does.
+        Some(Vec::new())
+    }
+    crate::extension_points!(reserve, permit, bind);
+}
+
+#[async_trait]
+impl ReservePlugin for Probe {
+    async fn reserve(&self, _: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        self.calls.reserve.fetch_add(1, Ordering::SeqCst);
+        self.calls
+            .log
+            .lock()
+            .push(format!("reserve {} {node}", pod.name));
+        self.reserve.clone()
+    }
+    async fn unreserve(&self, _: &CycleState, pod: &PodInfo, node: &str) {
+        self.calls.unreserve.fetch_add(1, Ordering::SeqCst);
+        self.calls
+            .log
+            .lock()
+            .push(format!("unreserve {} {node}", pod.name));
+    }
+}
+
+#[async_trait]
+impl PermitPlugin for Probe {
+    async fn permit(&self, _: &CycleState, _: &PodInfo, _: &str) -> (Status, Duration) {
+        self.calls.permit.fetch_add(1, Ordering::SeqCst);
+        self.permit.clone()
+    }
+}
+
+#[async_trait]
+impl BindPlugin for Probe {
+    async fn bind(&self, _: &CycleState, _: &PodInfo, _: &str) -> Status {
+        self.bind.clone()
+    }
+}
+
+struct Env {
+    cluster: Arc<EmbeddedCluster>,
+    scheduler: Scheduler,
+    decisions: broadcast::Receiver<Decision>,
+    calls: Arc<Calls>,
+}
+
+struct Setup {
+    yaml: String,
+    probe: (Status, (Status, Duration), Status),
+    ttl: Duration,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Self {
+            yaml: String::new(),
+            probe: (
+                Status::success(),
+                (Status::success(), Duration::ZERO),
+                Status::skip(),
+            ),
+            ttl: Duration::ZERO,
+        }
+    }
+}
+
+async fn start(setup: Setup, nodes: Vec<NodeBuilder>, pods: Vec<PodBuilder>) -> Env {
+    let cluster = EmbeddedCluster::new();
+    for n in nodes {
+        cluster.apply_node(n.object()).unwrap();
+    }
+    for p in pods {
+        cluster.apply_pod(p.object()).unwrap();
+    }
+    let calls: Arc<Calls> = Arc::default();
+    let mut registry = in_tree_registry();
+    let (c, (reserve, permit, bind)) = (calls.clone(), setup.probe);
+    registry
+        .register("Probe", move |_: NoArgs, _| {
+            Ok(Probe {
+                calls: c.clone(),
+                reserve: reserve.clone(),
+                permit: permit.clone(),
+                bind: bind.clone(),
+            })
+        })
+        .unwrap();
+    let cfg = if setup.yaml.is_empty() {
+        config::default_config(&|n| registry.contains(n))
+    } else {
+        config::parse(&setup.yaml, &|n| registry.contains(n)).unwrap()
+    };
+    let scheduler = Scheduler::start(
+        &cfg,
+        &registry,
+        cluster.clone(),
+        Options {
+            assumed_pod_ttl: setup.ttl,
+            seed: Some(1),
+        },
+    )
+    .unwrap();
+    let decisions = scheduler.decisions();
+    scheduler.wait_synced().await;
+    Env {
+        cluster,
+        scheduler,
+        decisions,
+        calls,
+    }
+}
+
+/// A profile with the default plugins plus the Probe at Reserve, Permit
+/// and (first) Bind.
+fn with_probe() -> String {
+    "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint: {disabled: [{name: DefaultBinder}]}
+    reserve: {enabled: [{name: Probe}]}
+    permit: {enabled: [{name: Probe}]}
+    bind: {enabled: [{name: Probe}, {name: DefaultBinder}]}
+"
+    .into()
+}
+
+impl Env {
+    async fn next(&mut self) -> Decision {
+        self.decisions.recv().await.expect("scheduler running")
+    }
+
+    fn node_of(&self, name: &str) -> Option<String> {
+        crate::cluster::ClusterSource::get_pod(&*self.cluster, "default", name)
+            .and_then(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+    }
+
+    fn condition(&self, name: &str) -> Option<(String, String)> {
+        let p = crate::cluster::ClusterSource::get_pod(&*self.cluster, "default", name)?;
+        let c = p
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "PodScheduled")?
+            .clone();
+        Some((c.reason.unwrap_or_default(), c.message.unwrap_or_default()))
+    }
+
+    fn events_for(&self, name: &str) -> Vec<(String, String, String)> {
+        self.cluster
+            .events()
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .map(|e| {
+                (
+                    e.reason.unwrap_or_default(),
+                    e.action.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+}
+
+fn scheduled(pod: &str, node: &str) -> Decision {
+    Decision::Scheduled {
+        pod: format!("default/{pod}"),
+        node: node.into(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn binds_pods_and_records_upstream_events() {
+    let mut env = start(
+        Setup::default(),
+        vec![make_node("n1").cpu("2").memory("4Gi")],
+        vec![make_pod("p").req_cpu("1").req_memory("1Gi")],
+    )
+    .await;
+    assert_eq!(env.next().await, scheduled("p", "n1"));
+    assert_eq!(env.node_of("p").as_deref(), Some("n1"));
+    assert_eq!(
+        env.events_for("p"),
+        [(
+            "Scheduled".into(),
+            "Binding".into(),
+            "Successfully assigned default/p to n1".into()
+        )]
+    );
+    // The binding's watch event confirms the assumed pod.
+    tokio::task::yield_now().await;
+    let snap = env.scheduler.snapshot();
+    assert_eq!(snap.get("n1").unwrap().requested().milli_cpu, 1000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unschedulable_pod_gets_its_condition_and_event_then_a_node_event_moves_it() {
+    let mut env = start(
+        Setup::default(),
+        vec![
+            make_node("n1").cpu("2"),
+            make_node("n2").cpu("1"),
+            make_node("cordoned").cpu("8").unschedulable(),
+        ],
+        vec![make_pod("big").req_cpu("4")],
+    )
+    .await;
+    let msg = "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu.";
+    assert_eq!(
+        env.next().await,
+        Decision::Failed {
+            pod: "default/big".into(),
+            reason: "Unschedulable".into(),
+            message: msg.into()
+        }
+    );
+    assert_eq!(
+        env.condition("big"),
+        Some(("Unschedulable".into(), msg.into()))
+    );
+    assert_eq!(
+        env.events_for("big"),
+        [("FailedScheduling".into(), "Scheduling".into(), msg.into())]
+    );
+    tokio::task::yield_now().await;
+    assert_eq!(env.scheduler.queue_counts().unschedulable, 1);
+
+    // Uncordoning the big node (an UpdateNodeTaint event NodeUnschedulable
+    // registered for) brings the pod back; it lands there.
+    env.cluster
+        .apply_node(make_node("cordoned").cpu("8").object())
+        .unwrap();
+    assert_eq!(env.next().await, scheduled("big", "cordoned"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn pods_that_do_not_fit_together_are_placed_first_come_by_priority() {
+    let mut env = start(
+        Setup::default(),
+        vec![make_node("n1").cpu("2")],
+        vec![
+            make_pod("low").req_cpu("2").priority(1),
+            make_pod("high").req_cpu("2").priority(100),
+        ],
+    )
+    .await;
+    // Decisions of different pods may arrive in any order (binding is
+    // asynchronous).
+    let mut got = vec![env.next().await, env.next().await];
+    got.sort_by_key(|d| format!("{d:?}"));
+    assert_eq!(
+        got,
+        [
+            Decision::Failed {
+                pod: "default/low".into(),
+                reason: "Unschedulable".into(),
+                message: "0/1 nodes are available: 1 Insufficient cpu.".into()
+            },
+            scheduled("high", "n1"),
+        ]
+    );
+    // Deleting the high-priority pod frees the node: the low one follows.
+    env.cluster
+        .delete(crate::cluster::embedded::Kind::Pod, "default", "high");
+    assert_eq!(env.next().await, scheduled("low", "n1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn reserve_failure_unreserves_and_requeues() {
+    let mut env = start(
+        Setup {
+            yaml: with_probe(),
+            probe: (
+                Status::unschedulable("no slot"),
+                (Status::success(), Duration::ZERO),
+                Status::skip(),
+            ),
+            ..Default::default()
+        },
+        vec![make_node("n1").cpu("2")],
+        vec![make_pod("p").req_cpu("1")],
+    )
+    .await;
+    match env.next().await {
+        Decision::Failed {
+            reason, message, ..
+        } => {
+            assert_eq!(reason, "Unschedulable");
+            assert_eq!(message, "0/1 nodes are available: 1 no slot.");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(*env.calls.log.lock(), ["reserve p n1", "unreserve p n1"]);
+    assert_eq!(
+        env.calls.permit.load(Ordering::SeqCst),
+        0,
+        "Permit never ran"
+    );
+    let snap = env.scheduler.snapshot();
+    assert_eq!(
+        snap.get("n1").unwrap().pods().len(),
+        0,
+        "the assumed pod was forgotten"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn permit_timeout_unreserves_and_requeues_the_pod() {
+    let mut env = start(
+        Setup {
+            yaml: with_probe(),
+            probe: (
+                Status::success(),
+                (Status::code_only(Code::Wait), Duration::from_secs(10)),
+                Status::skip(),
+            ),
+            ..Default::default()
+        },
+        vec![make_node("n1").cpu("2")],
+        vec![make_pod("p").req_cpu("1")],
+    )
+    .await;
+    let start = Instant::now();
+    match env.next().await {
+        Decision::Failed {
+            reason, message, ..
+        } => {
+            assert_eq!(start.elapsed(), Duration::from_secs(10));
+            assert_eq!(reason, "Unschedulable");
+            assert_eq!(
+                message,
+                "0/1 nodes are available: 1 rejected due to timeout after waiting 10s at plugin Probe."
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(env.calls.unreserve.load(Ordering::SeqCst), 1);
+    assert!(env.node_of("p").is_none());
+    // The pod waits among the unschedulable pods; the timed-out plugin is its rejector.
+    let q = env.scheduler.queue().list();
+    assert_eq!(q.len(), 1);
+    assert!(q[0].info.unschedulable_plugins.contains("Probe"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_pod_binds_once_allowed() {
+    let mut env = start(
+        Setup {
+            yaml: with_probe(),
+            probe: (
+                Status::success(),
+                (Status::code_only(Code::Wait), Duration::from_secs(60)),
+                Status::skip(),
+            ),
+            ..Default::default()
+        },
+        vec![make_node("n1").cpu("2")],
+        vec![make_pod("p").req_cpu("1")],
+    )
+    .await;
+    // Wait until the pod is parked, then allow it.
+    let waiting = loop {
+        if let Some(w) = env.scheduler.handle().waiting_pods().list().pop() {
+            break w;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(&**waiting.node(), "n1");
+    tokio::time::advance(Duration::from_secs(30)).await;
+    waiting.allow("Probe");
+    assert_eq!(env.next().await, scheduled("p", "n1"));
+    assert_eq!(env.calls.unreserve.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_deleted_while_waiting_is_rejected_and_not_requeued() {
+    let env = start(
+        Setup {
+            yaml: with_probe(),
+            probe: (
+                Status::success(),
+                (Status::code_only(Code::Wait), Duration::from_secs(60)),
+                Status::skip(),
+            ),
+            ..Default::default()
+        },
+        vec![make_node("n1").cpu("2")],
+        vec![make_pod("p").req_cpu("1")],
+    )
+    .await;
+    while env.scheduler.handle().waiting_pods().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    env.cluster
+        .delete(crate::cluster::embedded::Kind::Pod, "default", "p");
+    while env.calls.unreserve.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    while env.scheduler.bindings_in_flight() > 0 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        env.scheduler.queue_counts(),
+        crate::queue::QueueCounts::default()
+    );
+    assert_eq!(env.scheduler.snapshot().get("n1").unwrap().pods().len(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn bind_failure_unreserves_and_backs_off_as_an_error() {
+    let mut env = start(
+        Setup {
+            yaml: with_probe(),
+            probe: (
+                Status::success(),
+                (Status::success(), Duration::ZERO),
+                Status::error("binder down"),
+            ),
+            ..Default::default()
+        },
+        vec![make_node("n1").cpu("2")],
+        vec![make_pod("p").req_cpu("1")],
+    )
+    .await;
+    match env.next().await {
+        Decision::Failed {
+            reason, message, ..
+        } => {
+            assert_eq!(reason, "SchedulerError");
+            assert_eq!(message, "running Bind plugin \"Probe\": binder down");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(env.calls.unreserve.load(Ordering::SeqCst), 1);
+    assert_eq!(env.condition("p").unwrap().0, "SchedulerError");
+    // Errors are retried after their backoff (1s), and fail again.
+    let start = Instant::now();
+    assert!(matches!(env.next().await, Decision::Failed { .. }));
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    let start = Instant::now();
+    assert!(matches!(env.next().await, Decision::Failed { .. }));
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_assumed_pod_never_confirmed_expires_after_its_ttl() {
+    // The Probe "binds" without telling the cluster: no confirmation comes.
+    let mut env = start(
+        Setup {
+            yaml: with_probe(),
+            probe: (
+                Status::success(),
+                (Status::success(), Duration::ZERO),
+                Status::success(),
+            ),
+            ttl: Duration::from_secs(30),
+        },
+        vec![make_node("n1").cpu("2")],
+        vec![make_pod("ghost").req_cpu("2")],
+    )
+    .await;
+    assert_eq!(env.next().await, scheduled("ghost", "n1"));
+    assert_eq!(
+        env.scheduler
+            .snapshot()
+            .get("n1")
+            .unwrap()
+            .requested()
+            .milli_cpu,
+        2000
+    );
+    assert_eq!(env.scheduler.bindings_in_flight(), 0);
+    env.cluster
+        .apply_pod(make_pod("next").req_cpu("2").object())
+        .unwrap();
+    let start = Instant::now();
+    match env.next().await {
+        Decision::Failed { pod, .. } => assert_eq!(pod, "default/next"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    // When the assumed pod expires, its room is free and `next` fits.
+    assert_eq!(env.next().await, scheduled("next", "n1"));
+    assert!(
+        (30..=31).contains(&start.elapsed().as_secs()),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn gated_pods_wait_until_their_gates_are_removed() {
+    let mut env = start(
+        Setup::default(),
+        vec![make_node("n1").cpu("2")],
+        vec![make_pod("g").req_cpu("1").gate("example.com/hold")],
+    )
+    .await;
+    tokio::task::yield_now().await;
+    assert_eq!(env.scheduler.queue_counts().gated, 1);
+    env.cluster
+        .apply_pod(make_pod("g").req_cpu("1").object())
+        .unwrap();
+    assert_eq!(env.next().await, scheduled("g", "n1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn pods_of_other_schedulers_are_left_alone() {
+    let mut env = start(
+        Setup::default(),
+        vec![make_node("n1").cpu("2")],
+        vec![make_pod("theirs").scheduler("volcano"), make_pod("ours")],
+    )
+    .await;
+    assert_eq!(env.next().await, scheduled("ours", "n1"));
+    assert!(env.node_of("theirs").is_none());
+    assert!(env.condition("theirs").is_none());
+}
+
+// --- the node search over many nodes ---
+
+fn framework_for_search(pct: i32) -> (Arc<Framework>, Snapshot) {
+    let registry = in_tree_registry();
+    let yaml = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npercentageOfNodesToScore: {pct}\n"
+    );
+    let cfg = config::parse(&yaml, &|n| registry.contains(n)).unwrap();
+    let cluster = EmbeddedCluster::new();
+    let handle = Handle::new(cluster.clone(), cluster, Parallelizer::new(4).unwrap());
+    let profiles = build_profiles(&cfg, &registry, &handle).unwrap();
+    let fw = profiles.values().next().unwrap().clone();
+    // 300 nodes; every third one too small for the pod.
+    let nodes = (0..300)
+        .map(|i| {
+            let cpu = if i % 3 == 2 { "1" } else { "4" };
+            NodeInfo::new(Arc::new(make_node(&format!("n{i:03}")).cpu(cpu).build()))
+        })
+        .collect();
+    (fw, Snapshot::from_nodes(nodes))
+}
+
+#[tokio::test]
+async fn the_search_stops_at_the_sampling_size_and_rotates() {
+    let (fw, snap) = framework_for_search(50);
+    let pod = make_pod("p").req_cpu("2").build();
+    let mut alg = Algorithm::new(50, FastRng::new(1));
+    let nominated = Default::default();
+    let found = alg
+        .find_nodes_that_fit(&fw, &mut CycleState::new(), &pod, &snap, &nominated)
+        .await
+        .ok()
+        .unwrap();
+    // 50% of 300 = 150 feasible nodes wanted; every third node is too
+    // small, so 225 evaluated (the 225th is feasible: n224).
+    assert_eq!(found.nodes.len(), 150);
+    assert_eq!(found.evaluated, 224);
+    assert_eq!(found.diagnosis.node_to_status.len(), 74);
+    assert_eq!(found.nodes[0].name(), "n000");
+    assert_eq!(found.nodes[149].name(), "n223");
+    assert_eq!(alg.next_start_node_index, 224);
+
+    // The next search starts where this one stopped and wraps around.
+    let found = alg
+        .find_nodes_that_fit(&fw, &mut CycleState::new(), &pod, &snap, &nominated)
+        .await
+        .ok()
+        .unwrap();
+    assert_eq!(found.nodes[0].name(), "n225");
+    assert_eq!(found.nodes.last().unwrap().name(), "n148");
+    // It started on a node too small (n224), so it evaluated 225 nodes.
+    assert_eq!(alg.next_start_node_index, (224 + 225) % 300);
+}
+
+#[tokio::test]
+async fn the_adaptive_percentage_applies_when_none_is_set() {
+    let (fw, snap) = framework_for_search(0);
+    let pod = make_pod("p").build();
+    let mut alg = Algorithm::new(0, FastRng::new(1));
+    let found = alg
+        .find_nodes_that_fit(
+            &fw,
+            &mut CycleState::new(),
+            &pod,
+            &snap,
+            &Default::default(),
+        )
+        .await
+        .ok()
+        .unwrap();
+    // 300 nodes: 50 - 300/125 = 48% -> 144 nodes.
+    assert_eq!(found.nodes.len(), 144);
+}
+
+#[tokio::test]
+async fn the_parallel_search_matches_the_sequential_one() {
+    let (fw, snap) = framework_for_search(30);
+    let pod = make_pod("p").req_cpu("3").build();
+    let nominated = Default::default();
+    let mut a = Algorithm::new(30, FastRng::new(1));
+    let parallel = a
+        .find_nodes_that_fit(&fw, &mut CycleState::new(), &pod, &snap, &nominated)
+        .await
+        .ok()
+        .unwrap();
+    // Sequential reference: the first 100 feasible nodes in order (30% of
+    // 300 is 90, below the minimum of 100).
+    let sequential: Vec<&str> = snap
+        .list()
+        .iter()
+        .filter(|n| fw.run_filter(&CycleState::new(), &pod, n).is_success())
+        .take(100)
+        .map(|n| n.name())
+        .collect();
+    let got: Vec<&str> = parallel.nodes.iter().map(|n| n.name()).collect();
+    assert_eq!(got, sequential);
+}
+
+#[tokio::test]
+async fn pre_filter_restricts_the_nodes_searched() {
+    struct OnlyTwo;
+    impl Plugin for OnlyTwo {
+        fn name(&self) -> &'static str {
+            "OnlyTwo"
+        }
+        crate::extension_points!(pre_filter);
+    }
+    #[async_trait]
+    impl PreFilterPlugin for OnlyTwo {
+        async fn pre_filter(
+            &self,
+            _: &mut CycleState,
+            _: &PodInfo,
+            _: &[Arc<NodeInfo>],
+        ) -> (Option<PreFilterResult>, Status) {
+            (
+                Some(PreFilterResult {
+                    node_names: Some(
+                        [Arc::from("n002"), Arc::from("n005"), Arc::from("gone")]
+                            .into_iter()
+                            .collect(),
+                    ),
+                }),
+                Status::success(),
+            )
+        }
+    }
+    let mut registry = in_tree_registry();
+    registry
+        .register("OnlyTwo", |_: NoArgs, _| Ok(OnlyTwo))
+        .unwrap();
+    let yaml = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: s\n  plugins:\n    preFilter: {enabled: [{name: OnlyTwo}]}\n";
+    let cfg = config::parse(yaml, &|n| registry.contains(n)).unwrap();
+    let cluster = EmbeddedCluster::new();
+    let handle = Handle::new(cluster.clone(), cluster, Parallelizer::inline());
+    let fw = build_profiles(&cfg, &registry, &handle)
+        .unwrap()
+        .into_values()
+        .next()
+        .unwrap();
+    let (_, snap) = framework_for_search(0);
+    let mut alg = Algorithm::new(0, FastRng::new(1));
+    let pod = make_pod("p").req_cpu("2").build();
+    let err = alg
+        .schedule_pod(
+            &fw,
+            &mut CycleState::new(),
+            &pod,
+            &snap,
+            &Default::default(),
+        )
+        .await
+        .unwrap_err();
+    // n002 is too small and n005 too: every other node was ruled out by PreFilter.
+    match err {
+        ScheduleError::Fit(e) => assert_eq!(
+            e.to_string(),
+            "0/300 nodes are available: 2 Insufficient cpu, 298 node(s) didn't satisfy plugin(s) [OnlyTwo]."
+        ),
+        other => panic!("{other:?}"),
+    }
+}
