@@ -1,1 +1,172 @@
-//! placeholder
+//! Helpers for the end-to-end tests: build and start the real `berthd`,
+//! read its structured logs, stop it.
+//!
+//! Tests wait for berthd's own signals (the "serving" and "scheduler idle"
+//! log lines) rather than for time to pass; the only timeout is a guard
+//! against a hung process.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStderr, Command};
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// The berthd binary, built once per test process with the same profile as
+/// the tests.
+pub fn berthd_path() -> Result<PathBuf> {
+    static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        // target/<profile>/deps/<test> -> target/<profile>
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .ok_or("cannot locate the target directory")?
+            .to_path_buf();
+        let profile = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("debug")
+            .to_string();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = std::process::Command::new(cargo);
+        cmd.current_dir(workspace_root()).args([
+            "build",
+            "--quiet",
+            "-p",
+            "berth-server",
+            "--bin",
+            "berthd",
+        ]);
+        if profile == "release" {
+            cmd.arg("--release");
+        }
+        let status = cmd
+            .status()
+            .map_err(|e| format!("running cargo build: {e}"))?;
+        if !status.success() {
+            return Err(format!("cargo build of berthd failed: {status}"));
+        }
+        Ok(dir.join("berthd"))
+    })
+    .clone()
+    .map_err(|e| anyhow!(e))
+}
+
+/// A running berthd.
+pub struct Berthd {
+    child: Child,
+    logs: Lines<BufReader<ChildStderr>>,
+    /// The gRPC address it serves on.
+    pub addr: String,
+    /// Log lines read so far (JSON).
+    pub seen: Vec<serde_json::Value>,
+}
+
+/// How long a test waits for berthd before declaring it hung.
+const GUARD: Duration = Duration::from_secs(120);
+
+impl Berthd {
+    /// Starts berthd with `args` (plus `--listen 127.0.0.1:0` and JSON logs)
+    /// and waits until it serves.
+    pub async fn start(args: &[&str]) -> Result<Self> {
+        let mut child = Command::new(berthd_path()?)
+            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting berthd")?;
+        let stderr = child.stderr.take().context("berthd stderr")?;
+        let mut b = Self {
+            child,
+            logs: BufReader::new(stderr).lines(),
+            addr: String::new(),
+            seen: Vec::new(),
+        };
+        let line = b
+            .wait_for(|l| message(l).starts_with("serving gRPC on"))
+            .await?;
+        b.addr = line["fields"]["addr"]
+            .as_str()
+            .context("addr field")?
+            .to_string();
+        Ok(b)
+    }
+
+    /// Reads log lines until one satisfies `pred`; fails if berthd exits.
+    pub async fn wait_for(
+        &mut self,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<serde_json::Value> {
+        let read = async {
+            loop {
+                let Some(line) = self.logs.next_line().await? else {
+                    let status = self.child.wait().await?;
+                    let tail: Vec<String> = self
+                        .seen
+                        .iter()
+                        .rev()
+                        .take(20)
+                        .map(|l| l.to_string())
+                        .collect();
+                    bail!(
+                        "berthd exited ({status}) before the expected log line; last lines: {tail:#?}"
+                    );
+                };
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                    continue;
+                };
+                self.seen.push(v.clone());
+                if pred(&v) {
+                    return Ok(v);
+                }
+            }
+        };
+        tokio::time::timeout(GUARD, read)
+            .await
+            .map_err(|_| anyhow!("berthd did not log the expected line within {GUARD:?}"))?
+    }
+
+    /// Waits for the scheduler's idle summary.
+    pub async fn wait_idle(&mut self) -> Result<serde_json::Value> {
+        self.wait_for(|l| message(l).starts_with("scheduler idle"))
+            .await
+    }
+
+    /// A gRPC client connected to this berthd.
+    pub async fn client(&self) -> Result<berth_client::Client> {
+        Ok(berth_client::Client::connect(&self.addr).await?)
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    pub async fn stop(mut self) -> Result<std::process::ExitStatus> {
+        if let Some(pid) = self.child.id() {
+            // SIGTERM through the kill command: no unsafe FFI needed.
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        let status = tokio::time::timeout(GUARD, self.child.wait()).await??;
+        Ok(status)
+    }
+}
+
+/// The message of a JSON log line.
+pub fn message(line: &serde_json::Value) -> &str {
+    line["fields"]["message"].as_str().unwrap_or("")
+}

@@ -208,6 +208,33 @@ impl EmbeddedCluster {
                 pod.metadata.uid = Some(s.new_uid());
             }
             pod.metadata.creation_timestamp.get_or_insert_with(now_time);
+            // As the API server does, a pod created with scheduling gates
+            // says why it is not scheduled yet.
+            let gated = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .is_some_and(|g| !g.is_empty());
+            let bound = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some();
+            if gated && !bound {
+                set_condition(
+                    pod.status.get_or_insert_with(Default::default),
+                    PodCondition {
+                        type_: "PodScheduled".into(),
+                        status: "False".into(),
+                        reason: Some("SchedulingGated".into()),
+                        message: Some(
+                            "Scheduling is blocked due to non-empty scheduling gates".into(),
+                        ),
+                        last_transition_time: Some(now_time()),
+                        ..Default::default()
+                    },
+                );
+            }
         }
         pod.metadata.resource_version = Some(s.next_rv());
         let pod = Arc::new(pod);
@@ -545,6 +572,21 @@ mod tests {
             .apply(serde_json::json!({"kind": "Deployment"}))
             .unwrap_err();
         assert_eq!(err, ApplyError::UnsupportedKind("Deployment".into()));
+    }
+
+    #[test]
+    fn gated_pods_are_created_with_the_scheduling_gated_condition() {
+        let c = EmbeddedCluster::new();
+        let mut v = pod_json("g");
+        v["spec"]["schedulingGates"] = serde_json::json!([{"name": "x"}]);
+        c.apply(v).unwrap();
+        let p = c.get_pod("default", "g").unwrap();
+        let cond = &p.status.as_ref().unwrap().conditions.as_ref().unwrap()[0];
+        assert_eq!(cond.reason.as_deref(), Some("SchedulingGated"));
+        assert_eq!(
+            cond.message.as_deref(),
+            Some("Scheduling is blocked due to non-empty scheduling gates")
+        );
     }
 
     #[tokio::test]

@@ -1,0 +1,185 @@
+//! berthd on its built-in sample cluster: every schedulable pod is bound,
+//! no node is overcommitted, and each pod that cannot fit stays pending with
+//! the reason the sample annotates it with.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::Result;
+use berth_e2e::{Berthd, workspace_root};
+use serde_json::Value;
+
+/// Milli-units of a quantity as the sample writes them (`250m`, `4`,
+/// `512Mi`, `2Gi`), computed independently of berth's own parser.
+fn milli(q: &str) -> i128 {
+    let units = [
+        ("Ki", 1i128 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+    ];
+    for (suffix, mult) in units {
+        if let Some(n) = q.strip_suffix(suffix) {
+            return n.parse::<i128>().unwrap() * mult * 1000;
+        }
+    }
+    if let Some(n) = q.strip_suffix('m') {
+        return n.parse().unwrap();
+    }
+    q.parse::<i128>().unwrap() * 1000
+}
+
+fn sample() -> Vec<Value> {
+    let text =
+        std::fs::read_to_string(workspace_root().join("server/sample/cluster.yaml")).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn key(p: &Value) -> String {
+    format!(
+        "{}/{}",
+        p["metadata"]["namespace"].as_str().unwrap_or("default"),
+        p["metadata"]["name"].as_str().unwrap()
+    )
+}
+
+#[tokio::test]
+async fn schedules_the_sample_cluster() -> Result<()> {
+    let mut berthd = Berthd::start(&["--seed", "7"]).await?;
+    let idle = berthd.wait_idle().await?;
+    let mut client = berthd.client().await?;
+    assert!(client.health("berth.v1.Scheduler").await?);
+
+    let expected = sample();
+    let expect_pending: BTreeMap<String, String> = expected
+        .iter()
+        .filter_map(|o| {
+            Some((
+                key(o),
+                o["metadata"]["annotations"]["berth.dev/expect-pending"]
+                    .as_str()?
+                    .to_string(),
+            ))
+        })
+        .collect();
+    let untouched: BTreeSet<String> = expected
+        .iter()
+        .filter(|o| o["metadata"]["annotations"]["berth.dev/expect-untouched"].is_string())
+        .map(key)
+        .collect();
+    assert!(
+        expect_pending.len() >= 5 && untouched.len() == 1,
+        "the sample annotates its pending pods"
+    );
+
+    let pods = client.list("Pod", "").await?;
+    let nodes = client.list("Node", "").await?;
+    assert_eq!(
+        pods.len(),
+        expected.iter().filter(|o| o["kind"] == "Pod").count()
+    );
+    assert_eq!(idle["fields"]["pending"], expect_pending.len() as u64);
+
+    // Every pod berth is responsible for and that can fit is bound.
+    let mut bound = 0;
+    for p in &pods {
+        let k = key(p);
+        let node = p["spec"]["nodeName"].as_str();
+        if expect_pending.contains_key(&k) || untouched.contains(&k) {
+            assert!(node.is_none(), "{k} should not be bound, is on {node:?}");
+        } else {
+            assert!(node.is_some(), "{k} should be bound");
+            bound += 1;
+        }
+    }
+    assert!(bound > 250, "{bound} pods bound");
+
+    // No node's allocatable is exceeded, for any resource a pod requests.
+    let mut used: BTreeMap<(String, String), i128> = BTreeMap::new();
+    for p in pods.iter().filter(|p| p["spec"]["nodeName"].is_string()) {
+        let node = p["spec"]["nodeName"].as_str().unwrap().to_string();
+        *used.entry((node.clone(), "pods".into())).or_default() += 1000;
+        for c in p["spec"]["containers"].as_array().unwrap() {
+            for (res, q) in c["resources"]["requests"].as_object().into_iter().flatten() {
+                *used.entry((node.clone(), res.clone())).or_default() += milli(q.as_str().unwrap());
+            }
+        }
+    }
+    for n in &nodes {
+        let name = n["metadata"]["name"].as_str().unwrap();
+        for ((node, res), amount) in used.iter().filter(|((node, _), _)| node == name) {
+            let alloc = n["status"]["allocatable"][res]
+                .as_str()
+                .map(milli)
+                .unwrap_or(0);
+            assert!(
+                *amount <= alloc,
+                "{node}: {res} requested {amount} of {alloc} (milli)"
+            );
+        }
+    }
+
+    // Each pending pod waits with its expected reason, in the queue and in
+    // its PodScheduled condition.
+    let queue = client.get_queue("").await?;
+    let queued: BTreeMap<String, &berth_client::QueuedPod> = queue
+        .iter()
+        .map(|q| (format!("{}/{}", q.namespace, q.name), q))
+        .collect();
+    assert_eq!(
+        queued.keys().cloned().collect::<BTreeSet<_>>(),
+        expect_pending.keys().cloned().collect()
+    );
+    for (k, phrase) in &expect_pending {
+        let q = queued[k];
+        assert!(
+            q.last_failure.contains(phrase.as_str()),
+            "{k}: {:?} lacks {phrase:?}",
+            q.last_failure
+        );
+        let pod = pods.iter().find(|p| &key(p) == k).unwrap();
+        let cond = pod["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "PodScheduled"))
+            .unwrap_or_else(|| panic!("{k} has no PodScheduled condition"));
+        assert_eq!(cond["status"], "False", "{k}");
+        if q.queue == berth_client::QueueName::Gated as i32 {
+            assert_eq!(cond["reason"], "SchedulingGated", "{k}");
+        } else {
+            assert_eq!(cond["reason"], "Unschedulable", "{k}");
+            let msg = cond["message"].as_str().unwrap();
+            assert!(
+                msg.starts_with("0/40 nodes are available: ") && msg.contains(phrase.as_str()),
+                "{k}: {msg}"
+            );
+        }
+    }
+
+    // Another scheduler's pod is left alone: unbound, no condition written.
+    for k in &untouched {
+        let pod = pods.iter().find(|p| &key(p) == k).unwrap();
+        assert!(
+            pod["status"]["conditions"].is_null(),
+            "{k} was touched: {}",
+            pod["status"]
+        );
+    }
+
+    // One log line per decision: each bound pod's "scheduled" line.
+    let scheduled_lines = berthd
+        .seen
+        .iter()
+        .filter(|l| berth_e2e::message(l) == "scheduled")
+        .count();
+    assert_eq!(
+        scheduled_lines,
+        bound - 80,
+        "80 pods were running before berthd started"
+    );
+
+    let status = berthd.stop().await?;
+    assert!(status.success(), "berthd exit: {status}");
+    Ok(())
+}
