@@ -730,3 +730,241 @@ async fn pre_filter_restricts_the_nodes_searched() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn pre_bind_failure_unreserves_and_requeues() {
+    struct FailingPreBind;
+    impl Plugin for FailingPreBind {
+        fn name(&self) -> &'static str {
+            "FailingPreBind"
+        }
+        crate::extension_points!(pre_bind);
+    }
+    #[async_trait]
+    impl crate::framework::PreBindPlugin for FailingPreBind {
+        async fn pre_bind(&self, _: &CycleState, _: &PodInfo, _: &str) -> Status {
+            Status::error("volume not ready")
+        }
+    }
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(make_node("n1").cpu("2").object())
+        .unwrap();
+    cluster
+        .apply_pod(make_pod("p").req_cpu("1").object())
+        .unwrap();
+    let calls: Arc<Calls> = Arc::default();
+    let mut registry = in_tree_registry();
+    let c = calls.clone();
+    registry
+        .register("Probe", move |_: NoArgs, _| {
+            Ok(Probe {
+                calls: c.clone(),
+                reserve: Status::success(),
+                permit: (Status::success(), Duration::ZERO),
+                bind: Status::skip(),
+            })
+        })
+        .unwrap();
+    registry
+        .register("FailingPreBind", |_: NoArgs, _| Ok(FailingPreBind))
+        .unwrap();
+    let yaml = format!(
+        "{}    preBind: {{enabled: [{{name: FailingPreBind}}]}}\n",
+        with_probe()
+    );
+    let cfg = config::parse(&yaml, &|n| registry.contains(n)).unwrap();
+    let scheduler = Scheduler::start(&cfg, &registry, cluster.clone(), Options::default()).unwrap();
+    let mut decisions = scheduler.decisions();
+    match decisions.recv().await.unwrap() {
+        Decision::Failed {
+            reason, message, ..
+        } => {
+            assert_eq!(reason, "SchedulerError");
+            assert_eq!(
+                message,
+                "running PreBind plugin \"FailingPreBind\": volume not ready"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(*calls.log.lock(), ["reserve p n1", "unreserve p n1"]);
+    assert_eq!(
+        scheduler.snapshot().get("n1").unwrap().pods().len(),
+        0,
+        "forgotten"
+    );
+    assert_eq!(
+        scheduler.queue_counts().backoff,
+        1,
+        "errors go through backoff"
+    );
+}
+
+#[tokio::test]
+async fn a_pre_filter_rejection_ends_the_cycle_before_filter() {
+    // NodeName's PreFilter narrows to the named node; a missing one leaves
+    // no candidate, and no Filter runs on any node.
+    let (fw, snap) = framework_for_search(0);
+    let mut alg = Algorithm::new(0, FastRng::new(1));
+    let pod = make_pod("p").node("nowhere").build();
+    let err = alg
+        .schedule_pod(
+            &fw,
+            &mut CycleState::new(),
+            &pod,
+            &snap,
+            &Default::default(),
+        )
+        .await
+        .unwrap_err();
+    match err {
+        ScheduleError::Fit(e) => {
+            assert_eq!(e.diagnosis.node_to_status.len(), 0, "no node was evaluated");
+            assert!(e.diagnosis.unschedulable_plugins.contains("NodeName"));
+            assert_eq!(
+                e.to_string(),
+                "0/300 nodes are available: 300 node(s) didn't satisfy plugin(s) [NodeName]."
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(alg.next_start_node_index, 0, "nothing processed");
+}
+
+#[test]
+fn the_default_profile_places_plugins_at_upstreams_points() {
+    let registry = in_tree_registry();
+    let cfg = config::default_config(&|n| registry.contains(n));
+    let cluster = EmbeddedCluster::new();
+    let handle = Handle::new(cluster.clone(), cluster, Parallelizer::inline());
+    let profiles = build_profiles(&cfg, &registry, &handle).unwrap();
+    let fw = &profiles["default-scheduler"];
+    use crate::framework::ExtensionPoint::*;
+    let cases: [(crate::framework::ExtensionPoint, &[&str]); 12] = [
+        (PreEnqueue, &["SchedulingGates"]),
+        (QueueSort, &["PrioritySort"]),
+        (PreFilter, &["NodeName", "NodeResourcesFit"]),
+        (
+            Filter,
+            &["NodeUnschedulable", "NodeName", "NodeResourcesFit"],
+        ),
+        (PostFilter, &[]),
+        (PreScore, &["NodeResourcesFit"]),
+        (Score, &["NodeResourcesFit"]),
+        (Reserve, &[]),
+        (Permit, &[]),
+        (PreBind, &[]),
+        (Bind, &["DefaultBinder"]),
+        (PostBind, &[]),
+    ];
+    for (point, want) in cases {
+        assert_eq!(fw.plugin_names(point), want, "{point:?}");
+    }
+}
+
+#[test]
+fn multi_point_expansion_overrides_and_disables_per_point() {
+    let registry = in_tree_registry();
+    let yaml = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: s
+  plugins:
+    filter:
+      enabled: [{name: NodeResourcesFit}, {name: NodeUnschedulable}]
+      disabled: [{name: NodeName}]
+    score:
+      enabled: [{name: NodeResourcesFit, weight: 4}]
+";
+    let cfg = config::parse(yaml, &|n| registry.contains(n)).unwrap();
+    let cluster = EmbeddedCluster::new();
+    let handle = Handle::new(cluster.clone(), cluster, Parallelizer::inline());
+    let fw = Framework::new(&cfg.profiles[0], &registry, &handle).unwrap();
+    use crate::framework::ExtensionPoint::*;
+    // Re-enabled at the point: those plugins keep the point's own order and
+    // come first; NodeName is disabled at Filter but still at PreFilter.
+    assert_eq!(
+        fw.plugin_names(Filter),
+        ["NodeResourcesFit", "NodeUnschedulable"]
+    );
+    assert_eq!(fw.plugin_names(PreFilter), ["NodeName", "NodeResourcesFit"]);
+    assert_eq!(fw.plugin_names(Score), ["NodeResourcesFit"]);
+
+    // Enabling a plugin twice at one point is an error naming the entry.
+    let dup = yaml.replace(
+        "{name: NodeResourcesFit}, {name: NodeUnschedulable}",
+        "{name: NodeUnschedulable}, {name: NodeUnschedulable}",
+    );
+    let cfg = config::parse(&dup, &|n| registry.contains(n)).unwrap();
+    let err = Framework::new(&cfg.profiles[0], &registry, &handle).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "profiles[0].plugins.filter.enabled[1]: plugin \"NodeUnschedulable\" already registered as \"FilterPlugin\""
+    );
+    // A plugin that does not exist names its entry.
+    let unknown = yaml.replace(
+        "{name: NodeResourcesFit, weight: 4}",
+        "{name: NodeResourcesFitt, weight: 4}",
+    );
+    let err = config::parse(&unknown, &|n| registry.contains(n))
+        .and_then(|c| Framework::new(&c.profiles[0], &registry, &handle).map(|_| ()))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "profiles[0].plugins.score.enabled[0]: ScorePlugin \"NodeResourcesFitt\" does not exist"
+    );
+    // Bad args stop the profile with the args' path.
+    let bad_args = format!(
+        "{yaml}  pluginConfig:\n  - name: NodeResourcesFit\n    args:\n      scoringStrategy:\n        type: Foo\n"
+    );
+    let cfg = config::parse(&bad_args, &|n| registry.contains(n)).unwrap();
+    let err = Framework::new(&cfg.profiles[0], &registry, &handle).unwrap_err();
+    assert!(err.to_string().starts_with(
+        "profiles[0].pluginConfig[0].args.scoringStrategy.type: unknown strategy \"Foo\""
+    ));
+}
+
+#[test]
+fn profiles_must_share_their_queue_sort() {
+    struct OtherSort;
+    impl Plugin for OtherSort {
+        fn name(&self) -> &'static str {
+            "OtherSort"
+        }
+        crate::extension_points!(queue_sort);
+    }
+    impl crate::framework::QueueSortPlugin for OtherSort {
+        fn less(
+            &self,
+            _: &crate::framework::QueuedPodInfo,
+            _: &crate::framework::QueuedPodInfo,
+        ) -> bool {
+            false
+        }
+    }
+    let mut registry = in_tree_registry();
+    registry
+        .register("OtherSort", |_: NoArgs, _| Ok(OtherSort))
+        .unwrap();
+    let yaml = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: a
+- schedulerName: b
+  plugins:
+    queueSort:
+      enabled: [{name: OtherSort}]
+      disabled: [{name: \"*\"}]
+";
+    let cfg = config::parse(yaml, &|n| registry.contains(n)).unwrap();
+    let cluster = EmbeddedCluster::new();
+    let handle = Handle::new(cluster.clone(), cluster, Parallelizer::inline());
+    let err = build_profiles(&cfg, &registry, &handle).unwrap_err();
+    assert_eq!(err.path, "profiles[1].plugins.queueSort");
+    assert!(
+        err.message
+            .contains("queueSort must be the same for all profiles"),
+        "{err}"
+    );
+}
