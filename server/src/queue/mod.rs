@@ -203,6 +203,17 @@ fn backoff_duration(cfg: &QueueConfig, q: &QueuedPodInfo) -> Duration {
     d.min(cfg.max_backoff)
 }
 
+/// backoffQ's order: earliest expiry first, then the QueueSort order.
+fn backoff_order(
+    sort: &Arc<dyn QueueSortPlugin>,
+) -> impl Fn(&QueuedPodInfo, &QueuedPodInfo) -> bool + use<> {
+    let sort = sort.clone();
+    move |a, b| {
+        a.backoff_expiration < b.backoff_expiration
+            || (a.backoff_expiration == b.backoff_expiration && sort.less(a, b))
+    }
+}
+
 fn is_backing_off(q: &QueuedPodInfo, now: Instant) -> bool {
     q.backoff_expiration.is_some_and(|e| e > now)
 }
@@ -275,17 +286,17 @@ impl Inner {
             return false;
         };
         q.initial_attempt_timestamp.get_or_insert(now);
-        let sort = self.sort.clone();
-        self.active.push(q, &|a, b| sort.less(a, b));
+        self.push_active(q);
         true
     }
 
-    fn push_backoff(&mut self, q: QueuedPodInfo) {
+    fn push_active(&mut self, q: QueuedPodInfo) {
         let sort = self.sort.clone();
-        let less = |a: &QueuedPodInfo, b: &QueuedPodInfo| {
-            a.backoff_expiration < b.backoff_expiration
-                || (a.backoff_expiration == b.backoff_expiration && sort.less(a, b))
-        };
+        self.active.push(q, &|a, b| sort.less(a, b));
+    }
+
+    fn push_backoff(&mut self, q: QueuedPodInfo) {
+        let less = backoff_order(&self.sort);
         if is_error(&q) {
             self.error_backoff.push(q, &less);
         } else {
@@ -294,11 +305,7 @@ impl Inner {
     }
 
     fn remove_backoff(&mut self, uid: &str) -> Option<QueuedPodInfo> {
-        let sort = self.sort.clone();
-        let less = |a: &QueuedPodInfo, b: &QueuedPodInfo| {
-            a.backoff_expiration < b.backoff_expiration
-                || (a.backoff_expiration == b.backoff_expiration && sort.less(a, b))
-        };
+        let less = backoff_order(&self.sort);
         self.backoff
             .remove(uid, &less)
             .or_else(|| self.error_backoff.remove(uid, &less))
@@ -469,11 +476,7 @@ impl Inner {
     /// became poppable.
     fn flush(&mut self, now: Instant) -> bool {
         let mut activated = false;
-        let sort = self.sort.clone();
-        let less = |a: &QueuedPodInfo, b: &QueuedPodInfo| {
-            a.backoff_expiration < b.backoff_expiration
-                || (a.backoff_expiration == b.backoff_expiration && sort.less(a, b))
-        };
+        let less = backoff_order(&self.sort);
         loop {
             let ready = |h: &KeyedHeap| h.peek().is_some_and(|q| !is_backing_off(q, now));
             let q = if ready(&self.error_backoff) {
@@ -483,11 +486,10 @@ impl Inner {
             } else {
                 break;
             };
-            let q = q.expect("peeked");
             // PreEnqueue ran when the pod entered backoffQ.
-            let mut q = q;
+            let mut q = q.expect("peeked");
             q.initial_attempt_timestamp.get_or_insert(now);
-            self.active.push(q, &|a, b| sort.less(a, b));
+            self.push_active(q);
             activated = true;
         }
         let due: Vec<Arc<str>> = self
@@ -580,10 +582,9 @@ impl SchedulingQueue {
                 return;
             }
             inner.nominator.update(old, &new);
-            let sort = inner.sort.clone();
             if let Some(mut q) = inner.active.get(&uid).cloned() {
                 q.pod = new;
-                inner.active.push(q, &|a, b| sort.less(a, b));
+                inner.push_active(q);
                 return;
             }
             if let Some(mut q) = inner.remove_backoff(&uid) {
@@ -637,11 +638,7 @@ impl SchedulingQueue {
                 let mut q = inner.active.pop(&|a, b| sort.less(a, b));
                 if q.is_none() {
                     // Nothing else to do: no point waiting out a backoff.
-                    let less = |a: &QueuedPodInfo, b: &QueuedPodInfo| {
-                        a.backoff_expiration < b.backoff_expiration
-                            || (a.backoff_expiration == b.backoff_expiration && sort.less(a, b))
-                    };
-                    q = inner.backoff.pop(&less);
+                    q = inner.backoff.pop(&backoff_order(&sort));
                 }
                 if let Some(mut q) = q {
                     q.attempts += 1;

@@ -265,46 +265,8 @@ async fn binding_cycle(
     start: Instant,
 ) {
     let host = &result.suggested_host;
-    let s = fw.wait_on_permit(&assumed).await;
-    if !s.is_success() {
-        let failure = if s.is_rejected() {
-            Failure::rejected_on(host, s)
-        } else {
-            Failure::from_status(s)
-        };
+    if let Err(failure) = bind_steps(shared, fw, &state, &assumed, host).await {
         return binding_failure(shared, fw, &state, q, &assumed, host, failure, start).await;
-    }
-    // From here the pod cannot come back as unschedulable through events
-    // seen while it was in flight.
-    shared.queue.done(&assumed.uid);
-
-    let s = fw.run_pre_bind(&state, &assumed, host).await;
-    if !s.is_success() {
-        return binding_failure(
-            shared,
-            fw,
-            &state,
-            q,
-            &assumed,
-            host,
-            Failure::from_status(s),
-            start,
-        )
-        .await;
-    }
-    let s = fw.run_bind(&state, &assumed, host).await;
-    if !s.is_success() {
-        return binding_failure(
-            shared,
-            fw,
-            &state,
-            q,
-            &assumed,
-            host,
-            Failure::from_status(s),
-            start,
-        )
-        .await;
     }
     shared
         .cache
@@ -332,6 +294,36 @@ async fn binding_cycle(
         node: host.to_string(),
     });
     fw.run_post_bind(&state, &assumed, host).await;
+}
+
+/// The steps of a binding cycle that can fail.
+async fn bind_steps(
+    shared: &Shared,
+    fw: &Framework,
+    state: &CycleState,
+    assumed: &PodRef,
+    host: &Arc<str>,
+) -> Result<(), Failure> {
+    let s = fw.wait_on_permit(assumed).await;
+    if !s.is_success() {
+        return Err(if s.is_rejected() {
+            Failure::rejected_on(host, s)
+        } else {
+            Failure::from_status(s)
+        });
+    }
+    // From here the pod cannot come back as unschedulable through events
+    // seen while it was in flight.
+    shared.queue.done(&assumed.uid);
+    let s = fw.run_pre_bind(state, assumed, host).await;
+    if !s.is_success() {
+        return Err(Failure::from_status(s));
+    }
+    let s = fw.run_bind(state, assumed, host).await;
+    if !s.is_success() {
+        return Err(Failure::from_status(s));
+    }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
