@@ -28,7 +28,7 @@ pub use handle::{
     NominatedPods, PodEvent, PodNominator, truncate_note,
 };
 pub use interface::*;
-pub use parallelize::Parallelizer;
+pub use parallelize::{Parallelizer, WorkCost};
 pub use registry::{
     DuplicatePlugin, NoArgs, PluginArgs, PluginFactory, Registry, ValidateArgs, parse_args,
 };

@@ -41,6 +41,7 @@ use super::events::{
 };
 use super::handle::{Handle, NominatedPods};
 use super::interface::*;
+use super::parallelize::WorkCost;
 use super::registry::Registry;
 use super::status::{Code, Status};
 use super::types::{
@@ -116,6 +117,10 @@ pub struct Framework {
     post_bind: Vec<Arc<dyn PostBindPlugin>>,
     events: Vec<PluginEvents>,
     names: Vec<(ExtensionPoint, Vec<&'static str>)>,
+    /// What filtering one node costs, to decide whether to fan out.
+    filter_cost: WorkCost,
+    /// What scoring one node costs.
+    score_cost: WorkCost,
 }
 
 impl std::fmt::Debug for Framework {
@@ -446,6 +451,8 @@ impl Framework {
                 .collect(),
             events,
             names,
+            filter_cost: WorkCost::default(),
+            score_cost: WorkCost::default(),
         })
     }
 
@@ -480,6 +487,11 @@ impl Framework {
     /// The events each rejecting plugin registered for.
     pub fn events(&self) -> &[PluginEvents] {
         &self.events
+    }
+
+    /// What filtering one node has cost so far.
+    pub fn filter_cost(&self) -> &WorkCost {
+        &self.filter_cost
     }
 
     /// Whether any Filter plugin is enabled.
@@ -814,7 +826,7 @@ impl Framework {
             let parallelizer = self.handle.parallelizer();
             // One chunk of `np` scores per node.
             let mut chunks: Vec<&mut [i64]> = raw.chunks_mut(np).collect();
-            parallelizer.for_each_mut(&mut chunks, |ni, row| {
+            parallelizer.for_each_mut_measured(&self.score_cost, &mut chunks, |ni, row| {
                 for (pi, e) in active.iter().enumerate() {
                     match e.plugin.score(state, pod, &nodes[ni]) {
                         Ok(v) => row[pi] = v,

@@ -327,7 +327,7 @@ impl Algorithm {
             let batch = (want - feasible.len()).max(64).min(n - processed);
             statuses.clear();
             statuses.resize(batch, Status::success());
-            parallelizer.for_each_mut(&mut statuses, |i, slot| {
+            parallelizer.for_each_mut_measured(fw.filter_cost(), &mut statuses, |i, slot| {
                 *slot = fw.run_filter_with_nominated_pods(state, pod, at(processed + i), nominated);
             });
             for (i, status) in statuses.drain(..).enumerate() {

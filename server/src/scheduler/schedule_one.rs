@@ -110,6 +110,9 @@ impl Loop {
         }
 
         let start = Instant::now();
+        // Take the handle's reference back first, so that the update below
+        // changes the snapshot in place instead of copying it.
+        shared.handle.set_snapshot(Arc::default());
         shared
             .cache
             .lock()
