@@ -26,7 +26,8 @@ impl ClusterApi {
 fn kind(s: &str) -> Result<Kind, ApiError> {
     Kind::parse(s).ok_or_else(|| {
         ApiError::InvalidArgument(format!(
-            "kind: unsupported kind {s:?}: supported kinds: \"Node\", \"Pod\""
+            "kind: unsupported kind {s:?}: supported kinds: {}",
+            crate::cluster::embedded::SUPPORTED_KINDS
         ))
     })
 }
@@ -52,6 +53,15 @@ impl Cluster for ClusterApi {
                 })
                 .map(|p| to_json(&**p))
                 .collect(),
+            Kind::Object(k) => self
+                .cluster
+                .objects(k)
+                .iter()
+                .filter(|o| {
+                    req.namespace.is_empty() || !k.namespaced() || o.key().1 == req.namespace
+                })
+                .map(|o| to_struct(&o.to_json()).unwrap_or_default())
+                .collect(),
         };
         Ok(Response::new(ListResponse { items }))
     }
@@ -72,6 +82,10 @@ impl Cluster for ClusterApi {
                 crate::cluster::ClusterSource::get_pod(&*self.cluster, ns, &req.name)
                     .map(|p| to_json(&*p))
             }
+            Kind::Object(k) => self
+                .cluster
+                .object(k, &req.namespace, &req.name)
+                .map(|o| to_struct(&o.to_json()).unwrap_or_default()),
         };
         match object {
             Some(o) => Ok(Response::new(GetResponse { object: Some(o) })),

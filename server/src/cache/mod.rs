@@ -30,6 +30,7 @@
 
 mod node_info;
 mod node_tree;
+pub mod objects;
 mod snapshot;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -38,8 +39,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub use node_info::{DEFAULT_BIND_ALL_HOST_IP, HostPortInfo, NodeInfo};
+pub use node_info::{DEFAULT_BIND_ALL_HOST_IP, HostPortInfo, NodeInfo, pvc_key};
 pub use node_tree::NodeTree;
+pub use objects::{KubeObject, ObjectKind, ObjectStore};
 pub use snapshot::Snapshot;
 
 use crate::model::{NodeSpec, PodRef};
@@ -107,6 +109,9 @@ pub struct Cache {
     tree_version: u64,
     pods: HashMap<Arc<str>, PodState>,
     assumed: HashSet<Arc<str>>,
+    /// How many nodes have each image, for ImageLocality.
+    image_nodes: HashMap<Arc<str>, usize>,
+    images_version: u64,
 }
 
 impl Cache {
@@ -122,6 +127,8 @@ impl Cache {
             tree_version: 1,
             pods: HashMap::new(),
             assumed: HashSet::new(),
+            image_nodes: HashMap::new(),
+            images_version: 0,
         }
     }
 
@@ -155,9 +162,29 @@ impl Cache {
         }
     }
 
+    fn count_images(&mut self, node: Option<&NodeSpec>, delta: isize) {
+        let Some(node) = node else { return };
+        if node.images.is_empty() {
+            return;
+        }
+        for name in node.images.iter().flat_map(|i| i.names.iter()) {
+            let n = self.image_nodes.entry(name.clone()).or_default();
+            *n = n.saturating_add_signed(delta);
+            if *n == 0 {
+                self.image_nodes.remove(name);
+            }
+        }
+        self.images_version += 1;
+    }
+
     /// Adds a node, or updates it if known.
     pub fn add_node(&mut self, node: Arc<NodeSpec>) {
         let name = node.name.clone();
+        let old = self.nodes.get(&name).and_then(|e| e.info.node().cloned());
+        if old.as_ref().map(|o| &o.images) != Some(&node.images) {
+            self.count_images(old.as_deref(), -1);
+            self.count_images(Some(&node), 1);
+        }
         let zone = node.zone_key();
         let old_zone = self
             .nodes
@@ -190,6 +217,8 @@ impl Cache {
             .filter(|e| e.info.node().is_some())
             .ok_or_else(|| CacheError::NodeNotFound(name.to_string()))?;
         let zone = entry.zone.clone();
+        let old = entry.info.node().cloned();
+        self.count_images(old.as_deref(), -1);
         let name: Arc<str> = Arc::from(name);
         self.tree.remove(&zone, &name);
         self.tree_version += 1;
@@ -394,6 +423,7 @@ impl Cache {
                 }
             }
             snapshot.tree_version = self.tree_version;
+            snapshot.rebuild_affinity_lists();
         } else {
             for name in self
                 .by_generation
@@ -402,8 +432,13 @@ impl Cache {
             {
                 if let (Some(&i), Some(e)) = (snapshot.index.get(name), self.nodes.get(name)) {
                     snapshot.list[i] = e.info.clone();
+                    snapshot.node_changed(i);
                 }
             }
+        }
+        if snapshot.images_version != self.images_version {
+            snapshot.image_nodes = Arc::new(self.image_nodes.clone());
+            snapshot.images_version = self.images_version;
         }
         snapshot.generation = self.next_generation;
     }
@@ -560,6 +595,43 @@ mod tests {
         c.add_node(node("n1", "b"));
         c.update_snapshot(&mut snap);
         assert_eq!(snap.num_nodes(), 2);
+    }
+
+    #[test]
+    fn snapshot_tracks_affinity_pods_and_images() {
+        let mut c = Cache::new(Duration::ZERO);
+        for i in 0..3 {
+            let mut n = make_node(&format!("n{i}")).cpu("4").object();
+            n.status.as_mut().unwrap().images =
+                Some(vec![k8s_openapi::api::core::v1::ContainerImage {
+                    names: Some(vec!["nginx:1".into()]),
+                    size_bytes: Some(100),
+                }]);
+            c.add_node(Arc::new(NodeSpec::new(Arc::new(n)).unwrap()));
+        }
+        let mut snap = Snapshot::new();
+        c.update_snapshot(&mut snap);
+        assert_eq!(snap.image_num_nodes("nginx:1"), 3);
+        assert_eq!(snap.have_pods_with_affinity().count(), 0);
+        let anti = make_pod("anti").node("n1").spec(
+            "affinity",
+            serde_json::json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}}),
+        );
+        c.add_pod(Arc::new(anti.build())).unwrap();
+        c.update_snapshot(&mut snap);
+        assert_eq!(
+            snap.have_pods_with_affinity()
+                .map(|n| n.name())
+                .collect::<Vec<_>>(),
+            ["n1"]
+        );
+        assert_eq!(snap.have_pods_with_required_anti_affinity().count(), 1);
+        c.remove_pod(&anti.build().uid).unwrap();
+        c.remove_node("n2").unwrap();
+        c.update_snapshot(&mut snap);
+        assert_eq!(snap.have_pods_with_affinity().count(), 0);
+        assert_eq!(snap.image_num_nodes("nginx:1"), 2);
     }
 
     #[test]

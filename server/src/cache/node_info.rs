@@ -52,12 +52,23 @@ impl HostPortInfo {
     }
 }
 
+/// The key of a claim in [`NodeInfo::pvc_ref_count`]: `namespace/name`.
+pub fn pvc_key(namespace: &str, claim: &str) -> Arc<str> {
+    Arc::from(format!("{namespace}/{claim}").as_str())
+}
+
 /// A node and what its pods use. Cloned (copy-on-write, through `Arc`) only
 /// when it changes while a snapshot holds it.
 #[derive(Debug, Clone, Default)]
 pub struct NodeInfo {
     node: Option<Arc<NodeSpec>>,
     pods: Vec<PodRef>,
+    /// Pods with pod affinity or anti-affinity terms.
+    pods_with_affinity: Vec<PodRef>,
+    /// Pods with required anti-affinity terms.
+    pods_with_required_anti_affinity: Vec<PodRef>,
+    /// PersistentVolumeClaims used by the pods, `namespace/name` -> pods.
+    pvc_ref_counts: std::collections::HashMap<Arc<str>, u32>,
     requested: Resource,
     non_zero_milli_cpu: i64,
     non_zero_memory: i64,
@@ -116,6 +127,26 @@ impl NodeInfo {
         self.non_zero_memory
     }
 
+    /// Pods with pod affinity or anti-affinity terms.
+    pub fn pods_with_affinity(&self) -> &[PodRef] {
+        &self.pods_with_affinity
+    }
+
+    /// Pods with required pod anti-affinity terms.
+    pub fn pods_with_required_anti_affinity(&self) -> &[PodRef] {
+        &self.pods_with_required_anti_affinity
+    }
+
+    /// How many of the node's pods use the claim `namespace/name`.
+    pub fn pvc_ref_count(&self, key: &str) -> u32 {
+        self.pvc_ref_counts.get(key).copied().unwrap_or(0)
+    }
+
+    /// The claims (`namespace/name`) the node's pods use.
+    pub fn pvc_refs(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.pvc_ref_counts.keys()
+    }
+
     /// Host ports the pods bind.
     pub fn used_ports(&self) -> &HostPortInfo {
         &self.used_ports
@@ -142,6 +173,18 @@ impl NodeInfo {
         for port in &pod.host_ports {
             self.used_ports.add(port);
         }
+        for claim in &pod.pvc_claims {
+            *self
+                .pvc_ref_counts
+                .entry(pvc_key(&pod.namespace, claim))
+                .or_default() += 1;
+        }
+        if pod.placement.has_pod_affinity() {
+            self.pods_with_affinity.push(pod.clone());
+        }
+        if pod.placement.has_required_anti_affinity() {
+            self.pods_with_required_anti_affinity.push(pod.clone());
+        }
         self.pods.push(pod);
     }
 
@@ -160,6 +203,18 @@ impl NodeInfo {
         for port in &pod.host_ports {
             self.used_ports.remove(port);
         }
+        for claim in &pod.pvc_claims {
+            let key = pvc_key(&pod.namespace, claim);
+            if let Some(n) = self.pvc_ref_counts.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    self.pvc_ref_counts.remove(&key);
+                }
+            }
+        }
+        self.pods_with_affinity.retain(|p| p.uid != pod.uid);
+        self.pods_with_required_anti_affinity
+            .retain(|p| p.uid != pod.uid);
     }
 }
 

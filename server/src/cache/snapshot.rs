@@ -19,6 +19,13 @@ pub struct Snapshot {
     pub(crate) index: HashMap<Arc<str>, usize>,
     pub(crate) generation: u64,
     pub(crate) tree_version: u64,
+    /// Positions of nodes with pods that have pod (anti-)affinity terms.
+    pub(crate) with_affinity: Vec<usize>,
+    /// Positions of nodes with pods that have required anti-affinity terms.
+    pub(crate) with_required_anti_affinity: Vec<usize>,
+    /// How many nodes have each image.
+    pub(crate) image_nodes: Arc<HashMap<Arc<str>, usize>>,
+    pub(crate) images_version: u64,
 }
 
 impl Snapshot {
@@ -30,12 +37,67 @@ impl Snapshot {
     /// A snapshot of the given nodes, in order (for tests and simulations).
     pub fn from_nodes(nodes: Vec<NodeInfo>) -> Self {
         let mut s = Self::default();
+        let mut images: HashMap<Arc<str>, usize> = HashMap::new();
         for n in nodes {
             let name: Arc<str> = Arc::from(n.name());
+            for img in n.node().into_iter().flat_map(|n| n.images.iter()) {
+                for i in &img.names {
+                    *images.entry(i.clone()).or_default() += 1;
+                }
+            }
             s.index.insert(name, s.list.len());
             s.list.push(Arc::new(n));
         }
+        s.image_nodes = Arc::new(images);
+        s.rebuild_affinity_lists();
         s
+    }
+
+    pub(crate) fn rebuild_affinity_lists(&mut self) {
+        self.with_affinity = (0..self.list.len())
+            .filter(|&i| !self.list[i].pods_with_affinity().is_empty())
+            .collect();
+        self.with_required_anti_affinity = (0..self.list.len())
+            .filter(|&i| !self.list[i].pods_with_required_anti_affinity().is_empty())
+            .collect();
+    }
+
+    /// Keeps the affinity lists right after the node at `i` changed.
+    pub(crate) fn node_changed(&mut self, i: usize) {
+        let n = &self.list[i];
+        let (a, r) = (
+            !n.pods_with_affinity().is_empty(),
+            !n.pods_with_required_anti_affinity().is_empty(),
+        );
+        for (list, want) in [
+            (&mut self.with_affinity, a),
+            (&mut self.with_required_anti_affinity, r),
+        ] {
+            match (list.binary_search(&i), want) {
+                (Ok(_), true) | (Err(_), false) => {}
+                (Ok(at), false) => {
+                    list.remove(at);
+                }
+                (Err(at), true) => list.insert(at, i),
+            }
+        }
+    }
+
+    /// Nodes with pods that have pod affinity or anti-affinity terms.
+    pub fn have_pods_with_affinity(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
+        self.with_affinity.iter().map(|&i| &self.list[i])
+    }
+
+    /// Nodes with pods that have required pod anti-affinity terms.
+    pub fn have_pods_with_required_anti_affinity(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
+        self.with_required_anti_affinity
+            .iter()
+            .map(|&i| &self.list[i])
+    }
+
+    /// How many nodes have the image `name`.
+    pub fn image_num_nodes(&self, name: &str) -> usize {
+        self.image_nodes.get(name).copied().unwrap_or(0)
     }
 
     /// Every node, in listing order (zones interleaved).
@@ -73,6 +135,18 @@ impl Snapshot {
             return false;
         };
         Arc::make_mut(&mut self.list[i]).add_pod(pod);
+        self.node_changed(i);
         true
+    }
+
+    /// Removes the pod with `uid` from `node` in this snapshot only (dry
+    /// runs of preemption).
+    pub fn remove_pod(&mut self, node: &str, uid: &str) -> bool {
+        let Some(&i) = self.index.get(node) else {
+            return false;
+        };
+        let removed = Arc::make_mut(&mut self.list[i]).remove_pod(uid).is_some();
+        self.node_changed(i);
+        removed
     }
 }

@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use tokio::sync::mpsc;
 
+pub use crate::cache::{KubeObject, ObjectKind};
 use crate::framework::{ClusterClient, ClusterError, EventRecorder};
 
 /// A change to one object.
@@ -41,6 +42,8 @@ pub enum ClusterChange {
     Node(WatchEvent<Arc<Node>>),
     /// A pod changed.
     Pod(WatchEvent<Arc<Pod>>),
+    /// Another object (namespace, volume, storage class, ...) changed.
+    Object(WatchEvent<KubeObject>),
     /// Everything that existed at subscription time has been delivered.
     Synced,
 }

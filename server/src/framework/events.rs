@@ -243,6 +243,8 @@ pub enum EventObject {
     Pod(PodRef),
     /// A node.
     Node(Arc<NodeSpec>),
+    /// Another object (volume, claim, storage class, ...).
+    Object(crate::cache::KubeObject),
 }
 
 impl EventObject {
@@ -250,7 +252,7 @@ impl EventObject {
     pub fn as_pod(&self) -> Option<&PodInfo> {
         match self {
             Self::Pod(p) => Some(p),
-            Self::Node(_) => None,
+            _ => None,
         }
     }
 
@@ -258,7 +260,15 @@ impl EventObject {
     pub fn as_node(&self) -> Option<&NodeSpec> {
         match self {
             Self::Node(n) => Some(n),
-            Self::Pod(_) => None,
+            _ => None,
+        }
+    }
+
+    /// The other object, if this is one.
+    pub fn as_object(&self) -> Option<&crate::cache::KubeObject> {
+        match self {
+            Self::Object(o) => Some(o),
+            _ => None,
         }
     }
 }

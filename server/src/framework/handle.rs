@@ -12,7 +12,7 @@ use parking_lot::RwLock;
 
 use super::parallelize::Parallelizer;
 use super::waiting_pods::WaitingPods;
-use crate::cache::Snapshot;
+use crate::cache::{KubeObject, ObjectStore, Snapshot};
 use crate::model::PodInfo;
 
 /// Why a write to the cluster failed.
@@ -37,6 +37,15 @@ pub enum ClusterError {
 pub trait ClusterClient: Send + Sync {
     /// Binds `pod` to `node` (the `pods/binding` subresource).
     async fn bind(&self, pod: &PodInfo, node: &str) -> Result<(), ClusterError>;
+
+    /// Evicts a preemption victim: sets its `DisruptionTarget` condition
+    /// (reason `PreemptionByScheduler`, with `message`), then deletes it with
+    /// a UID precondition.
+    async fn delete_pod(&self, pod: &PodInfo, message: &str) -> Result<(), ClusterError>;
+
+    /// Replaces an object (as a PUT does); fails with `Conflict` if its
+    /// resourceVersion is stale. Returns the stored object.
+    async fn update_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError>;
 }
 
 /// The type of a Kubernetes event.
@@ -134,6 +143,7 @@ struct Inner {
     events: Arc<dyn EventRecorder>,
     parallelizer: Parallelizer,
     nominator: RwLock<Option<Arc<dyn PodNominator>>>,
+    objects: Arc<ObjectStore>,
 }
 
 /// The plugins' way to the rest of the scheduler. Cheap to clone.
@@ -164,6 +174,7 @@ impl Handle {
             events,
             parallelizer,
             nominator: RwLock::new(None),
+            objects: Arc::default(),
         }))
     }
 
@@ -190,6 +201,12 @@ impl Handle {
     /// The event recorder.
     pub fn events(&self) -> &Arc<dyn EventRecorder> {
         &self.0.events
+    }
+
+    /// The cluster's other objects: namespaces, volumes, storage classes,
+    /// CSI nodes, disruption budgets, workload controllers.
+    pub fn objects(&self) -> &Arc<ObjectStore> {
+        &self.0.objects
     }
 
     /// The pods nominated to nodes; empty before the queue is attached.

@@ -5,17 +5,24 @@
 //! a [`NodeSpec`]: quantities parsed to integers, tolerations and ports
 //! pre-parsed. The scheduling hot path reads only these.
 
+pub mod affinity;
 pub mod labels;
 pub mod node;
 pub mod pod;
 pub mod quantity;
 pub mod resource;
+pub mod selector;
 pub mod taint;
 
+pub use affinity::{
+    AffinityTerm, InclusionPolicy, NodeAffinity, Placement, PodAffinityTerms, SpreadConstraint,
+    WeightedAffinityTerm, WhenUnsatisfiable,
+};
 pub use labels::Labels;
 pub use node::NodeSpec;
 pub use pod::{HostPort, PodInfo, PodRef, Protocol};
 pub use resource::{Resource, ResourceName};
+pub use selector::{LabelSelector, NodeSelector, NodeSelectorTerm, Operator, Requirement};
 pub use taint::{Taint, TaintEffect, Toleration, TolerationOperator};
 
 /// A Kubernetes object that cannot be used, with the field at fault.

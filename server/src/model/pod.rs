@@ -6,6 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
+use super::affinity::Placement;
 use super::quantity::Quantity;
 use super::resource::{self, DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, Resource};
 use super::taint::{TaintEffect, Toleration, TolerationOperator};
@@ -77,6 +78,13 @@ pub struct PodInfo {
     pub scheduling_gates: Vec<Arc<str>>,
     /// spec.preemptionPolicy is `Never`.
     pub preemption_never: bool,
+    /// Node selector, affinities and spread constraints, pre-parsed.
+    pub placement: Arc<Placement>,
+    /// Names of the PersistentVolumeClaims the pod uses (in its namespace),
+    /// including those of generic ephemeral volumes (`<pod>-<volume>`).
+    pub pvc_claims: Vec<Arc<str>>,
+    /// Container images (app containers and init containers).
+    pub images: Vec<Arc<str>>,
     /// metadata.deletionTimestamp is set.
     pub terminating: bool,
 }
@@ -190,6 +198,30 @@ impl PodInfo {
             });
         }
 
+        let labels = Labels::from_map(meta.labels.as_ref());
+        let placement = Arc::new(Placement::parse(spec, namespace, &labels)?);
+        let pvc_claims = spec
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| {
+                if let Some(c) = &v.persistent_volume_claim {
+                    Some(Arc::from(c.claim_name.as_str()))
+                } else {
+                    v.ephemeral
+                        .as_ref()
+                        .map(|_| Arc::from(format!("{name}-{}", v.name).as_str()))
+                }
+            })
+            .collect();
+        let images = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .filter_map(|c| c.image.as_deref())
+            .map(Arc::from)
+            .collect();
+
         let status = pod.status.as_ref();
         Ok(Self {
             uid: Arc::from(uid),
@@ -214,7 +246,7 @@ impl PodInfo {
             non_zero_milli_cpu: non_zero.milli_cpu,
             non_zero_memory: non_zero.memory,
             requests,
-            labels: Labels::from_map(meta.labels.as_ref()),
+            labels,
             host_ports,
             tolerations,
             scheduling_gates: spec
@@ -224,6 +256,9 @@ impl PodInfo {
                 .map(|g| Arc::from(g.name.as_str()))
                 .collect(),
             preemption_never: spec.preemption_policy.as_deref() == Some("Never"),
+            placement,
+            pvc_claims,
+            images,
             terminating: meta.deletion_timestamp.is_some(),
             pod,
         })

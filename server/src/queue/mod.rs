@@ -346,7 +346,7 @@ impl Inner {
             // A wildcard aimed at one pod (ForceActivate) concerns only it.
             return match new {
                 Some(EventObject::Pod(p)) if p.uid != q.pod.uid => Strategy::Skip,
-                Some(EventObject::Node(_)) => Strategy::Skip,
+                Some(EventObject::Node(_) | EventObject::Object(_)) => Strategy::Skip,
                 _ => Strategy::AfterBackoff,
             };
         }

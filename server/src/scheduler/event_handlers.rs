@@ -15,7 +15,9 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use tokio::sync::{mpsc, watch};
 
 use super::Shared;
+use crate::cache::KubeObject;
 use crate::cluster::{ClusterChange, WatchEvent};
+use crate::framework::ActionType;
 use crate::framework::{
     ClusterEvent, EventObject, node_scheduling_property_changes, pod_scheduling_property_changes,
 };
@@ -30,6 +32,7 @@ pub(crate) async fn run(
         match change {
             ClusterChange::Node(e) => on_node(&shared, e),
             ClusterChange::Pod(e) => on_pod(&shared, e),
+            ClusterChange::Object(e) => on_object(&shared, e),
             ClusterChange::Synced => {
                 let (nodes, pods) = {
                     let c = shared.cache.lock();
@@ -109,6 +112,35 @@ fn on_node(shared: &Shared, e: WatchEvent<Arc<Node>>) {
                 tracing::error!(error = %e, "scheduler cache RemoveNode failed");
             }
         }
+    }
+}
+
+/// Other objects go into the handle's object store; changes to the kinds
+/// plugins register for move the pods they may help.
+fn on_object(shared: &Shared, e: WatchEvent<KubeObject>) {
+    let store = shared.handle.objects();
+    let (action, old, new) = match &e {
+        WatchEvent::Added(o) => {
+            store.upsert(o.clone());
+            (ActionType::ADD, None, Some(o))
+        }
+        WatchEvent::Modified { old, new } => {
+            store.upsert(new.clone());
+            (ActionType::UPDATE, Some(old), Some(new))
+        }
+        WatchEvent::Deleted(o) => {
+            store.remove(o);
+            (ActionType::DELETE, Some(o), None)
+        }
+    };
+    let kind = new.or(old).map(|o| o.kind()).expect("an object");
+    if let Some(resource) = kind.event_resource() {
+        shared.queue.move_all_to_active_or_backoff(
+            ClusterEvent::new(resource, action),
+            old.map(|o| EventObject::Object(o.clone())),
+            new.map(|o| EventObject::Object(o.clone())),
+            None,
+        );
     }
 }
 

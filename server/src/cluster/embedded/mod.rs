@@ -9,6 +9,7 @@
 //! are kept as `events.k8s.io/v1` objects.
 
 pub mod load;
+mod volumes;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -24,8 +25,12 @@ use tokio::sync::mpsc;
 pub use load::{LoadError, LoadedObject, parse_objects, read_objects};
 
 use super::{ClusterChange, ClusterSource, PodScheduledCondition, WatchEvent};
+use crate::cache::{KubeObject, ObjectKind};
 use crate::framework::{ClusterClient, ClusterError, EventRecorder, PodEvent};
 use crate::model::{InvalidObject, NodeSpec, PodInfo};
+
+/// The kinds the embedded cluster stores, for messages.
+pub const SUPPORTED_KINDS: &str = "Node, Pod, Namespace, PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode, PodDisruptionBudget, Service, ReplicaSet, StatefulSet, ReplicationController";
 
 /// How many events the store keeps (oldest dropped first).
 const MAX_EVENTS: usize = 10_000;
@@ -34,7 +39,7 @@ const MAX_EVENTS: usize = 10_000;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApplyError {
     /// The object is not one the store holds.
-    #[error("kind {0:?} is not supported by the embedded cluster (supported: Node, Pod)")]
+    #[error("kind {0:?} is not supported by the embedded cluster (supported: {SUPPORTED_KINDS})")]
     UnsupportedKind(String),
     /// The object does not parse as its kind.
     #[error("{0}")]
@@ -51,15 +56,17 @@ pub enum Kind {
     Node,
     /// v1 Pod.
     Pod,
+    /// Any other stored kind.
+    Object(ObjectKind),
 }
 
 impl Kind {
-    /// Parses a kind as users type it: `Node`, `nodes`, `pod`, ...
+    /// Parses a kind as users type it: `Node`, `nodes`, `pod`, `pvc`, ...
     pub fn parse(s: &str) -> Option<Self> {
         match s.to_ascii_lowercase().as_str() {
             "node" | "nodes" | "no" => Some(Self::Node),
             "pod" | "pods" | "po" => Some(Self::Pod),
-            _ => None,
+            other => ObjectKind::parse(other).map(Self::Object),
         }
     }
 }
@@ -68,6 +75,8 @@ impl Kind {
 struct Store {
     nodes: BTreeMap<String, Arc<Node>>,
     pods: BTreeMap<(String, String), Arc<Pod>>,
+    /// Every other kind, by kind, namespace and name.
+    objects: BTreeMap<(ObjectKind, String, String), KubeObject>,
     resource_version: u64,
     next_uid: u64,
     subscribers: Vec<mpsc::UnboundedSender<ClusterChange>>,
@@ -89,6 +98,65 @@ impl Store {
 
     fn emit(&mut self, change: ClusterChange) {
         self.subscribers.retain(|s| s.send(change.clone()).is_ok());
+    }
+
+    /// Creates or replaces an object, with API server bookkeeping (UID,
+    /// creation time, resourceVersion). With `expected_rv`, refuses a stale
+    /// write as the API server does (409).
+    fn put_object(
+        &mut self,
+        obj: KubeObject,
+        expected_rv: Option<&str>,
+    ) -> Result<KubeObject, ClusterError> {
+        let key = obj.key();
+        let old = self.objects.get(&key).cloned();
+        if let (Some(want), Some(old)) = (expected_rv, &old) {
+            let have = old.metadata().resource_version.as_deref().unwrap_or("");
+            if !want.is_empty() && want != have {
+                let (_, kind) = key.0.type_meta();
+                return Err(ClusterError::Conflict(format!(
+                    "Operation cannot be fulfilled on {} {:?}: the object has been modified; please apply your changes to the latest version and try again",
+                    kind.to_ascii_lowercase(),
+                    key.2
+                )));
+            }
+        }
+        if expected_rv.is_some() && old.is_none() {
+            let (_, kind) = key.0.type_meta();
+            return Err(ClusterError::NotFound(format!(
+                "{} {:?} not found",
+                kind.to_ascii_lowercase(),
+                key.2
+            )));
+        }
+        let rv = self.next_rv();
+        let uid = old
+            .as_ref()
+            .and_then(|o| o.metadata().uid.clone())
+            .or_else(|| obj.metadata().uid.clone().filter(|u| !u.is_empty()))
+            .unwrap_or_else(|| self.new_uid());
+        let created = old
+            .as_ref()
+            .and_then(|o| o.metadata().creation_timestamp.clone())
+            .or_else(|| obj.metadata().creation_timestamp.clone())
+            .unwrap_or_else(now_time);
+        let namespace = key.0.namespaced().then(|| key.1.clone());
+        let stored = obj.with_metadata(|m| {
+            m.uid = Some(uid);
+            m.creation_timestamp = Some(created);
+            m.resource_version = Some(rv);
+            m.namespace = namespace;
+        });
+        self.objects.insert(key, stored.clone());
+        let change = match old {
+            Some(old) => WatchEvent::Modified {
+                old,
+                new: stored.clone(),
+            },
+            None => WatchEvent::Added(stored.clone()),
+        };
+        self.emit(ClusterChange::Object(change));
+        Ok(stored)
     }
 }
 
@@ -134,22 +202,46 @@ impl EmbeddedCluster {
     /// Creates or updates an object given as its JSON. Returns its kind,
     /// namespace and name.
     pub fn apply(&self, value: serde_json::Value) -> Result<(Kind, String, String), ApplyError> {
-        let kind_text = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-        match Kind::parse(kind_text) {
-            Some(Kind::Node) if kind_text == "Node" => {
-                let node: Node = serde_json::from_value(value)
-                    .map_err(|e| ApplyError::Malformed(e.to_string()))?;
+        let kind_text = value
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or("")
+            .to_string();
+        let malformed = |e: serde_json::Error| ApplyError::Malformed(e.to_string());
+        match kind_text.as_str() {
+            "Node" => {
+                let node: Node = serde_json::from_value(value).map_err(malformed)?;
                 let name = self.apply_node(node)?;
                 Ok((Kind::Node, String::new(), name))
             }
-            Some(Kind::Pod) if kind_text == "Pod" => {
-                let pod: Pod = serde_json::from_value(value)
-                    .map_err(|e| ApplyError::Malformed(e.to_string()))?;
+            "Pod" => {
+                let pod: Pod = serde_json::from_value(value).map_err(malformed)?;
                 let (ns, name) = self.apply_pod(pod)?;
                 Ok((Kind::Pod, ns, name))
             }
-            _ => Err(ApplyError::UnsupportedKind(kind_text.to_string())),
+            other => match ObjectKind::ALL
+                .into_iter()
+                .find(|k| k.type_meta().1 == other)
+            {
+                Some(kind) => {
+                    let obj = KubeObject::from_json(kind, value).map_err(malformed)?;
+                    let (_, ns, name) = self.apply_object(obj)?.key();
+                    Ok((Kind::Object(kind), ns, name))
+                }
+                None => Err(ApplyError::UnsupportedKind(kind_text)),
+            },
         }
+    }
+
+    /// Creates or replaces an object of a kind other than Node and Pod. The
+    /// store's controllers then react (e.g. binding a claimed volume).
+    pub fn apply_object(&self, obj: KubeObject) -> Result<KubeObject, ApplyError> {
+        let mut s = self.store.lock();
+        let stored = s
+            .put_object(obj, None)
+            .map_err(|e| ApplyError::Malformed(e.to_string()))?;
+        volumes::reconcile(&mut s);
+        Ok(stored)
     }
 
     /// Creates or replaces a node.
@@ -252,6 +344,22 @@ impl EmbeddedCluster {
     pub fn delete(&self, kind: Kind, namespace: &str, name: &str) -> bool {
         let mut s = self.store.lock();
         match kind {
+            Kind::Object(k) => {
+                let ns = if !k.namespaced() {
+                    ""
+                } else if namespace.is_empty() {
+                    "default"
+                } else {
+                    namespace
+                };
+                match s.objects.remove(&(k, ns.to_string(), name.to_string())) {
+                    Some(o) => {
+                        s.emit(ClusterChange::Object(WatchEvent::Deleted(o)));
+                        true
+                    }
+                    None => false,
+                }
+            }
             Kind::Node => match s.nodes.remove(name) {
                 Some(n) => {
                     s.emit(ClusterChange::Node(WatchEvent::Deleted(n)));
@@ -289,6 +397,35 @@ impl EmbeddedCluster {
     /// The node named `name`.
     pub fn node(&self, name: &str) -> Option<Arc<Node>> {
         self.store.lock().nodes.get(name).cloned()
+    }
+
+    /// Every object of `kind` (other than nodes and pods), by namespace and
+    /// name.
+    pub fn objects(&self, kind: ObjectKind) -> Vec<KubeObject> {
+        self.store
+            .lock()
+            .objects
+            .iter()
+            .filter(|((k, _, _), _)| *k == kind)
+            .map(|(_, o)| o.clone())
+            .collect()
+    }
+
+    /// One object of `kind` by namespace (empty for cluster-scoped kinds)
+    /// and name.
+    pub fn object(&self, kind: ObjectKind, namespace: &str, name: &str) -> Option<KubeObject> {
+        let ns = if !kind.namespaced() {
+            ""
+        } else if namespace.is_empty() {
+            "default"
+        } else {
+            namespace
+        };
+        self.store
+            .lock()
+            .objects
+            .get(&(kind, ns.to_string(), name.to_string()))
+            .cloned()
     }
 
     /// The events recorded so far, oldest first.
@@ -368,6 +505,46 @@ impl ClusterClient for EmbeddedCluster {
             Ok(())
         })
     }
+
+    async fn delete_pod(&self, pod: &PodInfo, message: &str) -> Result<(), ClusterError> {
+        self.evict(pod, message).await
+    }
+
+    async fn update_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
+        let mut s = self.store.lock();
+        let rv = obj.metadata().resource_version.clone().unwrap_or_default();
+        let stored = s.put_object(obj, Some(&rv))?;
+        volumes::reconcile(&mut s);
+        Ok(stored)
+    }
+}
+
+impl EmbeddedCluster {
+    async fn evict(&self, pod: &PodInfo, message: &str) -> Result<(), ClusterError> {
+        let uid = pod.uid.to_string();
+        self.update_pod(&pod.namespace, &pod.name, |p| {
+            if p.metadata.uid.as_deref() != Some(uid.as_str()) {
+                return Err(ClusterError::Conflict(format!(
+                    "Operation cannot be fulfilled on pods {:?}: Precondition failed: UID in precondition: {uid}",
+                    &*pod.name
+                )));
+            }
+            set_condition(
+                p.status.get_or_insert_with(Default::default),
+                PodCondition {
+                    type_: "DisruptionTarget".into(),
+                    status: "True".into(),
+                    reason: Some("PreemptionByScheduler".into()),
+                    message: Some(message.to_string()),
+                    last_transition_time: Some(now_time()),
+                    ..Default::default()
+                },
+            );
+            Ok(())
+        })?;
+        self.delete(Kind::Pod, &pod.namespace, &pod.name);
+        Ok(())
+    }
 }
 
 impl EventRecorder for EmbeddedCluster {
@@ -413,6 +590,11 @@ impl ClusterSource for EmbeddedCluster {
     fn subscribe(&self) -> mpsc::UnboundedReceiver<ClusterChange> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut s = self.store.lock();
+        // Objects pods refer to come first, as informers would have them
+        // synced before the scheduler starts.
+        for o in s.objects.values() {
+            let _ = tx.send(ClusterChange::Object(WatchEvent::Added(o.clone())));
+        }
         for n in s.nodes.values() {
             let _ = tx.send(ClusterChange::Node(WatchEvent::Added(n.clone())));
         }

@@ -1,0 +1,447 @@
+//! Cluster objects other than nodes and pods that plugins read:
+//! namespaces, volumes and their classes, CSI nodes, disruption budgets,
+//! and the workload objects whose selectors default topology spreading.
+//!
+//! The scheduler keeps them in an [`ObjectStore`] fed by the cluster
+//! source's change stream (as kube-scheduler keeps informer caches); plugins
+//! read it through the framework handle.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Namespace, PersistentVolume, PersistentVolumeClaim, ReplicationController, Service,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use parking_lot::RwLock;
+
+use crate::framework::EventResource;
+use crate::model::Labels;
+
+/// The label the API server puts on every namespace, with its name.
+pub const LABEL_METADATA_NAME: &str = "kubernetes.io/metadata.name";
+
+/// The kinds an [`ObjectStore`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ObjectKind {
+    /// v1 Namespace.
+    Namespace,
+    /// v1 PersistentVolume.
+    PersistentVolume,
+    /// v1 PersistentVolumeClaim.
+    PersistentVolumeClaim,
+    /// storage.k8s.io/v1 StorageClass.
+    StorageClass,
+    /// storage.k8s.io/v1 CSINode.
+    CsiNode,
+    /// policy/v1 PodDisruptionBudget.
+    PodDisruptionBudget,
+    /// v1 Service.
+    Service,
+    /// apps/v1 ReplicaSet.
+    ReplicaSet,
+    /// apps/v1 StatefulSet.
+    StatefulSet,
+    /// v1 ReplicationController.
+    ReplicationController,
+}
+
+impl ObjectKind {
+    /// Every kind.
+    pub const ALL: [ObjectKind; 10] = [
+        Self::Namespace,
+        Self::PersistentVolume,
+        Self::PersistentVolumeClaim,
+        Self::StorageClass,
+        Self::CsiNode,
+        Self::PodDisruptionBudget,
+        Self::Service,
+        Self::ReplicaSet,
+        Self::StatefulSet,
+        Self::ReplicationController,
+    ];
+
+    /// `(apiVersion, kind)` as objects carry them.
+    pub fn type_meta(&self) -> (&'static str, &'static str) {
+        match self {
+            Self::Namespace => ("v1", "Namespace"),
+            Self::PersistentVolume => ("v1", "PersistentVolume"),
+            Self::PersistentVolumeClaim => ("v1", "PersistentVolumeClaim"),
+            Self::StorageClass => ("storage.k8s.io/v1", "StorageClass"),
+            Self::CsiNode => ("storage.k8s.io/v1", "CSINode"),
+            Self::PodDisruptionBudget => ("policy/v1", "PodDisruptionBudget"),
+            Self::Service => ("v1", "Service"),
+            Self::ReplicaSet => ("apps/v1", "ReplicaSet"),
+            Self::StatefulSet => ("apps/v1", "StatefulSet"),
+            Self::ReplicationController => ("v1", "ReplicationController"),
+        }
+    }
+
+    /// Whether objects of this kind live in a namespace.
+    pub fn namespaced(&self) -> bool {
+        !matches!(
+            self,
+            Self::Namespace | Self::PersistentVolume | Self::StorageClass | Self::CsiNode
+        )
+    }
+
+    /// The kind from an object's `kind` field (or a plural / short name).
+    pub fn parse(s: &str) -> Option<Self> {
+        let lower = s.to_ascii_lowercase();
+        Self::ALL.into_iter().find(|k| {
+            let kind = k.type_meta().1.to_ascii_lowercase();
+            let plural = if kind.ends_with('s') {
+                format!("{kind}es")
+            } else {
+                format!("{kind}s")
+            };
+            lower == kind || lower == plural || Some(lower.as_str()) == k.short_name()
+        })
+    }
+
+    fn short_name(&self) -> Option<&'static str> {
+        Some(match self {
+            Self::Namespace => "ns",
+            Self::PersistentVolume => "pv",
+            Self::PersistentVolumeClaim => "pvc",
+            Self::StorageClass => "sc",
+            Self::PodDisruptionBudget => "pdb",
+            Self::Service => "svc",
+            Self::ReplicaSet => "rs",
+            Self::StatefulSet => "sts",
+            Self::ReplicationController => "rc",
+            Self::CsiNode => return None,
+        })
+    }
+
+    /// The resource plugins register events for, if any.
+    pub fn event_resource(&self) -> Option<EventResource> {
+        match self {
+            Self::PersistentVolume => Some(EventResource::PersistentVolume),
+            Self::PersistentVolumeClaim => Some(EventResource::PersistentVolumeClaim),
+            Self::StorageClass => Some(EventResource::StorageClass),
+            Self::CsiNode => Some(EventResource::CsiNode),
+            Self::PodDisruptionBudget => Some(EventResource::PodDisruptionBudget),
+            _ => None,
+        }
+    }
+}
+
+/// One object of a kind the store holds.
+#[derive(Debug, Clone)]
+pub enum KubeObject {
+    /// A namespace.
+    Namespace(Arc<Namespace>),
+    /// A persistent volume.
+    PersistentVolume(Arc<PersistentVolume>),
+    /// A persistent volume claim.
+    PersistentVolumeClaim(Arc<PersistentVolumeClaim>),
+    /// A storage class.
+    StorageClass(Arc<StorageClass>),
+    /// A CSI node.
+    CsiNode(Arc<CSINode>),
+    /// A disruption budget.
+    PodDisruptionBudget(Arc<PodDisruptionBudget>),
+    /// A service.
+    Service(Arc<Service>),
+    /// A replica set.
+    ReplicaSet(Arc<ReplicaSet>),
+    /// A stateful set.
+    StatefulSet(Arc<StatefulSet>),
+    /// A replication controller.
+    ReplicationController(Arc<ReplicationController>),
+}
+
+macro_rules! each_object {
+    ($obj:expr, $o:ident => $body:expr) => {
+        match $obj {
+            KubeObject::Namespace($o) => $body,
+            KubeObject::PersistentVolume($o) => $body,
+            KubeObject::PersistentVolumeClaim($o) => $body,
+            KubeObject::StorageClass($o) => $body,
+            KubeObject::CsiNode($o) => $body,
+            KubeObject::PodDisruptionBudget($o) => $body,
+            KubeObject::Service($o) => $body,
+            KubeObject::ReplicaSet($o) => $body,
+            KubeObject::StatefulSet($o) => $body,
+            KubeObject::ReplicationController($o) => $body,
+        }
+    };
+}
+
+impl KubeObject {
+    /// The object's kind.
+    pub fn kind(&self) -> ObjectKind {
+        match self {
+            Self::Namespace(_) => ObjectKind::Namespace,
+            Self::PersistentVolume(_) => ObjectKind::PersistentVolume,
+            Self::PersistentVolumeClaim(_) => ObjectKind::PersistentVolumeClaim,
+            Self::StorageClass(_) => ObjectKind::StorageClass,
+            Self::CsiNode(_) => ObjectKind::CsiNode,
+            Self::PodDisruptionBudget(_) => ObjectKind::PodDisruptionBudget,
+            Self::Service(_) => ObjectKind::Service,
+            Self::ReplicaSet(_) => ObjectKind::ReplicaSet,
+            Self::StatefulSet(_) => ObjectKind::StatefulSet,
+            Self::ReplicationController(_) => ObjectKind::ReplicationController,
+        }
+    }
+
+    /// The object's metadata.
+    pub fn metadata(&self) -> &ObjectMeta {
+        each_object!(self, o => &o.metadata)
+    }
+
+    /// A copy of the object with its metadata changed by `f`.
+    pub fn with_metadata(&self, f: impl FnOnce(&mut ObjectMeta)) -> Self {
+        fn edit<T: Clone>(o: &Arc<T>, meta: impl FnOnce(&mut T)) -> Arc<T> {
+            let mut c = (**o).clone();
+            meta(&mut c);
+            Arc::new(c)
+        }
+        match self {
+            Self::Namespace(o) => Self::Namespace(edit(o, |c| f(&mut c.metadata))),
+            Self::PersistentVolume(o) => Self::PersistentVolume(edit(o, |c| f(&mut c.metadata))),
+            Self::PersistentVolumeClaim(o) => {
+                Self::PersistentVolumeClaim(edit(o, |c| f(&mut c.metadata)))
+            }
+            Self::StorageClass(o) => Self::StorageClass(edit(o, |c| f(&mut c.metadata))),
+            Self::CsiNode(o) => Self::CsiNode(edit(o, |c| f(&mut c.metadata))),
+            Self::PodDisruptionBudget(o) => {
+                Self::PodDisruptionBudget(edit(o, |c| f(&mut c.metadata)))
+            }
+            Self::Service(o) => Self::Service(edit(o, |c| f(&mut c.metadata))),
+            Self::ReplicaSet(o) => Self::ReplicaSet(edit(o, |c| f(&mut c.metadata))),
+            Self::StatefulSet(o) => Self::StatefulSet(edit(o, |c| f(&mut c.metadata))),
+            Self::ReplicationController(o) => {
+                Self::ReplicationController(edit(o, |c| f(&mut c.metadata)))
+            }
+        }
+    }
+
+    /// `(kind, namespace, name)`; the namespace is empty for cluster-scoped
+    /// kinds.
+    pub fn key(&self) -> (ObjectKind, String, String) {
+        let m = self.metadata();
+        let ns = if self.kind().namespaced() {
+            m.namespace.clone().unwrap_or_else(|| "default".into())
+        } else {
+            String::new()
+        };
+        (self.kind(), ns, m.name.clone().unwrap_or_default())
+    }
+
+    /// The object as JSON (with its apiVersion and kind).
+    pub fn to_json(&self) -> serde_json::Value {
+        each_object!(self, o => serde_json::to_value(&**o).unwrap_or_default())
+    }
+
+    /// Parses an object of `kind` from its JSON.
+    pub fn from_json(
+        kind: ObjectKind,
+        value: serde_json::Value,
+    ) -> Result<Self, serde_json::Error> {
+        Ok(match kind {
+            ObjectKind::Namespace => Self::Namespace(Arc::new(serde_json::from_value(value)?)),
+            ObjectKind::PersistentVolume => {
+                Self::PersistentVolume(Arc::new(serde_json::from_value(value)?))
+            }
+            ObjectKind::PersistentVolumeClaim => {
+                Self::PersistentVolumeClaim(Arc::new(serde_json::from_value(value)?))
+            }
+            ObjectKind::StorageClass => {
+                Self::StorageClass(Arc::new(serde_json::from_value(value)?))
+            }
+            ObjectKind::CsiNode => Self::CsiNode(Arc::new(serde_json::from_value(value)?)),
+            ObjectKind::PodDisruptionBudget => {
+                Self::PodDisruptionBudget(Arc::new(serde_json::from_value(value)?))
+            }
+            ObjectKind::Service => Self::Service(Arc::new(serde_json::from_value(value)?)),
+            ObjectKind::ReplicaSet => Self::ReplicaSet(Arc::new(serde_json::from_value(value)?)),
+            ObjectKind::StatefulSet => Self::StatefulSet(Arc::new(serde_json::from_value(value)?)),
+            ObjectKind::ReplicationController => {
+                Self::ReplicationController(Arc::new(serde_json::from_value(value)?))
+            }
+        })
+    }
+}
+
+type Key = (ObjectKind, String, String);
+
+/// The scheduler's copy of the cluster's other objects.
+#[derive(Debug, Default)]
+pub struct ObjectStore {
+    objects: RwLock<BTreeMap<Key, KubeObject>>,
+    /// Namespace labels, with `kubernetes.io/metadata.name` as the API
+    /// server sets it.
+    namespace_labels: RwLock<HashMap<String, Labels>>,
+}
+
+macro_rules! getter {
+    ($name:ident, $list:ident, $variant:ident, $ty:ty) => {
+        /// The object by namespace (empty for cluster-scoped kinds) and name.
+        pub fn $name(&self, namespace: &str, name: &str) -> Option<Arc<$ty>> {
+            match self.get(ObjectKind::$variant, namespace, name)? {
+                KubeObject::$variant(o) => Some(o),
+                _ => None,
+            }
+        }
+
+        /// Every object of the kind in `namespace` (empty: all).
+        pub fn $list(&self, namespace: &str) -> Vec<Arc<$ty>> {
+            self.list(ObjectKind::$variant, namespace)
+                .into_iter()
+                .filter_map(|o| match o {
+                    KubeObject::$variant(o) => Some(o),
+                    _ => None,
+                })
+                .collect()
+        }
+    };
+}
+
+impl ObjectStore {
+    /// Stores (adds or replaces) an object.
+    pub fn upsert(&self, obj: KubeObject) {
+        if let KubeObject::Namespace(ns) = &obj {
+            let name = ns.metadata.name.clone().unwrap_or_default();
+            let mut labels = ns.metadata.labels.clone().unwrap_or_default();
+            labels.insert(LABEL_METADATA_NAME.into(), name.clone());
+            self.namespace_labels
+                .write()
+                .insert(name, Labels::from_map(Some(&labels)));
+        }
+        self.objects.write().insert(obj.key(), obj);
+    }
+
+    /// Removes an object.
+    pub fn remove(&self, obj: &KubeObject) {
+        let key = obj.key();
+        if key.0 == ObjectKind::Namespace {
+            self.namespace_labels.write().remove(&key.2);
+        }
+        self.objects.write().remove(&key);
+    }
+
+    /// The object of `kind` by namespace and name.
+    pub fn get(&self, kind: ObjectKind, namespace: &str, name: &str) -> Option<KubeObject> {
+        let ns = if kind.namespaced() { namespace } else { "" };
+        self.objects
+            .read()
+            .get(&(kind, ns.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Objects of `kind` in `namespace` (empty: all), sorted by namespace
+    /// then name.
+    pub fn list(&self, kind: ObjectKind, namespace: &str) -> Vec<KubeObject> {
+        self.objects
+            .read()
+            .range((kind, String::new(), String::new())..)
+            .take_while(|((k, _, _), _)| *k == kind)
+            .filter(|((_, ns, _), _)| namespace.is_empty() || ns == namespace)
+            .map(|(_, o)| o.clone())
+            .collect()
+    }
+
+    /// The labels of namespace `name`: its own plus
+    /// `kubernetes.io/metadata.name`, even when the namespace object is not
+    /// known (the API server always sets that label).
+    pub fn namespace_labels(&self, name: &str) -> Labels {
+        if let Some(l) = self.namespace_labels.read().get(name) {
+            return l.clone();
+        }
+        let m = BTreeMap::from([(LABEL_METADATA_NAME.to_string(), name.to_string())]);
+        Labels::from_map(Some(&m))
+    }
+
+    /// Names of the namespaces whose labels match `selector`, among the
+    /// known namespaces.
+    pub fn namespaces_matching(&self, selector: &crate::model::LabelSelector) -> Vec<String> {
+        self.namespace_labels
+            .read()
+            .iter()
+            .filter(|(_, l)| selector.matches(l))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    getter!(namespace, namespaces, Namespace, Namespace);
+    getter!(
+        persistent_volume,
+        persistent_volumes,
+        PersistentVolume,
+        PersistentVolume
+    );
+    getter!(
+        persistent_volume_claim,
+        persistent_volume_claims,
+        PersistentVolumeClaim,
+        PersistentVolumeClaim
+    );
+    getter!(storage_class, storage_classes, StorageClass, StorageClass);
+    getter!(csi_node, csi_nodes, CsiNode, CSINode);
+    getter!(
+        pod_disruption_budget,
+        pod_disruption_budgets,
+        PodDisruptionBudget,
+        PodDisruptionBudget
+    );
+    getter!(service, services, Service, Service);
+    getter!(replica_set, replica_sets, ReplicaSet, ReplicaSet);
+    getter!(stateful_set, stateful_sets, StatefulSet, StatefulSet);
+    getter!(
+        replication_controller,
+        replication_controllers,
+        ReplicationController,
+        ReplicationController
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn store_and_namespace_labels() {
+        let s = ObjectStore::default();
+        let ns = KubeObject::from_json(
+            ObjectKind::Namespace,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a", "labels": {"env": "prod"}}}),
+        )
+        .unwrap();
+        s.upsert(ns.clone());
+        let l = s.namespace_labels("team-a");
+        assert_eq!(l.get("env"), Some("prod"));
+        assert_eq!(l.get(LABEL_METADATA_NAME), Some("team-a"));
+        assert_eq!(
+            s.namespace_labels("unknown").get(LABEL_METADATA_NAME),
+            Some("unknown")
+        );
+        let pvc = KubeObject::from_json(
+            ObjectKind::PersistentVolumeClaim,
+            json!({"metadata": {"name": "data", "namespace": "team-a"}, "spec": {}}),
+        )
+        .unwrap();
+        s.upsert(pvc.clone());
+        assert!(s.persistent_volume_claim("team-a", "data").is_some());
+        assert_eq!(s.persistent_volume_claims("").len(), 1);
+        assert_eq!(s.persistent_volume_claims("other").len(), 0);
+        assert!(s.namespace("", "team-a").is_some());
+        s.remove(&pvc);
+        assert!(s.persistent_volume_claim("team-a", "data").is_none());
+        s.remove(&ns);
+        assert_eq!(s.namespace_labels("team-a").get("env"), None);
+        assert_eq!(
+            ObjectKind::parse("pvc"),
+            Some(ObjectKind::PersistentVolumeClaim)
+        );
+        assert_eq!(
+            ObjectKind::parse("StorageClasses"),
+            Some(ObjectKind::StorageClass)
+        );
+    }
+}
