@@ -756,6 +756,115 @@ mod tests {
         assert_eq!(err, ApplyError::UnsupportedKind("Deployment".into()));
     }
 
+    #[tokio::test]
+    async fn the_volume_controller_binds_claimed_volumes_and_provisions_selected_claims() {
+        use serde_json::json;
+        let c = EmbeddedCluster::new();
+        c.apply(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "static", "namespace": "default"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}))
+            .unwrap();
+        c.apply(
+            json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv1"},
+            "spec": {"capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"]}}),
+        )
+        .unwrap();
+        // The scheduler's binder claims the volume through an update.
+        let pv = c.object(ObjectKind::PersistentVolume, "", "pv1").unwrap();
+        let KubeObject::PersistentVolume(pv) = pv else {
+            unreachable!()
+        };
+        let mut claimed = (*pv).clone();
+        claimed.spec.as_mut().unwrap().claim_ref =
+            Some(k8s_openapi::api::core::v1::ObjectReference {
+                namespace: Some("default".into()),
+                name: Some("static".into()),
+                ..Default::default()
+            });
+        c.update_object(KubeObject::PersistentVolume(Arc::new(claimed.clone())))
+            .await
+            .unwrap();
+        let Some(KubeObject::PersistentVolumeClaim(pvc)) =
+            c.object(ObjectKind::PersistentVolumeClaim, "default", "static")
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            pvc.spec.as_ref().unwrap().volume_name.as_deref(),
+            Some("pv1")
+        );
+        assert_eq!(pvc.status.as_ref().unwrap().phase.as_deref(), Some("Bound"));
+        assert_eq!(
+            pvc.metadata.annotations.as_ref().unwrap()[volumes::ANN_BIND_COMPLETED],
+            "yes"
+        );
+        // A stale update is refused as the API server refuses it.
+        let err = c
+            .update_object(KubeObject::PersistentVolume(Arc::new(claimed)))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ClusterError::Conflict(_)), "{err}");
+
+        // Dynamic provisioning once the scheduler picked a node.
+        c.apply(json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "fast"},
+            "provisioner": "example.com/csi", "volumeBindingMode": "WaitForFirstConsumer"}))
+            .unwrap();
+        c.apply(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "dyn", "namespace": "default", "annotations": {"volume.kubernetes.io/selected-node": "n1"}},
+            "spec": {"storageClassName": "fast", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}}}))
+            .unwrap();
+        let Some(KubeObject::PersistentVolumeClaim(pvc)) =
+            c.object(ObjectKind::PersistentVolumeClaim, "default", "dyn")
+        else {
+            unreachable!()
+        };
+        let vol = pvc.spec.as_ref().unwrap().volume_name.clone().unwrap();
+        assert!(vol.starts_with("pvc-"));
+        let Some(KubeObject::PersistentVolume(pv)) =
+            c.object(ObjectKind::PersistentVolume, "", &vol)
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            pv.spec.as_ref().unwrap().capacity.as_ref().unwrap()["storage"].0,
+            "5Gi"
+        );
+    }
+
+    #[tokio::test]
+    async fn evicted_pods_get_the_disruption_condition_then_go() {
+        let c = EmbeddedCluster::new();
+        c.apply(pod_json("victim")).unwrap();
+        let mut rx = c.subscribe();
+        while !matches!(rx.recv().await, Some(ClusterChange::Synced)) {}
+        let info = PodInfo::new(c.get_pod("default", "victim").unwrap()).unwrap();
+        c.delete_pod(
+            &info,
+            "default-scheduler: preempting to accommodate a higher priority pod",
+        )
+        .await
+        .unwrap();
+        match rx.recv().await {
+            Some(ClusterChange::Pod(WatchEvent::Modified { new, .. })) => {
+                let cond = &new.status.as_ref().unwrap().conditions.as_ref().unwrap()[0];
+                assert_eq!(
+                    (cond.type_.as_str(), cond.reason.as_deref()),
+                    ("DisruptionTarget", Some("PreemptionByScheduler"))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            rx.recv().await,
+            Some(ClusterChange::Pod(WatchEvent::Deleted(_)))
+        ));
+        assert!(c.get_pod("default", "victim").is_none());
+        assert!(
+            c.delete_pod(&info, "again").await.is_err(),
+            "a deleted pod cannot be evicted"
+        );
+    }
+
     #[test]
     fn gated_pods_are_created_with_the_scheduling_gated_condition() {
         let c = EmbeddedCluster::new();
