@@ -46,6 +46,9 @@ pub trait ClusterClient: Send + Sync {
     /// Replaces an object (as a PUT does); fails with `Conflict` if its
     /// resourceVersion is stale. Returns the stored object.
     async fn update_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError>;
+
+    /// Sets (or with `None` clears) the pod's `status.nominatedNodeName`.
+    async fn set_nominated_node_name(&self, pod: &PodInfo, node: Option<&str>) -> Result<(), ClusterError>;
 }
 
 /// The type of a Kubernetes event.

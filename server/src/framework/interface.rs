@@ -23,6 +23,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::cycle_state::CycleState;
+use super::runtime::Framework;
 use super::events::ClusterEventWithHint;
 use super::status::Status;
 use super::types::{NodeScore, NodeToStatus, PostFilterResult, PreFilterResult, QueuedPodInfo};
@@ -158,12 +159,15 @@ pub trait FilterPlugin: Plugin {
 #[async_trait]
 pub trait PostFilterPlugin: Plugin {
     /// Tries to make the pod schedulable; `filtered` says why each node
-    /// failed.
+    /// failed. `profile` is the framework running the cycle, through which
+    /// the plugin re-runs the profile's filters on what-if node states (as
+    /// upstream plugins do through their framework handle).
     async fn post_filter(
         &self,
         state: &CycleState,
         pod: &PodInfo,
         filtered: &NodeToStatus,
+        profile: &Framework,
     ) -> (Option<PostFilterResult>, Status);
 }
 

@@ -754,7 +754,7 @@ impl Framework {
         let mut rejector: Option<&'static str> = None;
         let mut last_result: Option<PostFilterResult> = None;
         for p in &self.post_filter {
-            let (r, s) = p.post_filter(state, pod, filtered).await;
+            let (r, s) = p.post_filter(state, pod, filtered, self).await;
             if s.is_success() {
                 return (r, s);
             }

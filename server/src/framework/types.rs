@@ -1,6 +1,7 @@
 //! Values passed between the framework, the queue and plugins.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -204,3 +205,50 @@ impl Diagnosis {
         }
     }
 }
+
+/// No node fits the pod: why, node by node.
+#[derive(Debug, Clone)]
+pub struct FitError {
+    /// Nodes in the cluster.
+    pub num_all_nodes: usize,
+    /// The reasons.
+    pub diagnosis: Diagnosis,
+}
+
+impl fmt::Display for FitError {
+    /// Words the failure as kube-scheduler does:
+    /// `0/5 nodes are available: 1 node(s) were unschedulable, 4 Insufficient cpu.`
+    /// Reasons are counted over nodes and sorted as strings.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "0/{} nodes are available:", self.num_all_nodes)?;
+        let d = &self.diagnosis;
+        match d.pre_filter_msg.as_deref().filter(|m| !m.is_empty()) {
+            Some(msg) => write!(f, " {msg}.")?,
+            None => {
+                let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+                for (_, status) in d.node_to_status.iter() {
+                    for r in status.reasons() {
+                        *counts.entry(r).or_default() += 1;
+                    }
+                }
+                let recorded = d.node_to_status.len();
+                if recorded < self.num_all_nodes {
+                    for r in d.node_to_status.absent_nodes_status().reasons() {
+                        *counts.entry(r).or_default() += self.num_all_nodes - recorded;
+                    }
+                }
+                let mut lines: Vec<String> =
+                    counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
+                lines.sort();
+                if !lines.is_empty() {
+                    write!(f, " {}.", lines.join(", "))?;
+                }
+            }
+        }
+        if let Some(msg) = d.post_filter_msg.as_deref().filter(|m| !m.is_empty()) {
+            write!(f, " {msg}")?;
+        }
+        Ok(())
+    }
+}
+

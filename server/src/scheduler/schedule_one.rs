@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
-use super::algorithm::{Algorithm, FitError, NO_NODES_AVAILABLE, ScheduleError, ScheduleResult};
+use super::algorithm::{Algorithm, NO_NODES_AVAILABLE, ScheduleError, ScheduleResult};
+use crate::framework::FitError;
 use super::{Decision, Shared};
 use crate::cache::Snapshot;
 use crate::cluster::PodScheduledCondition;

@@ -90,6 +90,7 @@ impl PostFilterPlugin for TestPlugin {
         _: &CycleState,
         _: &PodInfo,
         _: &NodeToStatus,
+        _: &Framework,
     ) -> (Option<PostFilterResult>, Status) {
         self.note("PostFilter");
         (
