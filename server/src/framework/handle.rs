@@ -48,7 +48,11 @@ pub trait ClusterClient: Send + Sync {
     async fn update_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError>;
 
     /// Sets (or with `None` clears) the pod's `status.nominatedNodeName`.
-    async fn set_nominated_node_name(&self, pod: &PodInfo, node: Option<&str>) -> Result<(), ClusterError>;
+    async fn set_nominated_node_name(
+        &self,
+        pod: &PodInfo,
+        node: Option<&str>,
+    ) -> Result<(), ClusterError>;
 }
 
 /// The type of a Kubernetes event.

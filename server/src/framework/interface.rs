@@ -23,8 +23,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::cycle_state::CycleState;
-use super::runtime::Framework;
 use super::events::ClusterEventWithHint;
+use super::runtime::Framework;
 use super::status::Status;
 use super::types::{NodeScore, NodeToStatus, PostFilterResult, PreFilterResult, QueuedPodInfo};
 use crate::cache::NodeInfo;

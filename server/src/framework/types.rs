@@ -251,4 +251,3 @@ impl fmt::Display for FitError {
         Ok(())
     }
 }
-

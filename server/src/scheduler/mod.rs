@@ -16,11 +16,11 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::{broadcast, watch};
 
+pub use crate::framework::FitError;
 pub use algorithm::{
     Algorithm, FastRng, Feasible, NO_NODES_AVAILABLE, ScheduleError, ScheduleResult,
     num_feasible_nodes_to_find,
 };
-pub use crate::framework::FitError;
 
 use crate::cache::{Cache, Snapshot};
 use crate::cluster::ClusterSource;

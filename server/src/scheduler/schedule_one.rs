@@ -7,10 +7,10 @@ use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
 use super::algorithm::{Algorithm, NO_NODES_AVAILABLE, ScheduleError, ScheduleResult};
-use crate::framework::FitError;
 use super::{Decision, Shared};
 use crate::cache::Snapshot;
 use crate::cluster::PodScheduledCondition;
+use crate::framework::FitError;
 use crate::framework::{
     ClusterEvent, Code, CycleState, Diagnosis, EventObject, EventType, Framework, NominatingInfo,
     PodEvent, QueuedPodInfo, Status,

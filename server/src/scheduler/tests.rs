@@ -256,7 +256,8 @@ async fn an_unschedulable_pod_gets_its_condition_and_event_then_a_node_event_mov
         vec![make_pod("big").req_cpu("4")],
     )
     .await;
-    let msg = "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu.";
+    let msg = "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu. \
+               preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.";
     assert_eq!(
         env.next().await,
         Decision::Failed {
@@ -305,7 +306,9 @@ async fn pods_that_do_not_fit_together_are_placed_first_come_by_priority() {
             Decision::Failed {
                 pod: "default/low".into(),
                 reason: "Unschedulable".into(),
-                message: "0/1 nodes are available: 1 Insufficient cpu.".into()
+                message: "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are \
+                          available: 1 No preemption victims found for incoming pod."
+                    .into()
             },
             scheduled("high", "n1"),
         ]
@@ -849,7 +852,7 @@ fn the_default_profile_places_plugins_at_upstreams_points() {
             Filter,
             &["NodeUnschedulable", "NodeName", "NodeResourcesFit"],
         ),
-        (PostFilter, &[]),
+        (PostFilter, &["DefaultPreemption"]),
         (PreScore, &["NodeResourcesFit"]),
         (Score, &["NodeResourcesFit"]),
         (Reserve, &[]),
@@ -967,4 +970,92 @@ profiles:
             .contains("queueSort must be the same for all profiles"),
         "{err}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_preemptor_is_nominated_victims_go_and_it_binds_there() {
+    let mut env = start(
+        Setup::default(),
+        vec![make_node("n1").cpu("2")],
+        vec![make_pod("low").req_cpu("2").priority(1).node("n1")],
+    )
+    .await;
+    env.cluster
+        .apply_pod(make_pod("high").req_cpu("2").priority(100).object())
+        .unwrap();
+    match env.next().await {
+        Decision::Failed { pod, message, .. } => {
+            assert_eq!(pod, "default/high");
+            // Preemption succeeded: no "preemption:" explanation is added.
+            assert_eq!(message, "0/1 nodes are available: 1 Insufficient cpu.");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The victim is gone, the preemptor nominated, then bound on the node.
+    assert_eq!(env.next().await, scheduled("high", "n1"));
+    assert!(env.node_of("low").is_none() && env.cluster.get_pod("default", "low").is_none());
+    let reasons: Vec<String> = env.events_for("low").into_iter().map(|e| e.0).collect();
+    assert_eq!(reasons, ["Preempted"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_room_a_nomination_holds_is_not_given_to_lower_priority_pods() {
+    let mut env = start(
+        Setup::default(),
+        vec![make_node("n1").cpu("2")],
+        vec![make_pod("high").req_cpu("2").priority(100).nominated("n1")],
+    )
+    .await;
+    // `high` is nominated to n1 and waits there (it fits, so it binds).
+    assert_eq!(env.next().await, scheduled("high", "n1"));
+    // Now nominate a fresh high-priority pod to a full node, and add a
+    // low-priority pod that would fit on a second node only if the
+    // nomination were ignored.
+    env.cluster
+        .apply_node(make_node("n2").cpu("2").object())
+        .unwrap();
+    env.cluster
+        .apply_pod(
+            make_pod("blocker")
+                .req_cpu("2")
+                .priority(1)
+                .node("n2")
+                .object(),
+        )
+        .unwrap();
+    env.cluster
+        .apply_pod(
+            make_pod("nominee")
+                .req_cpu("2")
+                .priority(50)
+                .nominated("n2")
+                .object(),
+        )
+        .unwrap();
+    // The nominee cannot fit (n2 is full of `blocker` for now): it preempts
+    // the blocker and is bound on n2.
+    loop {
+        if let Decision::Scheduled { pod, node } = env.next().await {
+            assert_eq!((pod.as_str(), node.as_str()), ("default/nominee", "n2"));
+            break;
+        }
+    }
+    // A late low-priority pod does not get n2's room while nominated:
+    // checked through the filter with nominated pods directly.
+    let fw = env.scheduler.profiles()["default-scheduler"].clone();
+    let mut nominated = crate::framework::NominatedPods::new();
+    nominated.insert(
+        Arc::from("n2"),
+        vec![Arc::new(
+            make_pod("nominee2")
+                .req_cpu("2")
+                .priority(50)
+                .nominated("n2")
+                .build(),
+        )],
+    );
+    let empty_n2 = NodeInfo::new(Arc::new(make_node("n2").cpu("2").build()));
+    let late = make_pod("late").req_cpu("1").priority(1).build();
+    let s = fw.run_filter_with_nominated_pods(&CycleState::new(), &late, &empty_n2, &nominated);
+    assert_eq!(s.message(), "Insufficient cpu");
 }

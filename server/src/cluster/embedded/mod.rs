@@ -510,13 +510,22 @@ impl ClusterClient for EmbeddedCluster {
         self.evict(pod, message).await
     }
 
-    async fn set_nominated_node_name(&self, pod: &PodInfo, node: Option<&str>) -> Result<(), ClusterError> {
+    async fn set_nominated_node_name(
+        &self,
+        pod: &PodInfo,
+        node: Option<&str>,
+    ) -> Result<(), ClusterError> {
         let uid = pod.uid.to_string();
         self.update_pod(&pod.namespace, &pod.name, |p| {
             if p.metadata.uid.as_deref() != Some(uid.as_str()) {
-                return Err(ClusterError::Conflict(format!("pod {} was replaced", pod.key())));
+                return Err(ClusterError::Conflict(format!(
+                    "pod {} was replaced",
+                    pod.key()
+                )));
             }
-            p.status.get_or_insert_with(Default::default).nominated_node_name = node.map(str::to_string);
+            p.status
+                .get_or_insert_with(Default::default)
+                .nominated_node_name = node.map(str::to_string);
             Ok(())
         })
     }

@@ -1,0 +1,341 @@
+//! Preemption: which victims, which node, what happens to them.
+
+use serde_json::json;
+
+use super::*;
+use crate::cache::{KubeObject, ObjectKind, Snapshot};
+use crate::cluster::ClusterSource;
+use crate::cluster::embedded::EmbeddedCluster;
+use crate::config;
+use crate::framework::Parallelizer;
+use crate::plugins::in_tree_registry;
+use crate::scheduler::{Algorithm, FastRng, build_profiles};
+use crate::testing::{PodBuilder, make_node, make_pod};
+
+struct Env {
+    cluster: Arc<EmbeddedCluster>,
+    fw: Arc<Framework>,
+    snapshot: Snapshot,
+}
+
+/// Nodes with `(name, cpu)` and pods `(builder)` already bound; the
+/// default profile (with DefaultPreemption) over them.
+fn env(
+    nodes: &[(&str, &str)],
+    pods: Vec<PodBuilder>,
+    pdbs: Vec<serde_json::Value>,
+    args: serde_json::Value,
+) -> Env {
+    let cluster = EmbeddedCluster::new();
+    let mut infos = Vec::new();
+    for (name, cpu) in nodes {
+        let spec = make_node(name).cpu(cpu).memory("64Gi");
+        cluster.apply_node(spec.object()).unwrap();
+        infos.push(NodeInfo::new(Arc::new(spec.build())));
+    }
+    for p in pods {
+        cluster.apply_pod(p.object()).unwrap();
+        let stored = PodInfo::new(cluster.get_pod("default", &p.build().name).unwrap()).unwrap();
+        let node = stored.node_name.clone().unwrap();
+        infos
+            .iter_mut()
+            .find(|n| n.name() == &*node)
+            .unwrap()
+            .add_pod(Arc::new(stored));
+    }
+    let registry = in_tree_registry();
+    let yaml = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: default-scheduler\n  pluginConfig:\n  - name: DefaultPreemption\n    args: {args}\n"
+    );
+    let cfg = config::parse(&yaml, &|n| registry.contains(n)).unwrap();
+    let handle = Handle::new(cluster.clone(), cluster.clone(), Parallelizer::inline());
+    for pdb in pdbs {
+        handle
+            .objects()
+            .upsert(KubeObject::from_json(ObjectKind::PodDisruptionBudget, pdb).unwrap());
+    }
+    let fw = build_profiles(&cfg, &registry, &handle)
+        .unwrap()
+        .into_values()
+        .next()
+        .unwrap();
+    let snapshot = Snapshot::from_nodes(infos);
+    handle.set_snapshot(Arc::new(snapshot.clone()));
+    Env {
+        cluster,
+        fw,
+        snapshot,
+    }
+}
+
+fn low(name: &str, node: &str, cpu: &str, prio: i32) -> PodBuilder {
+    make_pod(name)
+        .node(node)
+        .req_cpu(cpu)
+        .priority(prio)
+        .label("app", name)
+}
+
+impl Env {
+    /// Runs the search and, as the scheduler does when nothing fits, PostFilter.
+    async fn preempt(&self, pod: &PodInfo) -> (Option<PostFilterResult>, Status) {
+        let mut alg = Algorithm::new(0, FastRng::new(1));
+        let mut state = CycleState::new();
+        let found = alg
+            .find_nodes_that_fit(
+                &self.fw,
+                &mut state,
+                pod,
+                &self.snapshot,
+                &Default::default(),
+            )
+            .await
+            .ok()
+            .unwrap();
+        assert!(
+            found.nodes.is_empty(),
+            "the pod must not fit anywhere for these tests"
+        );
+        self.fw
+            .run_post_filter(&state, pod, &found.diagnosis.node_to_status)
+            .await
+    }
+
+    fn pods(&self) -> Vec<String> {
+        self.cluster
+            .pods()
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect()
+    }
+}
+
+fn nominated(r: &Option<PostFilterResult>) -> Option<String> {
+    match r.as_ref().map(|r| &r.nominating_info) {
+        Some(NominatingInfo::Override(n)) => n.as_deref().map(str::to_string),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn evicts_the_fewest_least_important_pods() {
+    let e = env(
+        &[("n1", "4")],
+        vec![
+            low("a", "n1", "1", 1),
+            low("b", "n1", "1", 2),
+            low("c", "n1", "1", 3),
+            low("d", "n1", "1", 4),
+        ],
+        vec![],
+        json!({}),
+    );
+    let pod = make_pod("p").req_cpu("2").priority(10).build();
+    let (r, s) = e.preempt(&pod).await;
+    assert!(s.is_success(), "{s:?}");
+    assert_eq!(nominated(&r).as_deref(), Some("n1"));
+    // d and c (more important) are reprieved; b and a go.
+    assert_eq!(e.pods(), ["c", "d"]);
+    let events: Vec<_> = e
+        .cluster
+        .events()
+        .into_iter()
+        .map(|ev| (ev.reason.unwrap(), ev.note.unwrap()))
+        .collect();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0].0, "Preempted");
+    assert_eq!(
+        events[0].1,
+        format!("Preempted by pod {} on node n1", pod.uid)
+    );
+}
+
+#[tokio::test]
+async fn only_lower_priority_pods_are_victims() {
+    let e = env(
+        &[("n1", "2")],
+        vec![low("same", "n1", "2", 10)],
+        vec![],
+        json!({}),
+    );
+    let pod = make_pod("p").req_cpu("2").priority(10).build();
+    let (r, s) = e.preempt(&pod).await;
+    assert_eq!(s.code(), Code::Unschedulable);
+    assert_eq!(
+        s.message(),
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    );
+    assert_eq!(nominated(&r), None);
+    assert_eq!(e.pods(), ["same"]);
+}
+
+#[tokio::test]
+async fn preemption_policy_never_does_not_preempt() {
+    let e = env(
+        &[("n1", "2")],
+        vec![low("a", "n1", "2", 1)],
+        vec![],
+        json!({}),
+    );
+    let pod = make_pod("p")
+        .req_cpu("2")
+        .priority(10)
+        .spec("preemptionPolicy", json!("Never"))
+        .build();
+    let (r, s) = e.preempt(&pod).await;
+    assert_eq!(
+        s.message(),
+        "preemption: not eligible due to preemptionPolicy=Never."
+    );
+    assert!(r.is_none());
+    assert_eq!(e.pods(), ["a"]);
+}
+
+#[tokio::test]
+async fn unresolvable_nodes_are_not_candidates() {
+    // Too big for any node even when empty: every node is unresolvable.
+    let e = env(
+        &[("n1", "2"), ("n2", "2")],
+        vec![low("a", "n1", "1", 1)],
+        vec![],
+        json!({}),
+    );
+    let pod = make_pod("p").req_cpu("8").priority(10).build();
+    let (r, s) = e.preempt(&pod).await;
+    assert_eq!(
+        s.message(),
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    );
+    assert_eq!(
+        r.unwrap().nominating_info,
+        NominatingInfo::Override(None),
+        "any old nomination is cleared"
+    );
+}
+
+#[tokio::test]
+async fn nodes_needing_fewer_budget_violations_win() {
+    let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "protect-a", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "a"}}}, "status": {"disruptionsAllowed": 0}});
+    // a (on n1) is the least important victim anywhere, but protected.
+    let e = env(
+        &[("n1", "2"), ("n2", "2")],
+        vec![low("a", "n1", "2", 1), low("b", "n2", "2", 5)],
+        vec![pdb],
+        json!({}),
+    );
+    let (r, s) = e
+        .preempt(&make_pod("p").req_cpu("2").priority(10).build())
+        .await;
+    assert!(s.is_success());
+    assert_eq!(nominated(&r).as_deref(), Some("n2"));
+    assert_eq!(e.pods(), ["a"]);
+}
+
+#[tokio::test]
+async fn a_budget_with_disruptions_left_is_no_violation() {
+    let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "protect-a", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "a"}}}, "status": {"disruptionsAllowed": 1}});
+    let e = env(
+        &[("n1", "2"), ("n2", "2")],
+        vec![low("a", "n1", "2", 1), low("b", "n2", "2", 5)],
+        vec![pdb],
+        json!({}),
+    );
+    let (r, _) = e
+        .preempt(&make_pod("p").req_cpu("2").priority(10).build())
+        .await;
+    assert_eq!(
+        nominated(&r).as_deref(),
+        Some("n1"),
+        "then the lowest-priority victim decides"
+    );
+}
+
+#[tokio::test]
+async fn candidate_order_follows_upstream_criteria() {
+    // n1: one victim of priority 5; n2: two victims of priority 1 and 2.
+    // Lowest highest-priority victim wins: n2.
+    let e = env(
+        &[("n1", "2"), ("n2", "2")],
+        vec![
+            low("x", "n1", "2", 5),
+            low("y", "n2", "1", 1),
+            low("z", "n2", "1", 2),
+        ],
+        vec![],
+        json!({}),
+    );
+    let (r, _) = e
+        .preempt(&make_pod("p").req_cpu("2").priority(10).build())
+        .await;
+    assert_eq!(nominated(&r).as_deref(), Some("n2"));
+
+    // Same highest priority: the smaller sum of priorities wins, then fewer victims.
+    let e = env(
+        &[("n1", "2"), ("n2", "2")],
+        vec![
+            low("x1", "n1", "1", 3),
+            low("x2", "n1", "1", 3),
+            low("y", "n2", "2", 3),
+        ],
+        vec![],
+        json!({}),
+    );
+    let (r, _) = e
+        .preempt(&make_pod("p").req_cpu("2").priority(10).build())
+        .await;
+    assert_eq!(
+        nominated(&r).as_deref(),
+        Some("n2"),
+        "one victim of 3 beats two of 3"
+    );
+}
+
+#[test]
+fn pick_prefers_a_node_without_victims() {
+    let v = Arc::new(make_pod("v").priority(1).build());
+    let cs = [
+        Candidate {
+            node: "n1".into(),
+            victims: vec![v],
+            pdb_violations: 0,
+        },
+        Candidate {
+            node: "n2".into(),
+            victims: vec![],
+            pdb_violations: 0,
+        },
+    ];
+    assert_eq!(&*pick(&cs).unwrap().node, "n2");
+    assert!(pick(&[]).is_none());
+}
+
+#[test]
+fn budgets_split_victims() {
+    let pdb: PodDisruptionBudget =
+        serde_json::from_value(json!({"metadata": {"name": "b", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        "status": {"disruptionsAllowed": 1, "disruptedPods": {"web-0": "2026-01-01T00:00:00Z"}}}))
+        .unwrap();
+    let budgets = vec![Budget::from(&pdb).unwrap()];
+    let web = |n: &str| Arc::new(make_pod(n).label("app", "web").build());
+    let other = Arc::new(make_pod("db").label("app", "db").build());
+    let (violating, fine) = split_by_budget(
+        &[web("web-0"), web("web-1"), web("web-2"), other.clone()],
+        &budgets,
+    );
+    // web-0 is already being disrupted; web-1 uses the one disruption left.
+    let names = |v: &[PodRef]| v.iter().map(|p| p.name.to_string()).collect::<Vec<_>>();
+    assert_eq!(names(&violating), ["web-2"]);
+    assert_eq!(names(&fine), ["web-0", "web-1", "db"]);
+    // An empty selector protects nothing.
+    let empty: PodDisruptionBudget =
+        serde_json::from_value(json!({"metadata": {"name": "e", "namespace": "default"},
+        "spec": {"selector": {}}, "status": {"disruptionsAllowed": 0}}))
+        .unwrap();
+    let (violating, _) = split_by_budget(&[web("web-3")], &[Budget::from(&empty).unwrap()]);
+    assert!(violating.is_empty());
+}
