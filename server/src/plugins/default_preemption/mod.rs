@@ -60,6 +60,10 @@ struct Candidate {
     pdb_violations: usize,
 }
 
+/// The victims found on a node and how many of them violate a budget, or
+/// why the node is no candidate.
+type Selection = Result<(Vec<PodRef>, usize), Status>;
+
 /// A budget as the victim selection uses it.
 struct Budget {
     namespace: String,
@@ -219,14 +223,13 @@ impl DefaultPreemption {
             return Ok(());
         }
         let snapshot = self.handle.snapshot();
-        if let Some(node) = snapshot.get(nnn) {
-            if node
+        if let Some(node) = snapshot.get(nnn)
+            && node
                 .pods()
                 .iter()
                 .any(|p| p.priority < pod.priority && terminating_by_preemption(p))
-            {
-                return Err("not eligible due to a terminating pod on the nominated node.");
-            }
+        {
+            return Err("not eligible due to a terminating pod on the nominated node.");
         }
         Ok(())
     }
@@ -239,7 +242,7 @@ impl DefaultPreemption {
         pod: &PodInfo,
         node: &NodeInfo,
         budgets: &[Budget],
-    ) -> Result<(Vec<PodRef>, usize), Status> {
+    ) -> Selection {
         let nominated = self.handle.nominated_pods();
         let mut node = node.clone();
         let mut state = state.clone();
@@ -321,7 +324,7 @@ impl DefaultPreemption {
         let wanted = self.args.num_candidates(n);
         let (mut clean, mut violating) = (Vec::new(), Vec::new());
         let mut done = 0;
-        let mut results: Vec<Option<Result<(Vec<PodRef>, usize), Status>>> = Vec::new();
+        let mut results: Vec<Option<Selection>> = Vec::new();
         while done < n {
             let batch = (wanted.max(1)).min(n - done);
             results.clear();
@@ -399,15 +402,15 @@ impl DefaultPreemption {
         }
         let nominated = self.handle.nominated_pods();
         for np in nominated.get(&c.node).into_iter().flatten() {
-            if np.priority < pod.priority && np.uid != pod.uid {
-                if let Err(e) = self
+            if np.priority < pod.priority
+                && np.uid != pod.uid
+                && let Err(e) = self
                     .handle
                     .cluster()
                     .set_nominated_node_name(np, None)
                     .await
-                {
-                    tracing::warn!(pod = %np.key(), error = %e, "clearing nominated node failed");
-                }
+            {
+                tracing::warn!(pod = %np.key(), error = %e, "clearing nominated node failed");
             }
         }
         Ok(())
