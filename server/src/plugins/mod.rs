@@ -1,5 +1,6 @@
 //! The in-tree plugins, one module each, and the registry listing them.
 
+pub mod coscheduling;
 pub mod default_binder;
 pub mod default_preemption;
 pub mod names;
@@ -34,6 +35,11 @@ pub fn in_tree_registry() -> Registry {
     r.register(
         names::NODE_RESOURCES_FIT,
         |a: node_resources::NodeResourcesFitArgs, _| node_resources::NodeResourcesFit::new(a),
+    )
+    .expect(ok);
+    r.register(
+        names::COSCHEDULING,
+        |a: coscheduling::CoschedulingArgs, h| Ok(coscheduling::Coscheduling::new(a, h)),
     )
     .expect(ok);
     r.register(

@@ -14,3 +14,5 @@ pub const NODE_RESOURCES_FIT: &str = "NodeResourcesFit";
 pub const DEFAULT_BINDER: &str = "DefaultBinder";
 /// PostFilter: preempt lower-priority pods.
 pub const DEFAULT_PREEMPTION: &str = "DefaultPreemption";
+/// Gang scheduling (QueueSort, PreEnqueue, Reserve, Permit); not default.
+pub const COSCHEDULING: &str = "Coscheduling";
