@@ -72,6 +72,8 @@ pub struct Berthd {
     pub addr: String,
     /// Log lines read so far (JSON).
     pub seen: Vec<serde_json::Value>,
+    /// Lines read but not yet matched by a wait.
+    unmatched: std::collections::VecDeque<serde_json::Value>,
 }
 
 /// How long a test waits for berthd before declaring it hung.
@@ -97,6 +99,7 @@ impl Berthd {
             logs: BufReader::new(stderr).lines(),
             addr: String::new(),
             seen: Vec::new(),
+            unmatched: Default::default(),
         };
         let line = b
             .wait_for(|l| message(l).starts_with("serving gRPC on"))
@@ -135,6 +138,7 @@ impl Berthd {
                 if pred(&v) {
                     return Ok(v);
                 }
+                self.unmatched.push_back(v);
             }
         };
         tokio::time::timeout(GUARD, read)

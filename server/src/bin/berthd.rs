@@ -101,6 +101,11 @@ async fn main() -> Result<()> {
     let embedded = EmbeddedCluster::from_objects(objects)?;
     let source: Arc<dyn ClusterSource> = embedded.clone();
 
+    // Bind first, so the address is known before scheduling starts.
+    let (listener, addr) = berth_server::api::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    tracing::info!(%addr, "serving gRPC on {addr}");
     let scheduler = Scheduler::start(
         &cfg,
         &registry,
@@ -118,10 +123,6 @@ async fn main() -> Result<()> {
         tracing::info!(profile = %p.scheduler_name, "profile ready");
     }
 
-    let (listener, addr) = berth_server::api::bind(args.listen)
-        .await
-        .with_context(|| format!("listening on {}", args.listen))?;
-    tracing::info!(%addr, "serving gRPC on {addr}");
     let stop = scheduler.clone();
     berth_server::api::serve(listener, scheduler, embedded, async move {
         shutdown_signal().await;

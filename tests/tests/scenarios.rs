@@ -1,0 +1,154 @@
+//! Scenario files, one per plugin family, run through the real berthd.
+//!
+//! Each file under `tests/scenarios/` is Kubernetes YAML: the cluster's
+//! objects, and optionally a `KubeSchedulerConfiguration` document. Pods say
+//! what must happen to them with annotations:
+//!
+//! * `berth.dev/expect-node: n1` — bound to that node;
+//! * `berth.dev/expect-node-in: "n1,n2"` — bound to one of them;
+//! * `berth.dev/expect-pending: "<phrase>"` — still pending, its
+//!   PodScheduled condition's message containing the phrase;
+//! * `berth.dev/expect-gone: "true"` — deleted (e.g. a preemption victim).
+//!
+//! The runner waits for berthd's idle summary and checks; if a scenario is
+//! still moving (preemption, retries), it waits for the next idle point.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use berth_e2e::{Berthd, workspace_root};
+use serde_json::Value;
+
+fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+    obj["metadata"]["annotations"][key].as_str()
+}
+
+fn key(p: &Value) -> String {
+    format!(
+        "{}/{}",
+        p["metadata"]["namespace"].as_str().unwrap_or("default"),
+        p["metadata"]["name"].as_str().unwrap_or("")
+    )
+}
+
+/// Checks every expectation; returns the unmet ones.
+fn unmet(expected: &[Value], pods: &[Value]) -> Vec<String> {
+    let live: BTreeMap<String, &Value> = pods.iter().map(|p| (key(p), p)).collect();
+    let mut problems = Vec::new();
+    for want in expected.iter().filter(|o| o["kind"] == "Pod") {
+        let k = key(want);
+        let got = live.get(&k);
+        let node = got.and_then(|p| p["spec"]["nodeName"].as_str());
+        if let Some(n) = annotation(want, "berth.dev/expect-node") {
+            if node != Some(n) {
+                problems.push(format!("{k}: expected on {n}, is on {node:?}"));
+            }
+        }
+        if let Some(set) = annotation(want, "berth.dev/expect-node-in") {
+            if !node.is_some_and(|n| set.split(',').any(|s| s.trim() == n)) {
+                problems.push(format!("{k}: expected on one of {set}, is on {node:?}"));
+            }
+        }
+        if let Some(phrase) = annotation(want, "berth.dev/expect-pending") {
+            let message = got
+                .and_then(|p| p["status"]["conditions"].as_array())
+                .and_then(|c| {
+                    c.iter()
+                        .find(|c| c["type"] == "PodScheduled" && c["status"] == "False")
+                })
+                .and_then(|c| c["message"].as_str());
+            match (node, message) {
+                (None, Some(m)) if m.contains(phrase) => {}
+                _ => problems.push(format!(
+                    "{k}: expected pending with {phrase:?}, is on {node:?} with {message:?}"
+                )),
+            }
+        }
+        if annotation(want, "berth.dev/expect-gone").is_some() && got.is_some() {
+            problems.push(format!("{k}: expected deleted, still there"));
+        }
+    }
+    problems
+}
+
+async fn run(file: &str) -> Result<()> {
+    let path = workspace_root().join("tests/scenarios").join(file);
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d))
+        .collect::<Result<Vec<Value>, _>>()?
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect();
+    let (configs, objects): (Vec<Value>, Vec<Value>) = docs
+        .into_iter()
+        .partition(|d| d["kind"] == "KubeSchedulerConfiguration");
+    let dir = std::env::temp_dir().join(format!(
+        "berth-scenario-{}-{}",
+        std::process::id(),
+        file.replace('/', "_")
+    ));
+    std::fs::create_dir_all(&dir)?;
+    let cluster = dir.join("cluster.json");
+    std::fs::write(
+        &cluster,
+        serde_json::to_string(
+            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}),
+        )?,
+    )?;
+    let mut args: Vec<String> = vec![
+        "--seed".into(),
+        "1".into(),
+        "--cluster".into(),
+        cluster.display().to_string(),
+    ];
+    if let Some(cfg) = configs.first() {
+        let p = dir.join("config.yaml");
+        std::fs::write(&p, serde_yaml::to_string(cfg)?)?;
+        args.extend(["--config".into(), p.display().to_string()]);
+    }
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut berthd = Berthd::start(&argv).await?;
+    let mut client = berthd.client().await?;
+    // Check at each idle point until everything holds; a scenario that
+    // settles with expectations unmet fails with them (when no further idle
+    // point comes, berthd's log guard ends the wait).
+    let mut last = vec!["berthd never went idle".to_string()];
+    for _ in 0..20 {
+        if let Err(e) = berthd.wait_idle().await {
+            last.push(format!("({e})"));
+            break;
+        }
+        let pods = client.list("Pod", "").await?;
+        last = unmet(&objects, &pods);
+        if last.is_empty() {
+            break;
+        }
+    }
+    berthd.stop().await?;
+    std::fs::remove_dir_all(&dir).ok();
+    if !last.is_empty() {
+        bail!("{}: {}", Path::new(file).display(), last.join("; "));
+    }
+    Ok(())
+}
+
+macro_rules! scenarios {
+    ($($name:ident => $file:literal),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $name() -> Result<()> {
+                run($file).await
+            }
+        )*
+    };
+}
+
+scenarios! {
+    node_resources => "node_resources.yaml",
+    node_name_and_unschedulable => "node_name_and_unschedulable.yaml",
+    scheduling_gates => "scheduling_gates.yaml",
+    preemption => "preemption.yaml",
+    coscheduling => "coscheduling.yaml",
+}
