@@ -40,15 +40,15 @@ fn unmet(expected: &[Value], pods: &[Value]) -> Vec<String> {
         let k = key(want);
         let got = live.get(&k);
         let node = got.and_then(|p| p["spec"]["nodeName"].as_str());
-        if let Some(n) = annotation(want, "berth.dev/expect-node") {
-            if node != Some(n) {
-                problems.push(format!("{k}: expected on {n}, is on {node:?}"));
-            }
+        if let Some(n) = annotation(want, "berth.dev/expect-node")
+            && node != Some(n)
+        {
+            problems.push(format!("{k}: expected on {n}, is on {node:?}"));
         }
-        if let Some(set) = annotation(want, "berth.dev/expect-node-in") {
-            if !node.is_some_and(|n| set.split(',').any(|s| s.trim() == n)) {
-                problems.push(format!("{k}: expected on one of {set}, is on {node:?}"));
-            }
+        if let Some(set) = annotation(want, "berth.dev/expect-node-in")
+            && !node.is_some_and(|n| set.split(',').any(|s| s.trim() == n))
+        {
+            problems.push(format!("{k}: expected on one of {set}, is on {node:?}"));
         }
         if let Some(phrase) = annotation(want, "berth.dev/expect-pending") {
             let message = got
@@ -76,7 +76,7 @@ async fn run(file: &str) -> Result<()> {
     let path = workspace_root().join("tests/scenarios").join(file);
     let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
     let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d))
+        .map(serde::Deserialize::deserialize)
         .collect::<Result<Vec<Value>, _>>()?
         .into_iter()
         .filter(|d| !d.is_null())
