@@ -319,6 +319,17 @@ fn pod_requests(pod: &Pod, defaults: Option<(i64, i64)>) -> Result<Resource, Inv
         }
     }
     reqs.max_with(&init_max);
+    // Pod-level requests (spec.resources) replace the containers' total for
+    // the resources they name (CPU and memory).
+    if let Some(pod_level) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {
+        let r = resource_list(pod_level, "spec.resources.requests")?;
+        if pod_level.contains_key(resource::CPU) {
+            reqs.milli_cpu = r.milli_cpu;
+        }
+        if pod_level.contains_key(resource::MEMORY) {
+            reqs.memory = r.memory;
+        }
+    }
     if let Some(overhead) = spec.overhead.as_ref() {
         reqs.add(&resource_list(overhead, "spec.overhead")?);
     }
@@ -401,6 +412,27 @@ mod tests {
         // Non-zero: container b has no memory request, so it counts 200Mi.
         assert_eq!(p.non_zero_memory, 310 << 20);
         assert_eq!(p.non_zero_milli_cpu, 1010);
+    }
+
+    #[test]
+    fn pod_level_requests_replace_the_containers_total() {
+        let p = pod(base(json!({
+            "resources": {"requests": {"cpu": "3"}},
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+                {"name": "b"}
+            ],
+            "overhead": {"cpu": "100m"}
+        })))
+        .unwrap();
+        assert_eq!(p.requests.milli_cpu, 3100, "pod level plus overhead");
+        assert_eq!(
+            p.requests.memory,
+            1 << 30,
+            "memory not set at pod level: the containers' total"
+        );
+        assert_eq!(p.non_zero_milli_cpu, 3100);
+        assert_eq!(p.non_zero_memory, (1 << 30) + DEFAULT_MEMORY_REQUEST);
     }
 
     #[test]
