@@ -12,8 +12,10 @@
 use std::any::Any;
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use super::status::Status;
+use crate::cache::Snapshot;
 
 /// A value stored in a [`CycleState`].
 pub trait StateData: Any + Send + Sync {
@@ -93,6 +95,11 @@ impl PluginMask {
 #[derive(Default)]
 pub struct CycleState {
     entries: Vec<(&'static str, Box<dyn StateData>)>,
+    /// The snapshot this cycle schedules against.
+    snapshot: Arc<Snapshot>,
+    /// A what-if evaluation (dry-run, simulation): plugins must not change
+    /// the cluster (no evictions, no bindings).
+    pub dry_run: bool,
     /// PreFilter plugins (by position) that returned `Skip`: their
     /// AddPod/RemovePod are not run either.
     pub skip_pre_filter: PluginMask,
@@ -110,6 +117,8 @@ impl Clone for CycleState {
                 .iter()
                 .map(|(k, v)| (*k, (**v).clone_box()))
                 .collect(),
+            snapshot: self.snapshot.clone(),
+            dry_run: self.dry_run,
             skip_pre_filter: self.skip_pre_filter,
             skip_filter: self.skip_filter,
             skip_score: self.skip_score,
@@ -131,9 +140,24 @@ impl fmt::Debug for CycleState {
 }
 
 impl CycleState {
-    /// An empty state.
+    /// An empty state over an empty snapshot.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty state for a cycle against `snapshot`.
+    pub fn with_snapshot(snapshot: Arc<Snapshot>) -> Self {
+        Self {
+            snapshot,
+            ..Self::default()
+        }
+    }
+
+    /// The snapshot the cycle schedules against: every node, as plugins
+    /// that need more than the node at hand (affinity, spreading, image
+    /// counts, preemption) must see it.
+    pub fn snapshot(&self) -> &Arc<Snapshot> {
+        &self.snapshot
     }
 
     /// Stores `value` under `key`, replacing any previous value.

@@ -105,10 +105,22 @@ impl PreFilterResult {
 }
 
 /// What a PostFilter plugin did for the pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct PostFilterResult {
     /// The node the pod should be nominated to.
     pub nominating_info: NominatingInfo,
+    /// The pods evicted to make room (or, in a dry run, that would be).
+    pub victims: Vec<PodRef>,
+}
+
+impl PostFilterResult {
+    /// A result that only nominates (or with `None`, clears the nomination).
+    pub fn nominate(node: Option<Arc<str>>) -> Self {
+        Self {
+            nominating_info: NominatingInfo::Override(node),
+            victims: Vec::new(),
+        }
+    }
 }
 
 /// One node's score from one plugin.

@@ -120,7 +120,7 @@ impl Loop {
             .update_snapshot(Arc::make_mut(&mut self.snapshot));
         shared.handle.set_snapshot(self.snapshot.clone());
         let nominated = shared.handle.nominated_pods();
-        let mut state = CycleState::new();
+        let mut state = CycleState::with_snapshot(self.snapshot.clone());
         let span = tracing::debug_span!("scheduling_cycle", pod = %pod.key(), attempt = q.attempts);
         let _enter = span.enter();
 

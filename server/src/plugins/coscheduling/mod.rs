@@ -154,7 +154,7 @@ impl Coscheduling {
 
     /// Members of `group` other than `pod` that are bound or assumed (in the
     /// snapshot) or waiting at Permit.
-    fn members_placed(&self, group: &Group, pod: &PodInfo) -> usize {
+    fn members_placed(&self, state: &CycleState, group: &Group, pod: &PodInfo) -> usize {
         let is_member =
             |p: &PodInfo| p.uid != pod.uid && group_key(p).as_deref() == Some(group.key.as_str());
         let waiting = self
@@ -164,8 +164,8 @@ impl Coscheduling {
             .into_iter()
             .filter(|w| is_member(w.pod()))
             .count();
-        let snapshot = self.handle.snapshot();
-        let placed = snapshot
+        let placed = state
+            .snapshot()
             .list()
             .iter()
             .flat_map(|n| n.pods().iter())
@@ -257,11 +257,11 @@ impl ReservePlugin for Coscheduling {
 
 #[async_trait]
 impl PermitPlugin for Coscheduling {
-    async fn permit(&self, _: &CycleState, pod: &PodInfo, _: &str) -> (Status, Duration) {
+    async fn permit(&self, state: &CycleState, pod: &PodInfo, _: &str) -> (Status, Duration) {
         let Some(group) = group_of(pod) else {
             return (Status::success(), Duration::ZERO);
         };
-        let placed = self.members_placed(&group, pod) + 1;
+        let placed = self.members_placed(state, &group, pod) + 1;
         if placed < group.min_member {
             let wait = Duration::from_secs(self.args.permit_waiting_time_seconds as u64);
             return (

@@ -212,7 +212,12 @@ impl DefaultPreemption {
     }
 
     /// Whether `pod` may preempt at all, and why not.
-    fn eligible(&self, pod: &PodInfo, filtered: &NodeToStatus) -> Result<(), &'static str> {
+    fn eligible(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        filtered: &NodeToStatus,
+    ) -> Result<(), &'static str> {
         if pod.preemption_never {
             return Err("not eligible due to preemptionPolicy=Never.");
         }
@@ -222,8 +227,7 @@ impl DefaultPreemption {
         if filtered.get(nnn).code() == Code::UnschedulableAndUnresolvable {
             return Ok(());
         }
-        let snapshot = self.handle.snapshot();
-        if let Some(node) = snapshot.get(nnn)
+        if let Some(node) = state.snapshot().get(nnn)
             && node
                 .pods()
                 .iter()
@@ -423,10 +427,10 @@ impl DefaultPreemption {
         filtered: &NodeToStatus,
         profile: &Framework,
     ) -> (Option<PostFilterResult>, Status) {
-        if let Err(why) = self.eligible(pod, filtered) {
+        if let Err(why) = self.eligible(state, pod, filtered) {
             return (None, Status::unschedulable(why));
         }
-        let snapshot = self.handle.snapshot();
+        let snapshot = state.snapshot().clone();
         let potential: Vec<Arc<NodeInfo>> = snapshot
             .list()
             .iter()
@@ -452,19 +456,21 @@ impl DefaultPreemption {
                 },
             };
             return (
-                Some(PostFilterResult {
-                    nominating_info: NominatingInfo::Override(None),
-                }),
+                Some(PostFilterResult::nominate(None)),
                 Status::unschedulable(fit.to_string()),
             );
         };
-        if let Err(s) = self.prepare(profile, pod, best).await {
-            return (None, s);
+        // A dry run only says what would happen.
+        if !state.dry_run {
+            if let Err(s) = self.prepare(profile, pod, best).await {
+                return (None, s);
+            }
+            tracing::info!(pod = %pod.key(), node = %best.node, victims = best.victims.len(), "preempting");
         }
-        tracing::info!(pod = %pod.key(), node = %best.node, victims = best.victims.len(), "preempting");
         (
             Some(PostFilterResult {
                 nominating_info: NominatingInfo::Override(Some(best.node.clone())),
+                victims: best.victims.clone(),
             }),
             Status::success(),
         )

@@ -80,7 +80,7 @@ impl Env {
     /// Runs the search and, as the scheduler does when nothing fits, PostFilter.
     async fn preempt(&self, pod: &PodInfo) -> (Option<PostFilterResult>, Status) {
         let mut alg = Algorithm::new(0, FastRng::new(1));
-        let mut state = CycleState::new();
+        let mut state = CycleState::with_snapshot(Arc::new(self.snapshot.clone()));
         let found = alg
             .find_nodes_that_fit(
                 &self.fw,
@@ -148,6 +148,35 @@ async fn evicts_the_fewest_least_important_pods() {
         events[0].1,
         format!("Preempted by pod {} on node n1", pod.uid)
     );
+}
+
+#[tokio::test]
+async fn a_dry_run_names_the_victims_and_evicts_nothing() {
+    let e = env(
+        &[("n1", "2")],
+        vec![low("a", "n1", "1", 1), low("b", "n1", "1", 2)],
+        vec![],
+        json!({}),
+    );
+    let pod = make_pod("p").req_cpu("2").priority(10).build();
+    let mut alg = Algorithm::new(0, FastRng::new(1));
+    let mut state = CycleState::with_snapshot(Arc::new(e.snapshot.clone()));
+    state.dry_run = true;
+    let found = alg
+        .find_nodes_that_fit(&e.fw, &mut state, &pod, &e.snapshot, &Default::default())
+        .await
+        .ok()
+        .unwrap();
+    let (r, s) =
+        e.fw.run_post_filter(&state, &pod, &found.diagnosis.node_to_status)
+            .await;
+    assert!(s.is_success());
+    let r = r.unwrap();
+    let mut victims: Vec<String> = r.victims.iter().map(|v| v.name.to_string()).collect();
+    victims.sort();
+    assert_eq!(victims, ["a", "b"]);
+    assert_eq!(e.pods(), ["a", "b"], "nothing evicted");
+    assert!(e.cluster.events().is_empty());
 }
 
 #[tokio::test]
