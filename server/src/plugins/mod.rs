@@ -1,6 +1,7 @@
 //! The in-tree plugins, one module each, and the registry listing them.
 
 pub mod default_binder;
+pub mod inter_pod_affinity;
 pub mod names;
 pub mod node_name;
 pub mod node_resources;
@@ -33,6 +34,13 @@ pub fn in_tree_registry() -> Registry {
     r.register(
         names::NODE_RESOURCES_FIT,
         |a: node_resources::NodeResourcesFitArgs, _| node_resources::NodeResourcesFit::new(a),
+    )
+    .expect(ok);
+    r.register(
+        names::INTER_POD_AFFINITY,
+        |a: inter_pod_affinity::InterPodAffinityArgs, h| {
+            Ok(inter_pod_affinity::InterPodAffinity::new(a, h))
+        },
     )
     .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {

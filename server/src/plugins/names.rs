@@ -12,3 +12,5 @@ pub const NODE_UNSCHEDULABLE: &str = "NodeUnschedulable";
 pub const NODE_RESOURCES_FIT: &str = "NodeResourcesFit";
 /// Bind through the cluster's `pods/binding`.
 pub const DEFAULT_BINDER: &str = "DefaultBinder";
+/// Filter and Score on inter-pod affinity and anti-affinity.
+pub const INTER_POD_AFFINITY: &str = "InterPodAffinity";
