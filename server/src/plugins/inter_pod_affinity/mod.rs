@@ -15,6 +15,8 @@
 mod args;
 mod filtering;
 mod scoring;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
