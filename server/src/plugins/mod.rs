@@ -3,6 +3,7 @@
 pub mod coscheduling;
 pub mod default_binder;
 pub mod default_preemption;
+pub mod inter_pod_affinity;
 pub mod names;
 pub mod node_name;
 pub mod node_resources;
@@ -46,6 +47,13 @@ pub fn in_tree_registry() -> Registry {
         names::DEFAULT_PREEMPTION,
         |a: default_preemption::DefaultPreemptionArgs, h| {
             Ok(default_preemption::DefaultPreemption::new(a, h))
+        },
+    )
+    .expect(ok);
+    r.register(
+        names::INTER_POD_AFFINITY,
+        |a: inter_pod_affinity::InterPodAffinityArgs, h| {
+            Ok(inter_pod_affinity::InterPodAffinity::new(a, h))
         },
     )
     .expect(ok);

@@ -16,3 +16,5 @@ pub const DEFAULT_BINDER: &str = "DefaultBinder";
 pub const DEFAULT_PREEMPTION: &str = "DefaultPreemption";
 /// Gang scheduling (QueueSort, PreEnqueue, Reserve, Permit); not default.
 pub const COSCHEDULING: &str = "Coscheduling";
+/// Filter and Score on inter-pod affinity and anti-affinity.
+pub const INTER_POD_AFFINITY: &str = "InterPodAffinity";
