@@ -1,14 +1,19 @@
 //! `berth.v1.Cluster`: the embedded cluster's objects.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use berth_proto::json::to_struct;
+use berth_proto::v1 as pb;
 use berth_proto::v1::cluster_server::Cluster;
-use berth_proto::v1::{GetRequest, GetResponse, ListRequest, ListResponse};
+use futures::Stream;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::ApiError;
-use crate::cluster::embedded::{EmbeddedCluster, Kind};
+use crate::cluster::embedded::{EmbeddedCluster, Kind, SUPPORTED_KINDS, parse_objects};
+use crate::cluster::{ClusterChange, ClusterSource, WatchEvent};
 
 /// The Cluster service over the embedded store.
 #[derive(Debug, Clone)]
@@ -26,10 +31,17 @@ impl ClusterApi {
 fn kind(s: &str) -> Result<Kind, ApiError> {
     Kind::parse(s).ok_or_else(|| {
         ApiError::InvalidArgument(format!(
-            "kind: unsupported kind {s:?}: supported kinds: {}",
-            crate::cluster::embedded::SUPPORTED_KINDS
+            "kind: unsupported kind {s:?}: supported kinds: {SUPPORTED_KINDS}"
         ))
     })
+}
+
+fn kind_name(k: Kind) -> String {
+    match k {
+        Kind::Node => "Node".into(),
+        Kind::Pod => "Pod".into(),
+        Kind::Object(o) => o.type_meta().1.into(),
+    }
 }
 
 fn to_json<T: serde::Serialize>(obj: &T) -> prost_types::Struct {
@@ -37,9 +49,114 @@ fn to_json<T: serde::Serialize>(obj: &T) -> prost_types::Struct {
     to_struct(&v).unwrap_or_default()
 }
 
+fn change_json(c: &ClusterChange) -> Option<(&'static str, Kind, serde_json::Value)> {
+    fn ev<T>(e: &WatchEvent<T>) -> (&'static str, &T) {
+        match e {
+            WatchEvent::Added(o) => ("ADDED", o),
+            WatchEvent::Modified { new, .. } => ("MODIFIED", new),
+            WatchEvent::Deleted(o) => ("DELETED", o),
+        }
+    }
+    match c {
+        ClusterChange::Node(e) => {
+            let (t, o) = ev(e);
+            Some((t, Kind::Node, serde_json::to_value(&**o).ok()?))
+        }
+        ClusterChange::Pod(e) => {
+            let (t, o) = ev(e);
+            Some((t, Kind::Pod, serde_json::to_value(&**o).ok()?))
+        }
+        ClusterChange::Object(e) => {
+            let (t, o) = ev(e);
+            Some((t, Kind::Object(o.kind()), o.to_json()))
+        }
+        ClusterChange::Synced => None,
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl Cluster for ClusterApi {
-    async fn list(&self, req: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
+    async fn apply(
+        &self,
+        req: Request<pb::ApplyRequest>,
+    ) -> Result<Response<pb::ApplyResponse>, Status> {
+        let req = req.into_inner();
+        let mut objects: Vec<(String, serde_json::Value)> = req
+            .objects
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("objects[{i}]"), berth_proto::json::from_struct(s)))
+            .collect();
+        if !req.yaml.is_empty() {
+            let docs = parse_objects(&req.yaml, "yaml")
+                .map_err(|e| ApiError::InvalidArgument(e.to_string()))?;
+            objects.extend(docs.into_iter().map(|o| (o.origin, o.value)));
+        }
+        if objects.is_empty() {
+            return Err(ApiError::InvalidArgument(
+                "objects: Required value: no object given".into(),
+            )
+            .into());
+        }
+        // All or nothing: check every object before storing any.
+        for (origin, value) in &objects {
+            self.cluster
+                .validate(value.clone())
+                .map_err(|e| ApiError::InvalidArgument(format!("{origin}: {e}")))?;
+        }
+        let mut applied = Vec::new();
+        for (origin, value) in objects {
+            let (k, namespace, name) = self
+                .cluster
+                .apply(value)
+                .map_err(|e| ApiError::InvalidArgument(format!("{origin}: {e}")))?;
+            applied.push(pb::ObjectReference {
+                kind: kind_name(k),
+                namespace,
+                name,
+            });
+        }
+        Ok(Response::new(pb::ApplyResponse { applied }))
+    }
+
+    async fn delete(
+        &self,
+        req: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::DeleteResponse>, Status> {
+        let req = req.into_inner();
+        let k = kind(&req.kind)?;
+        if req.name.is_empty() {
+            return Err(ApiError::InvalidArgument("name: Required value".into()).into());
+        }
+        if !self.cluster.delete(k, &req.namespace, &req.name) {
+            return Err(ApiError::NotFound(format!(
+                "{} {:?} not found",
+                kind_name(k).to_lowercase(),
+                req.name
+            ))
+            .into());
+        }
+        let namespace = match k {
+            Kind::Node => String::new(),
+            Kind::Object(o) if !o.namespaced() => String::new(),
+            _ if req.namespace.is_empty() => "default".into(),
+            _ => req.namespace,
+        };
+        Ok(Response::new(pb::DeleteResponse {
+            deleted: Some(pb::ObjectReference {
+                kind: kind_name(k),
+                namespace,
+                name: req.name,
+            }),
+        }))
+    }
+
+    async fn list(
+        &self,
+        req: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
         let req = req.into_inner();
         let items = match kind(&req.kind)? {
             Kind::Node => self.cluster.nodes().iter().map(|n| to_json(&**n)).collect(),
@@ -63,15 +180,16 @@ impl Cluster for ClusterApi {
                 .map(|o| to_struct(&o.to_json()).unwrap_or_default())
                 .collect(),
         };
-        Ok(Response::new(ListResponse { items }))
+        Ok(Response::new(pb::ListResponse { items }))
     }
 
-    async fn get(&self, req: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
+    async fn get(&self, req: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
         let req = req.into_inner();
         if req.name.is_empty() {
             return Err(ApiError::InvalidArgument("name: Required value".into()).into());
         }
-        let object = match kind(&req.kind)? {
+        let k = kind(&req.kind)?;
+        let object = match k {
             Kind::Node => self.cluster.node(&req.name).map(|n| to_json(&*n)),
             Kind::Pod => {
                 let ns = if req.namespace.is_empty() {
@@ -79,22 +197,51 @@ impl Cluster for ClusterApi {
                 } else {
                     &req.namespace
                 };
-                crate::cluster::ClusterSource::get_pod(&*self.cluster, ns, &req.name)
-                    .map(|p| to_json(&*p))
+                self.cluster.get_pod(ns, &req.name).map(|p| to_json(&*p))
             }
-            Kind::Object(k) => self
+            Kind::Object(o) => self
                 .cluster
-                .object(k, &req.namespace, &req.name)
+                .object(o, &req.namespace, &req.name)
                 .map(|o| to_struct(&o.to_json()).unwrap_or_default()),
         };
         match object {
-            Some(o) => Ok(Response::new(GetResponse { object: Some(o) })),
+            Some(o) => Ok(Response::new(pb::GetResponse { object: Some(o) })),
             None => Err(ApiError::NotFound(format!(
                 "{} {:?} not found",
-                req.kind.to_lowercase(),
+                kind_name(k).to_lowercase(),
                 req.name
             ))
             .into()),
         }
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(&self, req: Request<pb::WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        let req = req.into_inner();
+        let want = if req.kind.is_empty() {
+            None
+        } else {
+            Some(kind(&req.kind)?)
+        };
+        let ns = req.namespace;
+        let stream = UnboundedReceiverStream::new(self.cluster.subscribe()).filter_map(move |c| {
+            let (t, k, json) = change_json(&c)?;
+            if want.is_some_and(|w| w != k) {
+                return None;
+            }
+            if !ns.is_empty()
+                && json["metadata"]["namespace"]
+                    .as_str()
+                    .is_some_and(|n| n != ns)
+            {
+                return None;
+            }
+            Some(Ok(pb::WatchEvent {
+                r#type: t.into(),
+                object: to_struct(&json),
+            }))
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 }

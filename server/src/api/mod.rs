@@ -4,6 +4,7 @@
 //! the services without proto files).
 
 mod cluster;
+mod convert;
 mod error;
 mod scheduler;
 
@@ -17,7 +18,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 pub use cluster::ClusterApi;
 pub use error::ApiError;
-pub use scheduler::SchedulerApi;
+pub use scheduler::{SchedulerApi, dry_run_response};
 
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::scheduler::Scheduler;

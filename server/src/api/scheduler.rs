@@ -1,11 +1,26 @@
-//! `berth.v1.Scheduler`: the queue.
+//! `berth.v1.Scheduler`: dry runs, simulations, the queue, events.
 
+use std::pin::Pin;
+use std::time::SystemTime;
+
+use berth_proto::v1 as pb;
 use berth_proto::v1::scheduler_server::Scheduler as SchedulerService;
-use berth_proto::v1::{GetQueueRequest, GetQueueResponse, QueueName as PbQueue, QueuedPod};
+use futures::Stream;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::BroadcastStream;
 use tonic::{Request, Response, Status};
 
+use super::ApiError;
+use super::convert::{object, pod_from_json, simulated_pods};
+use crate::framework::{Code, FilterVerdict, Status as PluginStatus};
 use crate::queue::QueueName;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{
+    DryRunReport, EventKind, PluginOutcome, PodIdentity, Scheduler, SchedulingEvent,
+    UnknownProfile, Verdict,
+};
+
+/// Most pods a simulation places.
+pub const MAX_SIMULATED_PODS: usize = 100_000;
 
 /// The Scheduler service.
 #[derive(Debug, Clone)]
@@ -20,28 +35,227 @@ impl SchedulerApi {
     }
 }
 
-/// Converts a tokio instant into wall-clock time.
-fn wall_clock(t: tokio::time::Instant) -> prost_types::Timestamp {
-    let now = tokio::time::Instant::now();
-    let wall = std::time::SystemTime::now();
-    let at = if t >= now {
-        wall + (t - now)
-    } else {
-        wall - (now - t)
-    };
-    let d = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+impl From<UnknownProfile> for ApiError {
+    fn from(e: UnknownProfile) -> Self {
+        ApiError::NotFound(format!("profile: {e}"))
+    }
+}
+
+fn timestamp(t: SystemTime) -> prost_types::Timestamp {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     prost_types::Timestamp {
         seconds: d.as_secs() as i64,
         nanos: d.subsec_nanos() as i32,
     }
 }
 
+/// Converts a tokio instant into wall-clock time.
+fn wall_clock(t: tokio::time::Instant) -> prost_types::Timestamp {
+    let now = tokio::time::Instant::now();
+    let wall = SystemTime::now();
+    timestamp(if t >= now {
+        wall + (t - now)
+    } else {
+        wall - (now - t)
+    })
+}
+
+fn reasons(s: &PluginStatus) -> Vec<String> {
+    s.reasons().iter().map(|r| r.to_string()).collect()
+}
+
+fn plugin_result(o: &PluginOutcome) -> pb::PluginResult {
+    pb::PluginResult {
+        plugin: o.plugin.to_string(),
+        code: o.status.code().as_str().to_string(),
+        reasons: reasons(&o.status),
+        node_names: o.node_names.clone().unwrap_or_default(),
+    }
+}
+
+fn pod_ref(p: &PodIdentity) -> pb::PodReference {
+    pb::PodReference {
+        namespace: p.namespace.to_string(),
+        name: p.name.to_string(),
+        uid: p.uid.to_string(),
+        priority: p.priority,
+    }
+}
+
+/// The proto form of a dry run's explanation.
+pub fn dry_run_response(r: &DryRunReport) -> pb::DryRunResponse {
+    pb::DryRunResponse {
+        selected_node: r.selected.as_deref().unwrap_or("").to_string(),
+        profile: r.profile.to_string(),
+        message: r.message.clone(),
+        pre_filter: r.pre_filter.iter().map(plugin_result).collect(),
+        pre_score: r.pre_score.iter().map(plugin_result).collect(),
+        nodes: r
+            .nodes
+            .iter()
+            .map(|n| pb::NodeResult {
+                node: n.name.to_string(),
+                verdict: match n.verdict {
+                    Verdict::Feasible => pb::NodeVerdict::Feasible,
+                    Verdict::Unschedulable => pb::NodeVerdict::Unschedulable,
+                    Verdict::Unresolvable => pb::NodeVerdict::Unresolvable,
+                    Verdict::Error => pb::NodeVerdict::Error,
+                    Verdict::NotEvaluated => pb::NodeVerdict::NotEvaluated,
+                } as i32,
+                filters: n
+                    .filters
+                    .iter()
+                    .map(|(plugin, v)| {
+                        let (code, reasons) = match v {
+                            FilterVerdict::Ran(s) => (s.code().as_str().to_string(), reasons(s)),
+                            FilterVerdict::Skipped => (Code::Skip.as_str().to_string(), Vec::new()),
+                            FilterVerdict::NotEvaluated => ("NotEvaluated".to_string(), Vec::new()),
+                        };
+                        pb::FilterResult {
+                            plugin: plugin.to_string(),
+                            code,
+                            reasons,
+                        }
+                    })
+                    .collect(),
+                scores: n
+                    .scores
+                    .iter()
+                    .map(|s| pb::ScoreResult {
+                        plugin: s.plugin.to_string(),
+                        raw: s.raw,
+                        normalized: s.normalized,
+                        weight: s.weight,
+                        weighted: s.weighted,
+                    })
+                    .collect(),
+                total_score: n.total,
+                selected: n.selected,
+                top_score: n.top,
+            })
+            .collect(),
+        evaluated_nodes: r.evaluated as u32,
+        feasible_nodes: r.feasible as u32,
+        preemption: r.preemption.as_ref().map(|p| pb::Preemption {
+            nominated_node: p.nominated_node.as_deref().unwrap_or("").to_string(),
+            victims: p
+                .victims
+                .iter()
+                .map(|v| pod_ref(&PodIdentity::from(&**v)))
+                .collect(),
+            message: p.message.clone(),
+        }),
+    }
+}
+
+fn event(e: &SchedulingEvent) -> pb::SchedulingEvent {
+    pb::SchedulingEvent {
+        r#type: match e.kind {
+            EventKind::Scheduled => pb::EventType::Scheduled,
+            EventKind::Failed => pb::EventType::Failed,
+            EventKind::Preempted => pb::EventType::Preempted,
+            EventKind::Waiting => pb::EventType::Waiting,
+        } as i32,
+        pod: Some(pod_ref(&e.pod)),
+        node: e.node.as_deref().unwrap_or("").to_string(),
+        message: e.message.clone(),
+        preemptor: e.preemptor.as_ref().map(pod_ref),
+        time: Some(timestamp(e.time)),
+        reason: e.reason.to_string(),
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SchedulingEvent, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl SchedulerService for SchedulerApi {
+    async fn dry_run(
+        &self,
+        req: Request<pb::DryRunRequest>,
+    ) -> Result<Response<pb::DryRunResponse>, Status> {
+        let req = req.into_inner();
+        let pod = pod_from_json("pod", object("pod", req.pod.as_ref())?, "dry-run")?;
+        let profile = Some(req.profile.as_str()).filter(|p| !p.is_empty());
+        let report = self
+            .scheduler
+            .dry_run(pod, profile, req.all_nodes)
+            .await
+            .map_err(ApiError::from)?;
+        Ok(Response::new(dry_run_response(&report)))
+    }
+
+    async fn simulate(
+        &self,
+        req: Request<pb::SimulateRequest>,
+    ) -> Result<Response<pb::SimulateResponse>, Status> {
+        let req = req.into_inner();
+        if req.pods.is_empty() {
+            return Err(ApiError::InvalidArgument("pods: Required value".into()).into());
+        }
+        if req.replicas > 0 && req.pods.len() != 1 {
+            return Err(ApiError::InvalidArgument(format!(
+                "replicas: Invalid value: {}: only with exactly one pod or template",
+                req.replicas
+            ))
+            .into());
+        }
+        let replicas = (req.replicas > 0).then_some(req.replicas);
+        let mut pods = Vec::new();
+        for (i, s) in req.pods.iter().enumerate() {
+            let field = format!("pods[{i}]");
+            pods.extend(simulated_pods(&field, object(&field, Some(s))?, replicas)?);
+            if pods.len() > MAX_SIMULATED_PODS {
+                return Err(ApiError::InvalidArgument(format!(
+                    "replicas: at most {MAX_SIMULATED_PODS} pods can be simulated at once"
+                ))
+                .into());
+            }
+        }
+        let profile = Some(req.profile.as_str()).filter(|p| !p.is_empty());
+        let report = self
+            .scheduler
+            .simulate(pods, profile)
+            .await
+            .map_err(ApiError::from)?;
+        let scheduled = report.pods.iter().filter(|p| p.node.is_some()).count() as u32;
+        Ok(Response::new(pb::SimulateResponse {
+            scheduled,
+            unschedulable: report.pods.len() as u32 - scheduled,
+            pods: report
+                .pods
+                .iter()
+                .map(|p| pb::SimulatedPod {
+                    namespace: p.pod.namespace.to_string(),
+                    name: p.pod.name.to_string(),
+                    node: p.node.as_deref().unwrap_or("").to_string(),
+                    reason: p.reason.clone(),
+                })
+                .collect(),
+            nodes: report
+                .nodes
+                .iter()
+                .map(|u| {
+                    let n = &u.node;
+                    let alloc = n.allocatable();
+                    pb::NodeUtilization {
+                        node: n.name().to_string(),
+                        cpu_requested_milli: n.requested().milli_cpu,
+                        cpu_allocatable_milli: alloc.milli_cpu,
+                        memory_requested_bytes: n.requested().memory,
+                        memory_allocatable_bytes: alloc.memory,
+                        pods: n.pods().len() as i64,
+                        pods_allocatable: alloc.allowed_pod_number,
+                        placed: u.placed,
+                    }
+                })
+                .collect(),
+        }))
+    }
+
     async fn get_queue(
         &self,
-        req: Request<GetQueueRequest>,
-    ) -> Result<Response<GetQueueResponse>, Status> {
+        req: Request<pb::GetQueueRequest>,
+    ) -> Result<Response<pb::GetQueueResponse>, Status> {
         let ns = req.into_inner().namespace;
         let queue = self.scheduler.queue();
         let now = tokio::time::Instant::now();
@@ -51,16 +265,16 @@ impl SchedulerService for SchedulerApi {
             .filter(|e| ns.is_empty() || *e.info.pod.namespace == *ns)
             .map(|e| {
                 let q = &e.info;
-                QueuedPod {
+                pb::QueuedPod {
                     namespace: q.pod.namespace.to_string(),
                     name: q.pod.name.to_string(),
                     uid: q.pod.uid.to_string(),
                     queue: match e.queue {
-                        QueueName::Active => PbQueue::Active,
-                        QueueName::Backoff => PbQueue::Backoff,
-                        QueueName::Unschedulable => PbQueue::Unschedulable,
-                        QueueName::Gated => PbQueue::Gated,
-                        QueueName::InFlight => PbQueue::InFlight,
+                        QueueName::Active => pb::QueueName::Active,
+                        QueueName::Backoff => pb::QueueName::Backoff,
+                        QueueName::Unschedulable => pb::QueueName::Unschedulable,
+                        QueueName::Gated => pb::QueueName::Gated,
+                        QueueName::InFlight => pb::QueueName::InFlight,
                     } as i32,
                     priority: q.pod.priority,
                     scheduler_name: q.pod.scheduler_name.to_string(),
@@ -79,6 +293,21 @@ impl SchedulerService for SchedulerApi {
                 }
             })
             .collect();
-        Ok(Response::new(GetQueueResponse { pods }))
+        Ok(Response::new(pb::GetQueueResponse { pods }))
+    }
+
+    type WatchEventsStream = EventStream;
+
+    async fn watch_events(
+        &self,
+        req: Request<pb::WatchEventsRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        let ns = req.into_inner().namespace;
+        let stream = BroadcastStream::new(self.scheduler.events()).filter_map(move |e| match e {
+            Ok(e) if ns.is_empty() || *e.pod.namespace == *ns => Some(Ok(event(&e))),
+            // A slow reader misses events rather than holding the scheduler up.
+            _ => None,
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 }

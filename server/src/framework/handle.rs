@@ -82,6 +82,8 @@ pub const NOTE_LENGTH_LIMIT: usize = 1024;
 pub struct PodEvent {
     /// The pod the event is about.
     pub pod: Arc<PodInfo>,
+    /// A pod the event relates to (the preemptor, for `Preempted`).
+    pub related: Option<Arc<PodInfo>>,
     /// The reporting controller: the profile's scheduler name.
     pub controller: Arc<str>,
     /// Normal or Warning.
@@ -106,12 +108,21 @@ impl PodEvent {
     ) -> Self {
         Self {
             pod,
+            related: None,
             controller,
             event_type,
             reason,
             action,
             note: truncate_note(note),
         }
+    }
+}
+
+impl PodEvent {
+    /// Names the pod the event relates to.
+    pub fn with_related(mut self, related: Arc<PodInfo>) -> Self {
+        self.related = Some(related);
+        self
     }
 }
 

@@ -83,6 +83,17 @@ pub struct PluginEvents {
     pub events: Vec<ClusterEventWithHint>,
 }
 
+/// One Filter plugin's verdict on a node, as explanations report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FilterVerdict {
+    /// The plugin ran.
+    Ran(Status),
+    /// Its PreFilter skipped it for this pod.
+    Skipped,
+    /// An earlier plugin already rejected the node.
+    NotEvaluated,
+}
+
 /// Scores of the feasible nodes, as computed by [`Framework::run_score`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScoreResult {
@@ -533,12 +544,26 @@ impl Framework {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> (Option<PreFilterResult>, Status, BTreeSet<&'static str>) {
+        self.run_pre_filter_recorded(state, pod, nodes, &mut |_, _, _| {})
+            .await
+    }
+
+    /// [`Framework::run_pre_filter`], also telling `record` each plugin's
+    /// status and result as it runs (for explanations).
+    pub async fn run_pre_filter_recorded(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        record: &mut (dyn FnMut(&'static str, &Status, Option<&PreFilterResult>) + Send),
+    ) -> (Option<PreFilterResult>, Status, BTreeSet<&'static str>) {
         let mut result: Option<PreFilterResult> = None;
         let mut with_nodes = BTreeSet::new();
         let mut returned = Status::success();
         for (i, entry) in self.pre_filter.iter().enumerate() {
             let name = entry.plugin.name();
             let (r, s) = entry.plugin.pre_filter(state, pod, nodes).await;
+            record(name, &s, r.as_ref());
             if s.is_skip() {
                 state.skip_pre_filter.insert(i);
                 if let Some(fi) = entry.filter_index {
@@ -668,31 +693,45 @@ impl Framework {
         Status::success()
     }
 
-    /// Like [`Framework::run_filter`], but evaluates every Filter plugin
-    /// (for explanations): each plugin's verdict, in order, `None` for
-    /// plugins skipped at PreFilter.
+    /// Each Filter plugin's verdict on one node, for explanations: skipped
+    /// for plugins whose PreFilter skipped them, and, unless `all`, not
+    /// evaluated for plugins after the first that does not succeed (the
+    /// scheduler does not run them). The decisive status is the first
+    /// non-success.
     pub fn run_filter_each(
         &self,
         state: &CycleState,
         pod: &PodInfo,
         node: &NodeInfo,
-    ) -> Vec<(&'static str, Option<Status>)> {
-        self.filter
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                if state.skip_filter.contains(i) {
-                    (p.name(), None)
+        all: bool,
+    ) -> Vec<(&'static str, FilterVerdict)> {
+        let mut out = Vec::with_capacity(self.filter.len());
+        let mut rejected = false;
+        for (i, p) in self.filter.iter().enumerate() {
+            let verdict = if state.skip_filter.contains(i) {
+                FilterVerdict::Skipped
+            } else if rejected && !all {
+                FilterVerdict::NotEvaluated
+            } else {
+                let s = p.filter(state, pod, node);
+                let s = if s.is_success() {
+                    s
                 } else {
-                    let s = p.filter(state, pod, node);
-                    let s = if s.is_success() {
-                        s
-                    } else {
-                        self.filter_failure(p.name(), s)
-                    };
-                    (p.name(), Some(s))
-                }
-            })
+                    self.filter_failure(p.name(), s)
+                };
+                rejected |= !s.is_success();
+                FilterVerdict::Ran(s)
+            };
+            out.push((p.name(), verdict));
+        }
+        out
+    }
+
+    /// The Score plugins and their weights, in order.
+    pub fn score_weights(&self) -> Vec<(&'static str, i64)> {
+        self.score
+            .iter()
+            .map(|e| (e.plugin.name(), e.weight))
             .collect()
     }
 
@@ -785,8 +824,22 @@ impl Framework {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> Status {
+        self.run_pre_score_recorded(state, pod, nodes, &mut |_, _| {})
+            .await
+    }
+
+    /// [`Framework::run_pre_score`], also telling `record` each plugin's
+    /// status (for explanations).
+    pub async fn run_pre_score_recorded(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        record: &mut (dyn FnMut(&'static str, &Status) + Send),
+    ) -> Status {
         for entry in &self.pre_score {
             let s = entry.plugin.pre_score(state, pod, nodes).await;
+            record(entry.plugin.name(), &s);
             if s.is_skip() {
                 if let Some(i) = entry.score_index {
                     state.skip_score.insert(i);

@@ -4,6 +4,7 @@
 
 mod algorithm;
 mod event_handlers;
+mod explain;
 mod schedule_one;
 #[cfg(test)]
 mod tests;
@@ -11,7 +12,7 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use tokio::sync::{broadcast, watch};
@@ -21,14 +22,20 @@ pub use algorithm::{
     Algorithm, FastRng, Feasible, NO_NODES_AVAILABLE, ScheduleError, ScheduleResult,
     num_feasible_nodes_to_find,
 };
+pub use explain::{
+    DryRunReport, NodeReport, NodeUse, PluginOutcome, PreemptionReport, ScoreRow, SimulatedPod,
+    SimulationReport, UnknownProfile, Verdict,
+};
 
 use crate::cache::{Cache, Snapshot};
 use crate::cluster::ClusterSource;
 use crate::config::{ConfigError, SchedulerConfig};
-use crate::framework::{Framework, Handle, Parallelizer, Registry};
+use crate::framework::{EventRecorder, Framework, Handle, Parallelizer, PodEvent, Registry};
+use crate::model::PodInfo;
 use crate::queue::{QueueConfig, QueueCounts, SchedulingQueue};
 
-/// What happened to a pod in a scheduling attempt.
+/// What happened to a pod in a scheduling attempt, in brief (the view
+/// tests and the idle summary use; [`SchedulingEvent`] has the details).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Bound to a node.
@@ -47,6 +54,141 @@ pub enum Decision {
         /// The message, as in the FailedScheduling event.
         message: String,
     },
+}
+
+/// A pod as events name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodIdentity {
+    /// metadata.namespace.
+    pub namespace: Arc<str>,
+    /// metadata.name.
+    pub name: Arc<str>,
+    /// metadata.uid.
+    pub uid: Arc<str>,
+    /// spec.priority.
+    pub priority: i32,
+}
+
+impl From<&PodInfo> for PodIdentity {
+    fn from(p: &PodInfo) -> Self {
+        Self {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+            priority: p.priority,
+        }
+    }
+}
+
+impl PodIdentity {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What kind of thing happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// A pod was bound.
+    Scheduled,
+    /// A scheduling attempt failed.
+    Failed,
+    /// A pod was evicted by preemption.
+    Preempted,
+    /// A pod is reserved and waits at Permit.
+    Waiting,
+}
+
+/// Something the scheduler did, as `WatchEvents` streams it.
+#[derive(Debug, Clone)]
+pub struct SchedulingEvent {
+    /// What happened.
+    pub kind: EventKind,
+    /// To which pod.
+    pub pod: PodIdentity,
+    /// The node involved.
+    pub node: Option<Arc<str>>,
+    /// The explanation (failure message, Permit wait).
+    pub message: String,
+    /// For failures: `Unschedulable` or `SchedulerError`.
+    pub reason: &'static str,
+    /// For preemptions: the preemptor.
+    pub preemptor: Option<PodIdentity>,
+    /// When.
+    pub time: SystemTime,
+}
+
+impl SchedulingEvent {
+    fn new(kind: EventKind, pod: &PodInfo) -> Self {
+        Self {
+            kind,
+            pod: pod.into(),
+            node: None,
+            message: String::new(),
+            reason: "",
+            preemptor: None,
+            time: SystemTime::now(),
+        }
+    }
+
+    /// The decision this event is, if it is one.
+    pub fn decision(&self) -> Option<Decision> {
+        match self.kind {
+            EventKind::Scheduled => Some(Decision::Scheduled {
+                pod: self.pod.key(),
+                node: self.node.as_deref().unwrap_or("").to_string(),
+            }),
+            EventKind::Failed => Some(Decision::Failed {
+                pod: self.pod.key(),
+                reason: self.reason.to_string(),
+                message: self.message.clone(),
+            }),
+            EventKind::Preempted | EventKind::Waiting => None,
+        }
+    }
+}
+
+/// The scheduler's decisions, as they are made.
+#[derive(Debug)]
+pub struct Decisions(broadcast::Receiver<SchedulingEvent>);
+
+impl Decisions {
+    /// The next decision (skipping other events); `None` once the scheduler
+    /// is gone.
+    pub async fn recv(&mut self) -> Option<Decision> {
+        loop {
+            match self.0.recv().await {
+                Ok(e) => {
+                    if let Some(d) = e.decision() {
+                        return Some(d);
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+/// Forwards events to the cluster and turns the preemption plugin's
+/// `Preempted` events into scheduling events.
+struct EventTee {
+    inner: Arc<dyn EventRecorder>,
+    events: broadcast::Sender<SchedulingEvent>,
+}
+
+impl EventRecorder for EventTee {
+    fn record(&self, e: PodEvent) {
+        if e.reason == "Preempted" {
+            let mut ev = SchedulingEvent::new(EventKind::Preempted, &e.pod);
+            ev.node = e.pod.node_name.clone();
+            ev.message = e.note.clone();
+            ev.preemptor = e.related.as_deref().map(PodIdentity::from);
+            let _ = self.events.send(ev);
+        }
+        self.inner.record(e);
+    }
 }
 
 /// Scheduler-wide settings not in the KubeSchedulerConfiguration.
@@ -75,13 +217,17 @@ pub(crate) struct Shared {
     pub queue: Arc<SchedulingQueue>,
     pub cluster: Arc<dyn ClusterSource>,
     pub handle: Handle,
-    pub decisions: broadcast::Sender<Decision>,
+    pub events: broadcast::Sender<SchedulingEvent>,
     /// Binding cycles not finished yet.
     pub bindings_in_flight: AtomicUsize,
     /// Decisions made, for the idle summary.
     pub decided: AtomicU64,
     pub last_summary: AtomicU64,
     pub summary_lock: Mutex<()>,
+    /// Where the loop's next node search starts, for dry runs to match it.
+    pub next_start_node_index: AtomicUsize,
+    /// The global percentageOfNodesToScore.
+    pub percentage_of_nodes_to_score: i32,
 }
 
 /// A running scheduler's public face.
@@ -152,7 +298,12 @@ impl Scheduler {
         let parallelizer = Parallelizer::new(config.parallelism).map_err(|e| {
             ConfigError::new("parallelism", format!("cannot start the CPU pool: {e}"))
         })?;
-        let handle = Handle::new(cluster.clone(), cluster.clone(), parallelizer);
+        let (events, _) = broadcast::channel(4096);
+        let recorder = Arc::new(EventTee {
+            inner: cluster.clone(),
+            events: events.clone(),
+        });
+        let handle = Handle::new(cluster.clone(), recorder, parallelizer);
         let profiles = build_profiles(config, registry, &handle)?;
         let queue = SchedulingQueue::new(
             QueueConfig {
@@ -163,18 +314,19 @@ impl Scheduler {
             profiles.clone(),
         );
         handle.set_nominator(queue.clone());
-        let (decisions, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {
             profiles,
             cache: Mutex::new(Cache::new(options.assumed_pod_ttl)),
             queue: queue.clone(),
             cluster: cluster.clone(),
             handle,
-            decisions,
+            events,
             bindings_in_flight: AtomicUsize::new(0),
             decided: AtomicU64::new(0),
             last_summary: AtomicU64::new(0),
             summary_lock: Mutex::new(()),
+            next_start_node_index: AtomicUsize::new(0),
+            percentage_of_nodes_to_score: config.percentage_of_nodes_to_score,
         });
         let (synced_tx, synced) = watch::channel(false);
         tokio::spawn(event_handlers::run(
@@ -210,8 +362,13 @@ impl Scheduler {
     }
 
     /// Scheduling decisions as they are made.
-    pub fn decisions(&self) -> broadcast::Receiver<Decision> {
-        self.shared.decisions.subscribe()
+    pub fn decisions(&self) -> Decisions {
+        Decisions(self.shared.events.subscribe())
+    }
+
+    /// Every scheduling event as it happens.
+    pub fn events(&self) -> broadcast::Receiver<SchedulingEvent> {
+        self.shared.events.subscribe()
     }
 
     /// The scheduling queue.

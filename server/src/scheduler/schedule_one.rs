@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
 use super::algorithm::{Algorithm, NO_NODES_AVAILABLE, ScheduleError, ScheduleResult};
-use super::{Decision, Shared};
+use super::{EventKind, SchedulingEvent, Shared};
 use crate::cache::Snapshot;
 use crate::cluster::PodScheduledCondition;
 use crate::framework::FitError;
@@ -128,6 +128,9 @@ impl Loop {
             .algorithm
             .schedule_pod(&fw, &mut state, &pod, &self.snapshot, &nominated)
             .await;
+        shared
+            .next_start_node_index
+            .store(self.algorithm.next_start_node_index, Ordering::Relaxed);
         let result = match result {
             Ok(r) => r,
             Err(e) => {
@@ -228,6 +231,10 @@ impl Loop {
         }
         if s.is_wait() {
             tracing::debug!(pod = %pod.key(), node = %host, "waiting at Permit");
+            let mut event = SchedulingEvent::new(EventKind::Waiting, pod);
+            event.node = Some(host.clone());
+            event.message = s.message();
+            let _ = shared.events.send(event);
         }
         Ok(assumed)
     }
@@ -293,10 +300,9 @@ async fn binding_cycle(
         attempts = q.attempts, latency_ms = start.elapsed().as_secs_f64() * 1e3, "scheduled"
     );
     shared.decided.fetch_add(1, Ordering::SeqCst);
-    let _ = shared.decisions.send(Decision::Scheduled {
-        pod: assumed.key(),
-        node: host.to_string(),
-    });
+    let mut event = SchedulingEvent::new(EventKind::Scheduled, &assumed);
+    event.node = Some(host.clone());
+    let _ = shared.events.send(event);
     fw.run_post_bind(&state, &assumed, host).await;
 }
 
@@ -436,11 +442,10 @@ async fn failure_handler(
         return;
     }
     shared.decided.fetch_add(1, Ordering::SeqCst);
-    let _ = shared.decisions.send(Decision::Failed {
-        pod: pod.key(),
-        reason: reason.to_string(),
-        message: f.message.clone(),
-    });
+    let mut event = SchedulingEvent::new(EventKind::Failed, &pod);
+    event.reason = reason;
+    event.message = f.message.clone();
+    let _ = shared.events.send(event);
     record(
         fw,
         &pod,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use tokio::sync::broadcast;
+
 use tokio::time::Instant;
 
 use super::*;
@@ -88,7 +88,7 @@ impl BindPlugin for Probe {
 struct Env {
     cluster: Arc<EmbeddedCluster>,
     scheduler: Scheduler,
-    decisions: broadcast::Receiver<Decision>,
+    decisions: Decisions,
     calls: Arc<Calls>,
 }
 
@@ -651,8 +651,9 @@ async fn the_parallel_search_matches_the_sequential_one() {
     let pod = make_pod("p").req_cpu("3").build();
     let nominated = Default::default();
     let mut a = Algorithm::new(30, FastRng::new(1));
+    let mut state = CycleState::new();
     let parallel = a
-        .find_nodes_that_fit(&fw, &mut CycleState::new(), &pod, &snap, &nominated)
+        .find_nodes_that_fit(&fw, &mut state, &pod, &snap, &nominated)
         .await
         .ok()
         .unwrap();
@@ -661,7 +662,7 @@ async fn the_parallel_search_matches_the_sequential_one() {
     let sequential: Vec<&str> = snap
         .list()
         .iter()
-        .filter(|n| fw.run_filter(&CycleState::new(), &pod, n).is_success())
+        .filter(|n| fw.run_filter(&state, &pod, n).is_success())
         .take(100)
         .map(|n| n.name())
         .collect();
@@ -1056,6 +1057,9 @@ async fn the_room_a_nomination_holds_is_not_given_to_lower_priority_pods() {
     );
     let empty_n2 = NodeInfo::new(Arc::new(make_node("n2").cpu("2").build()));
     let late = make_pod("late").req_cpu("1").priority(1).build();
-    let s = fw.run_filter_with_nominated_pods(&CycleState::new(), &late, &empty_n2, &nominated);
+    let mut st = CycleState::new();
+    fw.run_pre_filter(&mut st, &late, &[Arc::new(empty_n2.clone())])
+        .await;
+    let s = fw.run_filter_with_nominated_pods(&st, &late, &empty_n2, &nominated);
     assert_eq!(s.message(), "Insufficient cpu");
 }

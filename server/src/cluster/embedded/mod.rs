@@ -233,6 +233,37 @@ impl EmbeddedCluster {
         }
     }
 
+    /// Checks that `value` would be applied, without storing it.
+    pub fn validate(&self, value: serde_json::Value) -> Result<(), ApplyError> {
+        let kind_text = value
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or("")
+            .to_string();
+        let malformed = |e: serde_json::Error| ApplyError::Malformed(e.to_string());
+        match kind_text.as_str() {
+            "Node" => {
+                let node: Node = serde_json::from_value(value).map_err(malformed)?;
+                NodeSpec::new(Arc::new(node))?;
+            }
+            "Pod" => {
+                let mut pod: Pod = serde_json::from_value(value).map_err(malformed)?;
+                pod.metadata.uid.get_or_insert_with(|| "validation".into());
+                PodInfo::new(Arc::new(pod))?;
+            }
+            other => match ObjectKind::ALL
+                .into_iter()
+                .find(|k| k.type_meta().1 == other)
+            {
+                Some(kind) => {
+                    KubeObject::from_json(kind, value).map_err(malformed)?;
+                }
+                None => return Err(ApplyError::UnsupportedKind(kind_text)),
+            },
+        }
+        Ok(())
+    }
+
     /// Creates or replaces an object of a kind other than Node and Pod. The
     /// store's controllers then react (e.g. binding a claimed volume).
     pub fn apply_object(&self, obj: KubeObject) -> Result<KubeObject, ApplyError> {
@@ -593,6 +624,17 @@ impl EventRecorder for EmbeddedCluster {
                 resource_version: pod.pod.metadata.resource_version.clone(),
                 ..Default::default()
             }),
+            related: e
+                .related
+                .as_ref()
+                .map(|r| k8s_openapi::api::core::v1::ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    namespace: Some(r.namespace.to_string()),
+                    name: Some(r.name.to_string()),
+                    uid: Some(r.uid.to_string()),
+                    ..Default::default()
+                }),
             note: Some(e.note),
             type_: Some(e.event_type.as_str().to_string()),
             ..Default::default()

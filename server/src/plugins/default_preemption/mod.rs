@@ -384,6 +384,7 @@ impl DefaultPreemption {
             "{}: preempting to accommodate a higher priority pod",
             profile.profile_name()
         );
+        let preemptor = Arc::new(pod.clone());
         for v in &c.victims {
             if self
                 .handle
@@ -395,14 +396,17 @@ impl DefaultPreemption {
             if let Err(e) = self.handle.cluster().delete_pod(v, &message).await {
                 return Err(Status::error(format!("deleting victim {}: {e}", v.key())));
             }
-            self.handle.events().record(PodEvent::new(
-                v.clone(),
-                profile.profile_name().clone(),
-                EventType::Normal,
-                "Preempted",
-                "Preempting",
-                &format!("Preempted by pod {} on node {}", pod.uid, c.node),
-            ));
+            self.handle.events().record(
+                PodEvent::new(
+                    v.clone(),
+                    profile.profile_name().clone(),
+                    EventType::Normal,
+                    "Preempted",
+                    "Preempting",
+                    &format!("Preempted by pod {} on node {}", pod.uid, c.node),
+                )
+                .with_related(preemptor.clone()),
+            );
         }
         let nominated = self.handle.nominated_pods();
         for np in nominated.get(&c.node).into_iter().flatten() {
