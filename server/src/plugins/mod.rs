@@ -7,6 +7,8 @@ pub mod node_resources;
 pub mod node_unschedulable;
 pub mod queue_sort;
 pub mod scheduling_gates;
+pub mod volume_helpers;
+pub mod volume_restrictions;
 
 use crate::framework::{NoArgs, Registry};
 
@@ -34,6 +36,10 @@ pub fn in_tree_registry() -> Registry {
         names::NODE_RESOURCES_FIT,
         |a: node_resources::NodeResourcesFitArgs, _| node_resources::NodeResourcesFit::new(a),
     )
+    .expect(ok);
+    r.register(names::VOLUME_RESTRICTIONS, |a: NoArgs, h| {
+        Ok(volume_restrictions::VolumeRestrictions::new(a, h))
+    })
     .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {
         Ok(default_binder::DefaultBinder::new(a, h))

@@ -12,3 +12,11 @@ pub const NODE_UNSCHEDULABLE: &str = "NodeUnschedulable";
 pub const NODE_RESOURCES_FIT: &str = "NodeResourcesFit";
 /// Bind through the cluster's `pods/binding`.
 pub const DEFAULT_BINDER: &str = "DefaultBinder";
+/// Filter on inline disks and ReadWriteOncePod claims that cannot be shared.
+pub const VOLUME_RESTRICTIONS: &str = "VolumeRestrictions";
+/// Filter on the zones of bound volumes.
+pub const VOLUME_ZONE: &str = "VolumeZone";
+/// Filter on CSI drivers' attachable volume limits.
+pub const NODE_VOLUME_LIMITS: &str = "NodeVolumeLimits";
+/// Binds and provisions the pod's claims.
+pub const VOLUME_BINDING: &str = "VolumeBinding";
