@@ -9,6 +9,7 @@ pub mod queue_sort;
 pub mod scheduling_gates;
 pub mod volume_helpers;
 pub mod volume_restrictions;
+pub mod volume_zone;
 
 use crate::framework::{NoArgs, Registry};
 
@@ -39,6 +40,10 @@ pub fn in_tree_registry() -> Registry {
     .expect(ok);
     r.register(names::VOLUME_RESTRICTIONS, |a: NoArgs, h| {
         Ok(volume_restrictions::VolumeRestrictions::new(a, h))
+    })
+    .expect(ok);
+    r.register(names::VOLUME_ZONE, |a: NoArgs, h| {
+        Ok(volume_zone::VolumeZone::new(a, h))
     })
     .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {
