@@ -5,6 +5,7 @@ pub mod names;
 pub mod node_name;
 pub mod node_resources;
 pub mod node_unschedulable;
+pub mod node_volume_limits;
 pub mod queue_sort;
 pub mod scheduling_gates;
 pub mod volume_helpers;
@@ -44,6 +45,10 @@ pub fn in_tree_registry() -> Registry {
     .expect(ok);
     r.register(names::VOLUME_ZONE, |a: NoArgs, h| {
         Ok(volume_zone::VolumeZone::new(a, h))
+    })
+    .expect(ok);
+    r.register(names::NODE_VOLUME_LIMITS, |a: NoArgs, h| {
+        Ok(node_volume_limits::NodeVolumeLimits::new(a, h))
     })
     .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {
