@@ -8,6 +8,7 @@ pub mod node_unschedulable;
 pub mod node_volume_limits;
 pub mod queue_sort;
 pub mod scheduling_gates;
+pub mod volume_binding;
 pub mod volume_helpers;
 pub mod volume_restrictions;
 pub mod volume_zone;
@@ -50,6 +51,11 @@ pub fn in_tree_registry() -> Registry {
     r.register(names::NODE_VOLUME_LIMITS, |a: NoArgs, h| {
         Ok(node_volume_limits::NodeVolumeLimits::new(a, h))
     })
+    .expect(ok);
+    r.register(
+        names::VOLUME_BINDING,
+        |a: volume_binding::VolumeBindingArgs, h| Ok(volume_binding::VolumeBinding::new(a, h)),
+    )
     .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {
         Ok(default_binder::DefaultBinder::new(a, h))
