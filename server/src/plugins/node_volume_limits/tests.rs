@@ -6,6 +6,8 @@ use crate::framework::{Code, EventObject};
 use crate::plugins::volume_helpers::testing::{claim_vol, class, handle, node_with, put, pv, pvc};
 use crate::testing::{make_node, make_pod};
 
+type Want = (Code, &'static str);
+
 const EBS: &str = "ebs.csi.aws.com";
 const GCE: &str = "pd.csi.storage.gke.io";
 
@@ -129,7 +131,8 @@ async fn limits() {
     let pl = NodeVolumeLimits::new(NoArgs, &h);
     let fits = (Code::Success, "");
     let exceeds = (Code::Unschedulable, ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED);
-    let cases: Vec<(&str, &str, Vec<PodInfo>, PodInfo, (Code, &str))> = vec![
+    type Case = (&'static str, &'static str, Vec<PodInfo>, PodInfo, Want);
+    let cases: Vec<Case> = vec![
         (
             "room left",
             "limited",

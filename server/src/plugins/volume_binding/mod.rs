@@ -254,9 +254,12 @@ impl PreFilterPlugin for VolumeBinding {
 }
 
 impl FilterPlugin for VolumeBinding {
-    fn filter(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let st = match state.require(&STATE_KEY) {
             Ok(s) => s,
+            // PreFilter skips pods without claims; a Filter run without it
+            // (a dry run) has nothing to check for them.
+            Err(_) if pod.pvc_claims.is_empty() => return Status::success(),
             Err(s) => return s,
         };
         let Some(n) = node.node() else {

@@ -10,6 +10,8 @@ use crate::plugins::volume_helpers::testing::{claim_vol, class, handle, node_wit
 use crate::plugins::volume_helpers::{ANN_BIND_COMPLETED, ANN_SELECTED_NODE};
 use crate::testing::{make_node, make_pod};
 
+type Outcome = Result<&'static str, &'static str>;
+
 fn zone_affinity(zone: &str) -> Value {
     json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
         {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}})
@@ -337,7 +339,8 @@ async fn local_volumes_narrow_the_nodes() {
             v
         })
     };
-    let cases: Vec<(&str, Vec<&str>, Option<Vec<&str>>)> = vec![
+    type Case = (&'static str, Vec<&'static str>, Option<Vec<&'static str>>);
+    let cases: Vec<Case> = vec![
         ("no local volume", vec!["bound-a"], None),
         (
             "one local volume",
@@ -613,7 +616,14 @@ async fn volume_affinity_pre_bound_volumes_and_selected_nodes() {
     selected["metadata"]["annotations"] = json!({ANN_SELECTED_NODE: "n2"});
     put(&h, ObjectKind::PersistentVolumeClaim, selected);
     let pl = plugin(&h);
-    let cases: Vec<(&str, &str, &str, &str, Result<&str, &str>)> = vec![
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        Outcome,
+    );
+    let cases: Vec<Case> = vec![
         (
             "affinity matches: smallest",
             "c",
@@ -960,6 +970,15 @@ async fn pre_bind_times_out_and_reports_conflicts() {
     let s = pl.pre_bind(&st, &pod, "n1").await;
     assert_eq!(s.message(), "binding volumes: context deadline exceeded");
     assert_eq!(start.elapsed(), Duration::from_secs(5));
+    let node = zone_node("n1", "a");
+    assert!(
+        pl.filter(&CycleState::new(), &make_pod("plain").build(), &node)
+            .is_success()
+    );
+    assert!(
+        pl.filter(&CycleState::new(), &pod, &node).is_error(),
+        "claims but no state"
+    );
     let mut empty = CycleState::new();
     empty.write(&STATE_KEY, State::default());
     assert_eq!(

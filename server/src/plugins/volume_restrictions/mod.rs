@@ -54,7 +54,7 @@ impl PreFilterState {
         pod_volumes(pod)
             .iter()
             .filter_map(|v| v.persistent_volume_claim.as_ref())
-            .filter(|c| self.rwop_claims.iter().any(|n| *n == c.claim_name))
+            .filter(|c| self.rwop_claims.contains(&c.claim_name))
             .count() as i64
     }
 }
@@ -311,6 +311,11 @@ impl FilterPlugin for VolumeRestrictions {
             return Status::unschedulable(ERR_REASON_DISK_CONFLICT);
         }
         let Some(s) = state.read(&PRE_FILTER_STATE_KEY) else {
+            // PreFilter skips pods without claims; a Filter run without it
+            // (a dry run) has nothing more to check for them.
+            if pod.pvc_claims.is_empty() {
+                return Status::success();
+            }
             return missing_state();
         };
         if s.conflicting_refs > 0 {

@@ -6,6 +6,8 @@ use crate::framework::{Code, EventObject};
 use crate::plugins::volume_helpers::testing::{claim_vol, class, handle, node_with, put, pv, pvc};
 use crate::testing::{make_node, make_pod};
 
+type Label = (&'static str, &'static str);
+
 const BZ: &str = LABEL_FAILURE_DOMAIN_BETA_ZONE;
 const BR: &str = LABEL_FAILURE_DOMAIN_BETA_REGION;
 
@@ -169,7 +171,8 @@ async fn pre_filter_errors_and_skips() {
 async fn filter_matches_node_topology() {
     let h = fixture();
     let pl = VolumeZone::new(NoArgs, &h);
-    let cases: Vec<(&str, Vec<&str>, Vec<(&str, &str)>, bool)> = vec![
+    type Case = (&'static str, Vec<&'static str>, Vec<Label>, bool);
+    let cases: Vec<Case> = vec![
         (
             "beta volume, beta node",
             vec!["pvc-vol-beta-zone"],
