@@ -8,8 +8,13 @@ pub mod names;
 pub mod node_name;
 pub mod node_resources;
 pub mod node_unschedulable;
+pub mod node_volume_limits;
 pub mod queue_sort;
 pub mod scheduling_gates;
+pub mod volume_binding;
+pub mod volume_helpers;
+pub mod volume_restrictions;
+pub mod volume_zone;
 
 use crate::framework::{NoArgs, Registry};
 
@@ -55,6 +60,23 @@ pub fn in_tree_registry() -> Registry {
         |a: inter_pod_affinity::InterPodAffinityArgs, h| {
             Ok(inter_pod_affinity::InterPodAffinity::new(a, h))
         },
+    )
+    .expect(ok);
+    r.register(names::VOLUME_RESTRICTIONS, |a: NoArgs, h| {
+        Ok(volume_restrictions::VolumeRestrictions::new(a, h))
+    })
+    .expect(ok);
+    r.register(names::VOLUME_ZONE, |a: NoArgs, h| {
+        Ok(volume_zone::VolumeZone::new(a, h))
+    })
+    .expect(ok);
+    r.register(names::NODE_VOLUME_LIMITS, |a: NoArgs, h| {
+        Ok(node_volume_limits::NodeVolumeLimits::new(a, h))
+    })
+    .expect(ok);
+    r.register(
+        names::VOLUME_BINDING,
+        |a: volume_binding::VolumeBindingArgs, h| Ok(volume_binding::VolumeBinding::new(a, h)),
     )
     .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {

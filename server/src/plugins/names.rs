@@ -18,3 +18,11 @@ pub const DEFAULT_PREEMPTION: &str = "DefaultPreemption";
 pub const COSCHEDULING: &str = "Coscheduling";
 /// Filter and Score on inter-pod affinity and anti-affinity.
 pub const INTER_POD_AFFINITY: &str = "InterPodAffinity";
+/// Filter on inline disks and ReadWriteOncePod claims that cannot be shared.
+pub const VOLUME_RESTRICTIONS: &str = "VolumeRestrictions";
+/// Filter on the zones of bound volumes.
+pub const VOLUME_ZONE: &str = "VolumeZone";
+/// Filter on CSI drivers' attachable volume limits.
+pub const NODE_VOLUME_LIMITS: &str = "NodeVolumeLimits";
+/// Binds and provisions the pod's claims.
+pub const VOLUME_BINDING: &str = "VolumeBinding";

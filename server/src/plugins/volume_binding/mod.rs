@@ -1,0 +1,342 @@
+//! VolumeBinding: binds and provisions a pod's PersistentVolumeClaims as
+//! part of scheduling it.
+//!
+//! * PreFilter sorts the pod's claims (a missing, lost or deleted claim is
+//!   `UnschedulableAndUnresolvable`; an unbound claim that should already be
+//!   bound rejects the pod with "pod has unbound immediate
+//!   PersistentVolumeClaims"); a pod without claims is skipped; bound local
+//!   volumes narrow the nodes.
+//! * Filter: bound volumes' node affinity must match; each unbound
+//!   `WaitForFirstConsumer` claim needs a static volume (smallest fit) or a
+//!   provisioner allowed on the node.
+//! * Reserve assumes the decisions in memory, so the next pods do not pick
+//!   the same volumes; Unreserve drops them.
+//! * PreBind writes them (the volume's `claimRef`, the claim's
+//!   `volume.kubernetes.io/selected-node`) and waits, up to
+//!   `bindTimeoutSeconds`, for the PV controller to bind every claim.
+//!
+//! Score (StorageCapacityScoring) is off by default upstream and not
+//! served; CSIStorageCapacity, CSIDriver and in-tree-to-CSI translation are
+//! not modelled.
+
+mod args;
+pub mod binder;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+
+pub use args::*;
+use binder::{Binder, PodVolumeClaims, PodVolumes};
+
+use crate::cache::{KubeObject, NodeInfo};
+use crate::extension_points;
+use crate::framework::{
+    ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EventObject, EventResource,
+    FilterPlugin, Handle, Plugin, PreBindPlugin, PreFilterPlugin, PreFilterResult, QueueingHint,
+    ReservePlugin, StateKey, Status,
+};
+use crate::model::PodInfo;
+use crate::plugins::names::VOLUME_BINDING;
+use crate::plugins::volume_helpers::{
+    ANN_MIGRATED_PLUGINS, annotation, not_found, pod_volumes, volume_claim, volume_is_for_pod,
+};
+
+/// The reason a pod with unbound immediate claims is rejected.
+pub const ERR_REASON_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
+
+const STATE_KEY: StateKey<State> = StateKey::new("VolumeBinding");
+
+/// The cycle's state, shared by the clones of the cycle state (as upstream
+/// shares one pointer).
+#[derive(Debug, Clone, Default)]
+struct State {
+    all_bound: bool,
+    claims: Arc<PodVolumeClaims>,
+    /// Decisions by node, for nodes where something is to be bound.
+    by_node: Arc<Mutex<HashMap<String, PodVolumes>>>,
+}
+
+/// The VolumeBinding plugin.
+pub struct VolumeBinding {
+    handle: Handle,
+    binder: Binder,
+}
+
+impl VolumeBinding {
+    /// Builds the plugin.
+    pub fn new(args: VolumeBindingArgs, handle: &Handle) -> Self {
+        let timeout = Duration::from_secs(args.bind_timeout_seconds.max(0).unsigned_abs());
+        Self {
+            handle: handle.clone(),
+            binder: Binder::new(handle, timeout),
+        }
+    }
+
+    /// The binder (for tests: its poll interval).
+    pub fn binder_mut(&mut self) -> &mut Binder {
+        &mut self.binder
+    }
+
+    /// Whether the pod has claims, or why its claims are unusable.
+    fn pod_has_pvcs(&self, pod: &PodInfo) -> Result<bool, String> {
+        let mut has = false;
+        for vol in pod_volumes(pod) {
+            let Some((name, ephemeral)) = volume_claim(pod, vol) else {
+                continue;
+            };
+            has = true;
+            let Some(pvc) = self
+                .handle
+                .objects()
+                .persistent_volume_claim(&pod.namespace, &name)
+            else {
+                return Err(if ephemeral {
+                    format!(
+                        "waiting for ephemeral volume controller to create the persistentvolumeclaim {name:?}"
+                    )
+                } else {
+                    not_found("persistentvolumeclaim", &name)
+                });
+            };
+            if pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost") {
+                return Err(format!(
+                    "persistentvolumeclaim {name:?} bound to non-existent persistentvolume {:?}",
+                    crate::plugins::volume_helpers::claim_volume_name(&pvc)
+                ));
+            }
+            if pvc.metadata.deletion_timestamp.is_some() {
+                return Err(format!("persistentvolumeclaim {name:?} is being deleted"));
+            }
+            if ephemeral {
+                volume_is_for_pod(pod, &pvc)?;
+            }
+        }
+        Ok(has)
+    }
+}
+
+fn object(o: Option<&EventObject>) -> Option<&KubeObject> {
+    o.and_then(|o| o.as_object())
+}
+
+impl Plugin for VolumeBinding {
+    fn name(&self) -> &'static str {
+        VOLUME_BINDING
+    }
+
+    fn events_to_register(&self) -> Option<Vec<ClusterEventWithHint>> {
+        Some(vec![
+            // A missing class appeared, or a class's allowed topologies
+            // changed.
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::StorageClass,
+                    ActionType::ADD | ActionType::UPDATE,
+                ),
+                |_, old, new| match (object(old), object(new)) {
+                    (_, Some(KubeObject::StorageClass(_))) if old.is_none() => {
+                        Ok(QueueingHint::Queue)
+                    }
+                    (Some(KubeObject::StorageClass(o)), Some(KubeObject::StorageClass(n))) => {
+                        Ok(if o.allowed_topologies != n.allowed_topologies {
+                            QueueingHint::Queue
+                        } else {
+                            QueueingHint::Skip
+                        })
+                    }
+                    _ => Err("unexpected objects in isSchedulableAfterStorageClassChange".into()),
+                },
+            ),
+            // The pod's claims appeared or changed.
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::PersistentVolumeClaim,
+                    ActionType::ADD | ActionType::UPDATE,
+                ),
+                |pod, _, new| {
+                    let Some(KubeObject::PersistentVolumeClaim(pvc)) = object(new) else {
+                        return Err(
+                            "unexpected objects in isSchedulableAfterPersistentVolumeClaimChange"
+                                .into(),
+                        );
+                    };
+                    if pvc.metadata.namespace.as_deref() != Some(&*pod.namespace) {
+                        return Ok(QueueingHint::Skip);
+                    }
+                    let name = pvc.metadata.name.as_deref().unwrap_or("");
+                    let used = pod_volumes(pod)
+                        .iter()
+                        .filter_map(|v| volume_claim(pod, v))
+                        .any(|(c, _)| c == name);
+                    Ok(if used {
+                        QueueingHint::Queue
+                    } else {
+                        QueueingHint::Skip
+                    })
+                },
+            ),
+            // Any volume may be the one.
+            ClusterEventWithHint::always(ClusterEvent::new(
+                EventResource::PersistentVolume,
+                ActionType::ADD | ActionType::UPDATE,
+            )),
+            // Node labels decide volume affinity and allowed topologies.
+            ClusterEventWithHint::always(ClusterEvent::new(
+                EventResource::Node,
+                ActionType::ADD | ActionType::UPDATE_NODE_LABEL,
+            )),
+            // CSINodes say which in-tree plugins are migrated.
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::CsiNode, ActionType::ADD | ActionType::UPDATE),
+                |_, old, new| match (object(old), object(new)) {
+                    (None, Some(KubeObject::CsiNode(_))) => Ok(QueueingHint::Queue),
+                    (Some(KubeObject::CsiNode(o)), Some(KubeObject::CsiNode(n))) => Ok(
+                        if annotation(&o.metadata, ANN_MIGRATED_PLUGINS)
+                            != annotation(&n.metadata, ANN_MIGRATED_PLUGINS)
+                        {
+                            QueueingHint::Queue
+                        } else {
+                            QueueingHint::Skip
+                        },
+                    ),
+                    _ => Err("unexpected objects in isSchedulableAfterCSINodeChange".into()),
+                },
+            ),
+        ])
+    }
+
+    extension_points!(pre_filter, filter, reserve, pre_bind);
+}
+
+#[async_trait]
+impl PreFilterPlugin for VolumeBinding {
+    async fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status) {
+        match self.pod_has_pvcs(pod) {
+            Err(e) => return (None, Status::unresolvable(e)),
+            Ok(false) => {
+                state.write(&STATE_KEY, State::default());
+                return (None, Status::skip());
+            }
+            Ok(true) => {}
+        }
+        let claims = match self.binder.get_pod_volume_claims(pod) {
+            Ok(c) => c,
+            Err(e) => return (None, Status::error(e)),
+        };
+        if !claims.unbound_immediate.is_empty() {
+            return (None, Status::unresolvable(ERR_REASON_UNBOUND_IMMEDIATE));
+        }
+        let result = self
+            .binder
+            .eligible_nodes(&claims)
+            .map(|n| PreFilterResult {
+                node_names: Some(n),
+            });
+        state.write(
+            &STATE_KEY,
+            State {
+                all_bound: false,
+                claims: Arc::new(claims),
+                by_node: Arc::default(),
+            },
+        );
+        (result, Status::success())
+    }
+}
+
+impl FilterPlugin for VolumeBinding {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let st = match state.require(&STATE_KEY) {
+            Ok(s) => s,
+            // PreFilter skips pods without claims; a Filter run without it
+            // (a dry run) has nothing to check for them.
+            Err(_) if pod.pvc_claims.is_empty() => return Status::success(),
+            Err(s) => return s,
+        };
+        let Some(n) = node.node() else {
+            return Status::error("node not found");
+        };
+        match self.binder.find_pod_volumes(&st.claims, &n.name, &n.labels) {
+            Err(e) => Status::error(e),
+            Ok((_, conflicts)) if !conflicts.is_empty() => Status::with_reasons(
+                Code::UnschedulableAndUnresolvable,
+                conflicts.reasons().map(Into::into),
+            ),
+            Ok((volumes, _)) => {
+                if !volumes.is_empty() {
+                    st.by_node.lock().insert(n.name.to_string(), volumes);
+                }
+                Status::success()
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ReservePlugin for VolumeBinding {
+    async fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        let Some(st) = state.read_mut(&STATE_KEY) else {
+            return Status::error(format!(
+                "reading {:?} from cycleState: not found",
+                STATE_KEY.name()
+            ));
+        };
+        let decided = st.by_node.lock().get(node).cloned();
+        match decided {
+            Some(volumes) => match self.binder.assume_pod_volumes(pod, node, &volumes) {
+                Ok((all_bound, assumed)) => {
+                    st.all_bound = all_bound;
+                    st.by_node.lock().insert(node.to_string(), assumed);
+                    Status::success()
+                }
+                Err(e) => Status::error(e),
+            },
+            None => {
+                // Nothing to bind on this node.
+                st.all_bound = true;
+                Status::success()
+            }
+        }
+    }
+
+    async fn unreserve(&self, state: &CycleState, _: &PodInfo, node: &str) {
+        let Some(st) = state.read(&STATE_KEY) else {
+            return;
+        };
+        if let Some(volumes) = st.by_node.lock().get(node) {
+            self.binder.revert(volumes);
+        }
+    }
+}
+
+#[async_trait]
+impl PreBindPlugin for VolumeBinding {
+    async fn pre_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
+        let st = match state.require(&STATE_KEY) {
+            Ok(s) => s,
+            Err(s) => return s,
+        };
+        if st.all_bound {
+            return Status::success();
+        }
+        let Some(volumes) = st.by_node.lock().get(node).cloned() else {
+            return Status::error(format!("no pod volumes found for node {node:?}"));
+        };
+        match self.binder.bind_pod_volumes(pod, node, &volumes).await {
+            Ok(()) => Status::success(),
+            Err(e) => Status::error(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
