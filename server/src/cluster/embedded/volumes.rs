@@ -2,6 +2,7 @@
 //! the embedded cluster, so that the scheduler's volume binding completes
 //! as it would in a real cluster:
 //!
+//! * a volume nobody claims is `Available`;
 //! * a volume whose `claimRef` names an unbound claim binds it: the claim
 //!   gets `spec.volumeName`, phase `Bound` and the controller's
 //!   `pv.kubernetes.io/bind-completed` annotation; the volume phase `Bound`;
@@ -127,6 +128,24 @@ fn bind(s: &mut Store, pv: &PersistentVolume, c: &PersistentVolumeClaim) {
 
 /// One round of the controllers; returns whether anything changed.
 fn step(s: &mut Store) -> bool {
+    // Volumes nobody claims are Available, as the controller marks them.
+    for pv in pvs(s) {
+        let claimed = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .is_some();
+        let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
+        if !claimed && phase.is_none_or(|p| p == "Pending") {
+            let mut vol = (*pv).clone();
+            vol.status = Some(PersistentVolumeStatus {
+                phase: Some("Available".into()),
+                ..Default::default()
+            });
+            put(s, KubeObject::PersistentVolume(Arc::new(vol)));
+            return true;
+        }
+    }
     // Volumes claiming an unbound claim bind it.
     for pv in pvs(s) {
         let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {

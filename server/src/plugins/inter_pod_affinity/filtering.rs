@@ -234,7 +234,7 @@ impl PreFilterPlugin for InterPodAffinity {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> (Option<PreFilterResult>, Status) {
-        let snapshot = self.handle.snapshot();
+        let snapshot = state.snapshot().clone();
         let objects = self.handle.objects();
         let placement = &pod.placement;
         let affinity: Vec<AffinityTerm> = placement

@@ -98,7 +98,7 @@ impl PreScorePlugin for InterPodAffinity {
         if self.args.ignore_preferred_terms_of_existing_pods && !has_preferred {
             return Status::skip();
         }
-        let snapshot = self.handle.snapshot();
+        let snapshot = state.snapshot().clone();
         // Without preferred terms of its own, only pods with terms of
         // theirs can score the incoming pod.
         let nodes: Vec<&Arc<NodeInfo>> = if has_preferred {

@@ -178,7 +178,7 @@ impl Env {
 
     /// PreFilter's state, or `None` when it skips.
     async fn pre_filter(&self, pod: &PodInfo) -> Option<CycleState> {
-        let mut state = CycleState::new();
+        let mut state = CycleState::with_snapshot(self.handle.snapshot());
         let all = self.handle.snapshot().list().to_vec();
         let (result, status) = self.pl.pre_filter(&mut state, pod, &all).await;
         assert!(result.is_none(), "InterPodAffinity never narrows the nodes");
@@ -209,7 +209,7 @@ impl Env {
     /// Raw and normalized scores of every node, or `None` when PreScore
     /// skips.
     async fn scores(&self, pod: &PodInfo) -> Option<(Vec<i64>, Vec<i64>)> {
-        let mut state = CycleState::new();
+        let mut state = CycleState::with_snapshot(self.handle.snapshot());
         let all = self.handle.snapshot().list().to_vec();
         let status = self.pl.pre_score(&mut state, pod, &all).await;
         if status.is_skip() {
