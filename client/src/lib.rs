@@ -11,13 +11,20 @@
 
 #![warn(missing_docs)]
 
-use berth_proto::json::from_struct;
+use berth_proto::json::{from_struct, to_struct};
 use berth_proto::v1::cluster_client::ClusterClient;
 use berth_proto::v1::scheduler_client::SchedulerClient;
-use berth_proto::v1::{GetQueueRequest, GetRequest, ListRequest};
+use berth_proto::v1::{
+    ApplyRequest, DeleteRequest, DryRunRequest, GetQueueRequest, GetRequest, ListRequest, SimulateRequest,
+    WatchEventsRequest, WatchRequest,
+};
 use tonic::transport::{Channel, Endpoint};
 
-pub use berth_proto::v1::{QueueName, QueuedPod};
+pub use berth_proto::v1 as pb;
+pub use berth_proto::v1::{
+    DryRunResponse, EventType, NodeVerdict, ObjectReference, QueueName, QueuedPod, SchedulingEvent,
+    SimulateResponse, WatchEvent,
+};
 
 /// What went wrong talking to berthd.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +48,13 @@ pub enum ClientError {
     /// The server answered with an error.
     #[error("{}: {}", .0.code(), .0.message())]
     Status(#[from] tonic::Status),
+    /// A value to send is not a JSON object.
+    #[error("{0}")]
+    Encode(String),
+}
+
+fn object(v: &serde_json::Value) -> Result<prost_types::Struct, ClientError> {
+    to_struct(v).ok_or_else(|| ClientError::Encode(format!("expected a JSON object, got {v}")))
 }
 
 /// A connection to berthd.
@@ -95,6 +109,109 @@ impl Client {
     /// The underlying channel (for other services on the same port).
     pub fn channel(&self) -> &Channel {
         &self.channel
+    }
+
+    /// Explains where `pod` (Kubernetes JSON) would be scheduled, without
+    /// scheduling it. `profile` empty: the pod's schedulerName.
+    pub async fn dry_run(
+        &mut self,
+        pod: &serde_json::Value,
+        profile: &str,
+        all_nodes: bool,
+    ) -> Result<DryRunResponse, ClientError> {
+        let r = self
+            .scheduler
+            .dry_run(DryRunRequest {
+                pod: Some(object(pod)?),
+                profile: profile.to_string(),
+                all_nodes,
+            })
+            .await?;
+        Ok(r.into_inner())
+    }
+
+    /// [`Client::dry_run`] for a typed pod.
+    pub async fn dry_run_pod(
+        &mut self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+        profile: &str,
+        all_nodes: bool,
+    ) -> Result<DryRunResponse, ClientError> {
+        let v = serde_json::to_value(pod).map_err(|e| ClientError::Encode(e.to_string()))?;
+        self.dry_run(&v, profile, all_nodes).await
+    }
+
+    /// Places `objects` (pods, or workloads whose template is placed
+    /// `replicas` times) one after another on a copy of the cluster state.
+    pub async fn simulate(
+        &mut self,
+        objects: &[serde_json::Value],
+        replicas: u32,
+        profile: &str,
+    ) -> Result<SimulateResponse, ClientError> {
+        let pods = objects.iter().map(object).collect::<Result<_, _>>()?;
+        let r = self
+            .scheduler
+            .simulate(SimulateRequest {
+                pods,
+                replicas,
+                profile: profile.to_string(),
+            })
+            .await?;
+        Ok(r.into_inner())
+    }
+
+    /// Streams scheduling events (`namespace` empty: all).
+    pub async fn watch_events(
+        &mut self,
+        namespace: &str,
+    ) -> Result<tonic::Streaming<SchedulingEvent>, ClientError> {
+        let r = self
+            .scheduler
+            .watch_events(WatchEventsRequest {
+                namespace: namespace.to_string(),
+            })
+            .await?;
+        Ok(r.into_inner())
+    }
+
+    /// Creates or updates objects (JSON values and/or YAML text) on the
+    /// embedded cluster.
+    pub async fn apply(&mut self, objects: &[serde_json::Value], yaml: &str) -> Result<Vec<ObjectReference>, ClientError> {
+        let objects = objects.iter().map(object).collect::<Result<_, _>>()?;
+        let r = self
+            .cluster
+            .apply(ApplyRequest {
+                objects,
+                yaml: yaml.to_string(),
+            })
+            .await?;
+        Ok(r.into_inner().applied)
+    }
+
+    /// Deletes an object from the embedded cluster.
+    pub async fn delete(&mut self, kind: &str, namespace: &str, name: &str) -> Result<ObjectReference, ClientError> {
+        let r = self
+            .cluster
+            .delete(DeleteRequest {
+                kind: kind.to_string(),
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            })
+            .await?;
+        Ok(r.into_inner().deleted.unwrap_or_default())
+    }
+
+    /// Streams changes to objects of `kind` (empty: all kinds).
+    pub async fn watch(&mut self, kind: &str, namespace: &str) -> Result<tonic::Streaming<WatchEvent>, ClientError> {
+        let r = self
+            .cluster
+            .watch(WatchRequest {
+                kind: kind.to_string(),
+                namespace: namespace.to_string(),
+            })
+            .await?;
+        Ok(r.into_inner())
     }
 
     /// The pods waiting to be scheduled (`namespace` empty: all).
