@@ -1,12 +1,14 @@
 //! The in-tree plugins, one module each, and the registry listing them.
 
 pub mod default_binder;
+pub mod helper;
 pub mod names;
 pub mod node_name;
 pub mod node_resources;
 pub mod node_unschedulable;
 pub mod queue_sort;
 pub mod scheduling_gates;
+pub mod taint_toleration;
 
 use crate::framework::{NoArgs, Registry};
 
@@ -35,9 +37,14 @@ pub fn in_tree_registry() -> Registry {
         |a: node_resources::NodeResourcesFitArgs, _| node_resources::NodeResourcesFit::new(a),
     )
     .expect(ok);
+    r.register(names::TAINT_TOLERATION, |a: NoArgs, _| {
+        Ok(taint_toleration::TaintToleration::new(a))
+    })
+    .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {
         Ok(default_binder::DefaultBinder::new(a, h))
     })
     .expect(ok);
     r
 }
+
