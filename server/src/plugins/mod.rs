@@ -3,6 +3,7 @@
 pub mod default_binder;
 pub mod helper;
 pub mod names;
+pub mod node_affinity;
 pub mod node_name;
 pub mod node_resources;
 pub mod node_unschedulable;
@@ -40,6 +41,11 @@ pub fn in_tree_registry() -> Registry {
     r.register(names::TAINT_TOLERATION, |a: NoArgs, _| {
         Ok(taint_toleration::TaintToleration::new(a))
     })
+    .expect(ok);
+    r.register(
+        names::NODE_AFFINITY,
+        |a: node_affinity::NodeAffinityArgs, _| node_affinity::NodeAffinity::new(a),
+    )
     .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {
         Ok(default_binder::DefaultBinder::new(a, h))
