@@ -5,6 +5,7 @@ pub mod helper;
 pub mod names;
 pub mod node_affinity;
 pub mod node_name;
+pub mod node_ports;
 pub mod node_resources;
 pub mod node_unschedulable;
 pub mod queue_sort;
@@ -46,6 +47,10 @@ pub fn in_tree_registry() -> Registry {
         names::NODE_AFFINITY,
         |a: node_affinity::NodeAffinityArgs, _| node_affinity::NodeAffinity::new(a),
     )
+    .expect(ok);
+    r.register(names::NODE_PORTS, |a: NoArgs, _| {
+        Ok(node_ports::NodePorts::new(a))
+    })
     .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {
         Ok(default_binder::DefaultBinder::new(a, h))
