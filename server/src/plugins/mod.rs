@@ -2,6 +2,7 @@
 
 pub mod default_binder;
 pub mod helper;
+pub mod image_locality;
 pub mod names;
 pub mod node_affinity;
 pub mod node_name;
@@ -50,6 +51,10 @@ pub fn in_tree_registry() -> Registry {
     .expect(ok);
     r.register(names::NODE_PORTS, |a: NoArgs, _| {
         Ok(node_ports::NodePorts::new(a))
+    })
+    .expect(ok);
+    r.register(names::IMAGE_LOCALITY, |a: NoArgs, h| {
+        Ok(image_locality::ImageLocality::new(a, h))
     })
     .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {
