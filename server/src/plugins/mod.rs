@@ -40,6 +40,13 @@ pub fn in_tree_registry() -> Registry {
         |a: node_resources::NodeResourcesFitArgs, _| node_resources::NodeResourcesFit::new(a),
     )
     .expect(ok);
+    r.register(
+        names::NODE_RESOURCES_BALANCED_ALLOCATION,
+        |a: node_resources::NodeResourcesBalancedAllocationArgs, _| {
+            node_resources::NodeResourcesBalancedAllocation::new(a)
+        },
+    )
+    .expect(ok);
     r.register(names::TAINT_TOLERATION, |a: NoArgs, _| {
         Ok(taint_toleration::TaintToleration::new(a))
     })
