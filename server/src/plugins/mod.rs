@@ -71,3 +71,40 @@ pub fn in_tree_registry() -> Registry {
     r
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::embedded::EmbeddedCluster;
+    use crate::framework::{Handle, Parallelizer};
+
+    #[test]
+    fn default_plugins_are_registered_under_upstream_names() {
+        let registry = in_tree_registry();
+        let cluster = EmbeddedCluster::new();
+        let handle = Handle::new(cluster.clone(), cluster, Parallelizer::inline());
+        for name in [
+            "TaintToleration",
+            "NodeAffinity",
+            "NodePorts",
+            "ImageLocality",
+            "NodeResourcesBalancedAllocation",
+        ] {
+            let factory = registry.get(name).unwrap_or_else(|| panic!("{name}"));
+            let plugin = factory(None, "args", &handle).unwrap();
+            assert_eq!(plugin.name(), name);
+            let empty = serde_json::json!({});
+            assert!(factory(Some(&empty), "args", &handle).is_ok(), "{name}");
+        }
+        for name in ["TaintToleration", "NodePorts", "ImageLocality"] {
+            let err =
+                registry.get(name).unwrap()(Some(&serde_json::json!({"foo": 1})), "args", &handle)
+                    .err()
+                    .unwrap();
+            assert_eq!(
+                err.to_string(),
+                "args: this plugin takes no arguments",
+                "{name}"
+            );
+        }
+    }
+}
