@@ -15,8 +15,8 @@ use berth_proto::json::{from_struct, to_struct};
 use berth_proto::v1::cluster_client::ClusterClient;
 use berth_proto::v1::scheduler_client::SchedulerClient;
 use berth_proto::v1::{
-    ApplyRequest, DeleteRequest, DryRunRequest, GetQueueRequest, GetRequest, ListRequest, SimulateRequest,
-    WatchEventsRequest, WatchRequest,
+    ApplyRequest, DeleteRequest, DryRunRequest, GetQueueRequest, GetRequest, ListRequest,
+    SimulateRequest, WatchEventsRequest, WatchRequest,
 };
 use tonic::transport::{Channel, Endpoint};
 
@@ -177,7 +177,11 @@ impl Client {
 
     /// Creates or updates objects (JSON values and/or YAML text) on the
     /// embedded cluster.
-    pub async fn apply(&mut self, objects: &[serde_json::Value], yaml: &str) -> Result<Vec<ObjectReference>, ClientError> {
+    pub async fn apply(
+        &mut self,
+        objects: &[serde_json::Value],
+        yaml: &str,
+    ) -> Result<Vec<ObjectReference>, ClientError> {
         let objects = objects.iter().map(object).collect::<Result<_, _>>()?;
         let r = self
             .cluster
@@ -190,7 +194,12 @@ impl Client {
     }
 
     /// Deletes an object from the embedded cluster.
-    pub async fn delete(&mut self, kind: &str, namespace: &str, name: &str) -> Result<ObjectReference, ClientError> {
+    pub async fn delete(
+        &mut self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<ObjectReference, ClientError> {
         let r = self
             .cluster
             .delete(DeleteRequest {
@@ -203,7 +212,11 @@ impl Client {
     }
 
     /// Streams changes to objects of `kind` (empty: all kinds).
-    pub async fn watch(&mut self, kind: &str, namespace: &str) -> Result<tonic::Streaming<WatchEvent>, ClientError> {
+    pub async fn watch(
+        &mut self,
+        kind: &str,
+        namespace: &str,
+    ) -> Result<tonic::Streaming<WatchEvent>, ClientError> {
         let r = self
             .cluster
             .watch(WatchRequest {

@@ -167,7 +167,10 @@ impl Cache {
         if node.images.is_empty() {
             return;
         }
-        for name in node.images.iter().flat_map(|i| i.names.iter()) {
+        // A node counts once per name, however many of its images list it.
+        let names: std::collections::BTreeSet<&Arc<str>> =
+            node.images.iter().flat_map(|i| i.names.iter()).collect();
+        for name in names {
             let n = self.image_nodes.entry(name.clone()).or_default();
             *n = n.saturating_add_signed(delta);
             if *n == 0 {
@@ -632,6 +635,31 @@ mod tests {
         c.update_snapshot(&mut snap);
         assert_eq!(snap.have_pods_with_affinity().count(), 0);
         assert_eq!(snap.image_num_nodes("nginx:1"), 2);
+    }
+
+    #[test]
+    fn a_node_counts_once_per_image_name() {
+        let mut c = Cache::new(Duration::ZERO);
+        let image = |names: &[&str]| k8s_openapi::api::core::v1::ContainerImage {
+            names: Some(names.iter().map(|n| n.to_string()).collect()),
+            size_bytes: Some(100),
+        };
+        let mut n = make_node("n1").object();
+        n.status.as_mut().unwrap().images = Some(vec![
+            image(&["app:1", "app:1"]),
+            image(&["app:1", "other:2"]),
+        ]);
+        let spec = Arc::new(NodeSpec::new(Arc::new(n)).unwrap());
+        c.add_node(spec.clone());
+        let mut snap = Snapshot::new();
+        c.update_snapshot(&mut snap);
+        assert_eq!(snap.image_num_nodes("app:1"), 1);
+        assert_eq!(snap.image_num_nodes("other:2"), 1);
+        let from_nodes = Snapshot::from_nodes(vec![NodeInfo::new(spec)]);
+        assert_eq!(from_nodes.image_num_nodes("app:1"), 1);
+        c.remove_node("n1").unwrap();
+        c.update_snapshot(&mut snap);
+        assert_eq!(snap.image_num_nodes("app:1"), 0);
     }
 
     #[test]

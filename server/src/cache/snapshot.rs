@@ -40,10 +40,13 @@ impl Snapshot {
         let mut images: HashMap<Arc<str>, usize> = HashMap::new();
         for n in nodes {
             let name: Arc<str> = Arc::from(n.name());
-            for img in n.node().into_iter().flat_map(|n| n.images.iter()) {
-                for i in &img.names {
-                    *images.entry(i.clone()).or_default() += 1;
-                }
+            let names: std::collections::BTreeSet<&Arc<str>> = n
+                .node()
+                .into_iter()
+                .flat_map(|n| n.images.iter().flat_map(|i| i.names.iter()))
+                .collect();
+            for name in names {
+                *images.entry(name.clone()).or_default() += 1;
             }
             s.index.insert(name, s.list.len());
             s.list.push(Arc::new(n));

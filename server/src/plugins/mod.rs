@@ -3,14 +3,19 @@
 pub mod coscheduling;
 pub mod default_binder;
 pub mod default_preemption;
+pub mod helper;
+pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod names;
+pub mod node_affinity;
 pub mod node_name;
+pub mod node_ports;
 pub mod node_resources;
 pub mod node_unschedulable;
 pub mod node_volume_limits;
 pub mod queue_sort;
 pub mod scheduling_gates;
+pub mod taint_toleration;
 pub mod volume_binding;
 pub mod volume_helpers;
 pub mod volume_restrictions;
@@ -79,9 +84,71 @@ pub fn in_tree_registry() -> Registry {
         |a: volume_binding::VolumeBindingArgs, h| Ok(volume_binding::VolumeBinding::new(a, h)),
     )
     .expect(ok);
+    r.register(
+        names::NODE_RESOURCES_BALANCED_ALLOCATION,
+        |a: node_resources::NodeResourcesBalancedAllocationArgs, _| {
+            node_resources::NodeResourcesBalancedAllocation::new(a)
+        },
+    )
+    .expect(ok);
+    r.register(names::TAINT_TOLERATION, |a: NoArgs, _| {
+        Ok(taint_toleration::TaintToleration::new(a))
+    })
+    .expect(ok);
+    r.register(
+        names::NODE_AFFINITY,
+        |a: node_affinity::NodeAffinityArgs, _| node_affinity::NodeAffinity::new(a),
+    )
+    .expect(ok);
+    r.register(names::NODE_PORTS, |a: NoArgs, _| {
+        Ok(node_ports::NodePorts::new(a))
+    })
+    .expect(ok);
+    r.register(names::IMAGE_LOCALITY, |a: NoArgs, h| {
+        Ok(image_locality::ImageLocality::new(a, h))
+    })
+    .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {
         Ok(default_binder::DefaultBinder::new(a, h))
     })
     .expect(ok);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::embedded::EmbeddedCluster;
+    use crate::framework::{Handle, Parallelizer};
+
+    #[test]
+    fn default_plugins_are_registered_under_upstream_names() {
+        let registry = in_tree_registry();
+        let cluster = EmbeddedCluster::new();
+        let handle = Handle::new(cluster.clone(), cluster, Parallelizer::inline());
+        for name in [
+            "TaintToleration",
+            "NodeAffinity",
+            "NodePorts",
+            "ImageLocality",
+            "NodeResourcesBalancedAllocation",
+        ] {
+            let factory = registry.get(name).unwrap_or_else(|| panic!("{name}"));
+            let plugin = factory(None, "args", &handle).unwrap();
+            assert_eq!(plugin.name(), name);
+            let empty = serde_json::json!({});
+            assert!(factory(Some(&empty), "args", &handle).is_ok(), "{name}");
+        }
+        for name in ["TaintToleration", "NodePorts", "ImageLocality"] {
+            let err =
+                registry.get(name).unwrap()(Some(&serde_json::json!({"foo": 1})), "args", &handle)
+                    .err()
+                    .unwrap();
+            assert_eq!(
+                err.to_string(),
+                "args: this plugin takes no arguments",
+                "{name}"
+            );
+        }
+    }
 }

@@ -10,6 +10,16 @@ pub const NODE_NAME: &str = "NodeName";
 pub const NODE_UNSCHEDULABLE: &str = "NodeUnschedulable";
 /// Filter and Score on resource requests.
 pub const NODE_RESOURCES_FIT: &str = "NodeResourcesFit";
+/// Score on how evenly a node's resources would be used.
+pub const NODE_RESOURCES_BALANCED_ALLOCATION: &str = "NodeResourcesBalancedAllocation";
+/// Filter and Score on node taints and the pod's tolerations.
+pub const TAINT_TOLERATION: &str = "TaintToleration";
+/// Filter and Score on `spec.nodeSelector` and node affinity.
+pub const NODE_AFFINITY: &str = "NodeAffinity";
+/// Filter on host ports in use.
+pub const NODE_PORTS: &str = "NodePorts";
+/// Score on the pod's images already present on a node.
+pub const IMAGE_LOCALITY: &str = "ImageLocality";
 /// Bind through the cluster's `pods/binding`.
 pub const DEFAULT_BINDER: &str = "DefaultBinder";
 /// PostFilter: preempt lower-priority pods.

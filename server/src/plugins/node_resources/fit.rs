@@ -74,9 +74,12 @@ impl NodeResourcesFit {
             })
             .collect();
         Ok(Self {
+            // Upstream ignores only extended resources; other names listed
+            // (hugepages, `kubernetes.io/` ones) are still checked.
             ignored_resources: args
                 .ignored_resources
                 .iter()
+                .filter(|r| is_extended_resource(r))
                 .map(|r| ResourceName::intern(r))
                 .collect(),
             ignored_groups: args.ignored_resource_groups.clone(),
@@ -453,6 +456,11 @@ mod tests {
         assert!(plugin(json!({"ignoredResources": ["example.com/fpga"], "ignoredResourceGroups": ["vendor.io"]}))
             .filter(&st, &pod, &node)
             .is_success());
+        // Only extended resources can be ignored.
+        let hugepages = make_pod("h").req("hugepages-2Mi", "4Mi").build();
+        let s =
+            plugin(json!({"ignoredResources": ["hugepages-2Mi"]})).filter(&st, &hugepages, &node);
+        assert_eq!(s.message(), "Insufficient hugepages-2Mi");
     }
 
     #[tokio::test]
