@@ -5,6 +5,7 @@ pub mod names;
 pub mod node_name;
 pub mod node_resources;
 pub mod node_unschedulable;
+pub mod pod_topology_spread;
 pub mod queue_sort;
 pub mod scheduling_gates;
 
@@ -33,6 +34,13 @@ pub fn in_tree_registry() -> Registry {
     r.register(
         names::NODE_RESOURCES_FIT,
         |a: node_resources::NodeResourcesFitArgs, _| node_resources::NodeResourcesFit::new(a),
+    )
+    .expect(ok);
+    r.register(
+        names::POD_TOPOLOGY_SPREAD,
+        |a: pod_topology_spread::PodTopologySpreadArgs, h| {
+            pod_topology_spread::PodTopologySpread::new(a, h)
+        },
     )
     .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {

@@ -10,5 +10,7 @@ pub const NODE_NAME: &str = "NodeName";
 pub const NODE_UNSCHEDULABLE: &str = "NodeUnschedulable";
 /// Filter and Score on resource requests.
 pub const NODE_RESOURCES_FIT: &str = "NodeResourcesFit";
+/// Filter and Score on topology spread constraints.
+pub const POD_TOPOLOGY_SPREAD: &str = "PodTopologySpread";
 /// Bind through the cluster's `pods/binding`.
 pub const DEFAULT_BINDER: &str = "DefaultBinder";
