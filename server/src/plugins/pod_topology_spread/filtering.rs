@@ -45,7 +45,7 @@ pub(super) struct CriticalPath {
 pub(super) struct CriticalPaths(pub(super) [CriticalPath; 2]);
 
 impl CriticalPaths {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let unset = || CriticalPath {
             value: Arc::from(""),
             match_num: UNSET_MATCH_NUM,
@@ -54,7 +54,7 @@ impl CriticalPaths {
     }
 
     /// Records that domain `value` now has `num` matching pods.
-    fn update(&mut self, value: &str, num: i64) {
+    pub(super) fn update(&mut self, value: &str, num: i64) {
         let p = &mut self.0;
         let tracked = if *p[0].value == *value {
             Some(0)

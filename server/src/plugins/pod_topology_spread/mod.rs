@@ -8,7 +8,7 @@
 //! more than `maxSkew`. `ScheduleAnyway` constraints score: nodes in domains
 //! with fewer matching pods score higher.
 //!
-//! * [`args`]: `PodTopologySpreadArgs` (default constraints, `System` or
+//! * `args`: `PodTopologySpreadArgs` (default constraints, `System` or
 //!   `List` defaulting) and their validation;
 //! * `filtering`: PreFilter (per-domain counts and the two smallest domains
 //!   per constraint), AddPod/RemovePod, Filter;
