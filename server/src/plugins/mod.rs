@@ -13,6 +13,7 @@ pub mod node_ports;
 pub mod node_resources;
 pub mod node_unschedulable;
 pub mod node_volume_limits;
+pub mod pod_topology_spread;
 pub mod queue_sort;
 pub mod scheduling_gates;
 pub mod taint_toleration;
@@ -107,6 +108,13 @@ pub fn in_tree_registry() -> Registry {
     r.register(names::IMAGE_LOCALITY, |a: NoArgs, h| {
         Ok(image_locality::ImageLocality::new(a, h))
     })
+    .expect(ok);
+    r.register(
+        names::POD_TOPOLOGY_SPREAD,
+        |a: pod_topology_spread::PodTopologySpreadArgs, h| {
+            pod_topology_spread::PodTopologySpread::new(a, h)
+        },
+    )
     .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {
         Ok(default_binder::DefaultBinder::new(a, h))

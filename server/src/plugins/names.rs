@@ -20,6 +20,8 @@ pub const NODE_AFFINITY: &str = "NodeAffinity";
 pub const NODE_PORTS: &str = "NodePorts";
 /// Score on the pod's images already present on a node.
 pub const IMAGE_LOCALITY: &str = "ImageLocality";
+/// Filter and Score on topology spread constraints.
+pub const POD_TOPOLOGY_SPREAD: &str = "PodTopologySpread";
 /// Bind through the cluster's `pods/binding`.
 pub const DEFAULT_BINDER: &str = "DefaultBinder";
 /// PostFilter: preempt lower-priority pods.

@@ -848,17 +848,65 @@ fn the_default_profile_places_plugins_at_upstreams_points() {
     let cases: [(crate::framework::ExtensionPoint, &[&str]); 12] = [
         (PreEnqueue, &["SchedulingGates"]),
         (QueueSort, &["PrioritySort"]),
-        (PreFilter, &["NodeName", "NodeResourcesFit"]),
+        (
+            PreFilter,
+            &[
+                "NodeName",
+                "NodeAffinity",
+                "NodePorts",
+                "NodeResourcesFit",
+                "VolumeRestrictions",
+                "NodeVolumeLimits",
+                "VolumeBinding",
+                "VolumeZone",
+                "PodTopologySpread",
+                "InterPodAffinity",
+            ],
+        ),
         (
             Filter,
-            &["NodeUnschedulable", "NodeName", "NodeResourcesFit"],
+            &[
+                "NodeUnschedulable",
+                "NodeName",
+                "TaintToleration",
+                "NodeAffinity",
+                "NodePorts",
+                "NodeResourcesFit",
+                "VolumeRestrictions",
+                "NodeVolumeLimits",
+                "VolumeBinding",
+                "VolumeZone",
+                "PodTopologySpread",
+                "InterPodAffinity",
+            ],
         ),
         (PostFilter, &["DefaultPreemption"]),
-        (PreScore, &["NodeResourcesFit"]),
-        (Score, &["NodeResourcesFit"]),
-        (Reserve, &[]),
+        (
+            PreScore,
+            &[
+                "TaintToleration",
+                "NodeAffinity",
+                "NodeResourcesFit",
+                "PodTopologySpread",
+                "InterPodAffinity",
+                "NodeResourcesBalancedAllocation",
+            ],
+        ),
+        (
+            Score,
+            &[
+                "TaintToleration",
+                "NodeAffinity",
+                "NodeResourcesFit",
+                "PodTopologySpread",
+                "InterPodAffinity",
+                "NodeResourcesBalancedAllocation",
+                "ImageLocality",
+            ],
+        ),
+        (Reserve, &["VolumeBinding"]),
         (Permit, &[]),
-        (PreBind, &[]),
+        (PreBind, &["VolumeBinding"]),
         (Bind, &["DefaultBinder"]),
         (PostBind, &[]),
     ];
@@ -887,13 +935,38 @@ profiles:
     let fw = Framework::new(&cfg.profiles[0], &registry, &handle).unwrap();
     use crate::framework::ExtensionPoint::*;
     // Re-enabled at the point: those plugins keep the point's own order and
-    // come first; NodeName is disabled at Filter but still at PreFilter.
+    // come first, then the rest of multiPoint minus what the point disables;
+    // NodeName is disabled at Filter but still runs at PreFilter.
     assert_eq!(
         fw.plugin_names(Filter),
-        ["NodeResourcesFit", "NodeUnschedulable"]
+        [
+            "NodeResourcesFit",
+            "NodeUnschedulable",
+            "TaintToleration",
+            "NodeAffinity",
+            "NodePorts",
+            "VolumeRestrictions",
+            "NodeVolumeLimits",
+            "VolumeBinding",
+            "VolumeZone",
+            "PodTopologySpread",
+            "InterPodAffinity",
+        ]
     );
-    assert_eq!(fw.plugin_names(PreFilter), ["NodeName", "NodeResourcesFit"]);
-    assert_eq!(fw.plugin_names(Score), ["NodeResourcesFit"]);
+    assert_eq!(fw.plugin_names(PreFilter)[0], "NodeName");
+    // The point's weight overrides multiPoint's; the others keep theirs.
+    assert_eq!(
+        fw.score_weights(),
+        [
+            ("NodeResourcesFit", 4),
+            ("TaintToleration", 3),
+            ("NodeAffinity", 2),
+            ("PodTopologySpread", 2),
+            ("InterPodAffinity", 2),
+            ("NodeResourcesBalancedAllocation", 1),
+            ("ImageLocality", 1),
+        ]
+    );
 
     // Enabling a plugin twice at one point is an error naming the entry.
     let dup = yaml.replace(
