@@ -29,12 +29,12 @@ pub fn pod_from_json(
     value: serde_json::Value,
     uid_prefix: &str,
 ) -> Result<PodInfo, ApiError> {
-    if let Some(kind) = value.get("kind").and_then(|k| k.as_str()) {
-        if kind != "Pod" {
-            return Err(ApiError::InvalidArgument(format!(
-                "{field}.kind: expected \"Pod\", got {kind:?}"
-            )));
-        }
+    if let Some(kind) = value.get("kind").and_then(|k| k.as_str())
+        && kind != "Pod"
+    {
+        return Err(ApiError::InvalidArgument(format!(
+            "{field}.kind: expected \"Pod\", got {kind:?}"
+        )));
     }
     let mut pod: Pod = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();

@@ -105,8 +105,8 @@ pub fn in_tree_registry() -> Registry {
         Ok(node_ports::NodePorts::new(a))
     })
     .expect(ok);
-    r.register(names::IMAGE_LOCALITY, |a: NoArgs, h| {
-        Ok(image_locality::ImageLocality::new(a, h))
+    r.register(names::IMAGE_LOCALITY, |a: NoArgs, _| {
+        Ok(image_locality::ImageLocality::new(a))
     })
     .expect(ok);
     r.register(

@@ -14,7 +14,7 @@
 
 use crate::cache::NodeInfo;
 use crate::extension_points;
-use crate::framework::{CycleState, Handle, MAX_NODE_SCORE, NoArgs, Plugin, ScorePlugin, Status};
+use crate::framework::{CycleState, MAX_NODE_SCORE, NoArgs, Plugin, ScorePlugin, Status};
 use crate::model::{NodeSpec, PodInfo};
 use crate::plugins::names::IMAGE_LOCALITY;
 
@@ -26,17 +26,12 @@ pub const MAX_CONTAINER_THRESHOLD: i64 = 1000 * MB;
 
 /// The ImageLocality plugin.
 #[derive(Debug)]
-pub struct ImageLocality {
-    handle: Handle,
-}
+pub struct ImageLocality;
 
 impl ImageLocality {
-    /// Builds the plugin (it takes no args; it reads the cycle's snapshot
-    /// through the handle).
-    pub fn new(_: NoArgs, handle: &Handle) -> Self {
-        Self {
-            handle: handle.clone(),
-        }
+    /// Builds the plugin (it takes no args; it reads the cycle's snapshot).
+    pub fn new(_: NoArgs) -> Self {
+        Self
     }
 }
 
@@ -123,8 +118,8 @@ impl Plugin for ImageLocality {
 }
 
 impl ScorePlugin for ImageLocality {
-    fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let snapshot = self.handle.snapshot();
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let snapshot = state.snapshot();
         let total = snapshot.num_nodes();
         let mut sum = 0i64;
         let mut count = 0usize;

@@ -4,8 +4,6 @@ use k8s_openapi::api::core::v1::{ContainerImage, ImageVolumeSource, Volume};
 
 use super::*;
 use crate::cache::Snapshot;
-use crate::cluster::embedded::EmbeddedCluster;
-use crate::framework::Parallelizer;
 use crate::testing::{make_node, make_pod};
 
 /// A node with images given as (names, size in MiB).
@@ -64,23 +62,20 @@ fn pod(app: &[&str], init: &[&str], volumes: &[&str]) -> PodInfo {
 }
 
 /// The plugin over a snapshot of `nodes`, and the snapshot's nodes.
-fn setup(nodes: Vec<NodeSpec>) -> (ImageLocality, Vec<Arc<NodeInfo>>) {
-    let cluster = EmbeddedCluster::new();
-    let handle = Handle::new(cluster.clone(), cluster, Parallelizer::inline());
+fn setup(nodes: Vec<NodeSpec>) -> (ImageLocality, Arc<Snapshot>) {
     let snapshot = Snapshot::from_nodes(
         nodes
             .into_iter()
             .map(|n| NodeInfo::new(Arc::new(n)))
             .collect(),
     );
-    let list = snapshot.list().to_vec();
-    handle.set_snapshot(Arc::new(snapshot));
-    (ImageLocality::new(NoArgs, &handle), list)
+    (ImageLocality::new(NoArgs), Arc::new(snapshot))
 }
 
-fn scores(pl: &ImageLocality, pod: &PodInfo, nodes: &[Arc<NodeInfo>]) -> Vec<i64> {
-    let st = CycleState::new();
-    nodes
+fn scores(pl: &ImageLocality, pod: &PodInfo, snapshot: &Arc<Snapshot>) -> Vec<i64> {
+    let st = CycleState::with_snapshot(snapshot.clone());
+    snapshot
+        .list()
         .iter()
         .map(|n| pl.score(&st, pod, n).unwrap())
         .collect()

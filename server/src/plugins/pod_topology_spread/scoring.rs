@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use smallvec::SmallVec;
 
 use super::{LABEL_HOSTNAME, PodTopologySpread, count_matching, has_all_keys, node_included};
-use crate::cache::NodeInfo;
+use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
     CycleState, MAX_NODE_SCORE, NodeScore, PreScorePlugin, ScoreExtensions, ScorePlugin, StateKey,
     Status,
@@ -59,10 +59,10 @@ impl PodTopologySpread {
     /// every node of the snapshot); `None` when there is nothing to score.
     pub(super) fn pre_score_state(
         &self,
+        snapshot: &Snapshot,
         pod: &PodInfo,
         filtered: &[Arc<NodeInfo>],
     ) -> Option<PreScoreState> {
-        let snapshot = self.handle.snapshot();
         let all = snapshot.list();
         if all.is_empty() {
             return None;
@@ -161,7 +161,7 @@ impl PreScorePlugin for PodTopologySpread {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> Status {
-        match self.pre_score_state(pod, nodes) {
+        match self.pre_score_state(state.snapshot(), pod, nodes) {
             None => Status::skip(),
             Some(s) => {
                 state.write(&PRE_SCORE_KEY, Arc::new(s));

@@ -1016,9 +1016,8 @@ async fn scores(
 ) -> Option<Vec<(String, i64)>> {
     let all: Vec<NodeBuilder> = nodes.iter().chain(failed).cloned().collect();
     let snap = Arc::new(snapshot(&all, pods));
-    pl.handle.set_snapshot(snap.clone());
     let feasible: Vec<Arc<NodeInfo>> = snap.list()[..nodes.len()].to_vec();
-    let mut st = CycleState::new();
+    let mut st = CycleState::with_snapshot(snap);
     let s = pl.pre_score(&mut st, pod, &feasible).await;
     if s.is_skip() {
         assert!(st.read(&PRE_SCORE_KEY).is_none());
@@ -1715,8 +1714,7 @@ async fn pre_score_state() {
     for (name, args, objects, pod, nodes, want) in cases {
         let pl = plugin(args, &objects);
         let snap = Arc::new(snapshot(&nodes, &[]));
-        pl.handle.set_snapshot(snap.clone());
-        let s = pl.pre_score_state(&pod, snap.list()).expect(name);
+        let s = pl.pre_score_state(&snap, &pod, snap.list()).expect(name);
         let mut ignored: Vec<String> = s.ignored.iter().map(|n| n.to_string()).collect();
         ignored.sort();
         let got: ScoreStateView = (
