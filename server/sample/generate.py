@@ -4,8 +4,9 @@
 Deterministic (fixed seed). Nodes of mixed sizes across three zones, a
 cordoned node, a tainted control-plane node, tainted GPU nodes; pods
 already running on nodes, a few hundred pending pods of several
-workloads, gated pods, a pod for another scheduler, and pods that cannot
-fit anywhere on purpose. Each pod that must stay pending carries the
+workloads (spread over zones, with node and pod affinities), gated pods,
+a pod for another scheduler, and pods that cannot fit anywhere on
+purpose. Each pod that must stay pending carries the
 annotation berth.dev/expect-pending with a phrase its reason contains;
 the end-to-end tests read it.
 
@@ -50,7 +51,7 @@ def node(name, cpu, mem_gi, zone, pods=110, extra_labels=None, taints=None,
 
 def pod(name, ns="default", cpu=None, mem=None, extra=None, labels=None,
         priority=None, node_name=None, tolerations=None, gates=None,
-        scheduler=None, annotations=None):
+        scheduler=None, annotations=None, spec_extra=None):
     req = {}
     if cpu:
         req["cpu"] = cpu
@@ -71,6 +72,7 @@ def pod(name, ns="default", cpu=None, mem=None, extra=None, labels=None,
         spec["schedulingGates"] = [{"name": g} for g in gates]
     if scheduler:
         spec["schedulerName"] = scheduler
+    spec.update(spec_extra or {})
     meta = {"name": name, "namespace": ns, "labels": labels or {}}
     if annotations:
         meta["annotations"] = annotations
@@ -116,14 +118,39 @@ def workload(app, ns, n, cpu, mem, priority=None, labels=None, **kw):
         docs.append(pod(f"{app}-{i:03d}", ns=ns, cpu=cpu, mem=mem, priority=priority,
                         labels=dict({"app": app}, **(labels or {})), **kw))
 
-workload("web", "shop", 40, "250m", "512Mi", priority=1000)
-workload("api", "shop", 30, "500m", "1Gi", priority=1000)
+def zone_spread(app):
+    return {"topologySpreadConstraints": [{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": app}}}]}
+
+
+def required_node(key, values):
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": key, "operator": "In", "values": values}]}]}}}}
+
+
+# web spreads evenly over the zones; api spreads by the system default
+# constraints (its Service selects it) and prefers hosts without another api
+# pod; cache only runs on the bigger instance types; analytics prefers the
+# zones cache runs in.
+workload("web", "shop", 40, "250m", "512Mi", priority=1000, spec_extra=zone_spread("web"))
+workload("api", "shop", 30, "500m", "1Gi", priority=1000, spec_extra={"affinity": {"podAntiAffinity": {
+    "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+        "labelSelector": {"matchLabels": {"app": "api"}},
+        "topologyKey": "kubernetes.io/hostname"}}]}}})
+docs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "api", "namespace": "shop"},
+             "spec": {"selector": {"app": "api"}, "ports": [{"port": 80}]}})
 workload("checkout", "shop", 12, "1", "2Gi", priority=100000)
 workload("worker", "batch", 40, "1", "2Gi")
 workload("report", "batch", 30, "100m", "128Mi", priority=-10)
 workload("scratch", "batch", 20, None, None)  # BestEffort: no requests
-workload("cache", "shop", 10, "2", "8Gi", priority=1000)
-workload("analytics", "data", 8, "4", "16Gi")
+workload("cache", "shop", 10, "2", "8Gi", priority=1000,
+         spec_extra=required_node("node.kubernetes.io/instance-type", ["m5.2xlarge", "m5.4xlarge"]))
+workload("analytics", "data", 8, "4", "16Gi", spec_extra={"affinity": {"podAffinity": {
+    "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50, "podAffinityTerm": {
+        "labelSelector": {"matchLabels": {"app": "cache"}}, "namespaces": ["shop"],
+        "topologyKey": "topology.kubernetes.io/zone"}}]}}})
 workload("trainer", "ml", 4, "4", "16Gi", priority=200000, extra={"nvidia.com/gpu": "2"},
          tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
 
@@ -144,6 +171,17 @@ docs.append(pod("memory-monster", ns="data", cpu="2", mem="512Gi",
 docs.append(pod("gpu-hog", ns="ml", cpu="4", mem="8Gi", extra={"nvidia.com/gpu": "8"},
                 tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                 annotations={"berth.dev/expect-pending": "Insufficient nvidia.com/gpu"}))
+docs.append(pod("gpu-no-toleration", ns="ml", cpu="1", mem="1Gi",
+                spec_extra={"nodeSelector": {"accelerator": "nvidia-v100"}},
+                annotations={"berth.dev/expect-pending": "3 node(s) had untolerated taint(s), 36 node(s) didn't match Pod's node affinity/selector"}))
+docs.append(pod("arm-only", ns="batch", cpu="100m", mem="64Mi",
+                spec_extra=required_node("kubernetes.io/arch", ["arm64"]),
+                annotations={"berth.dev/expect-pending": "node(s) didn't match Pod's node affinity/selector"}))
+docs.append(pod("needs-a-db", ns="shop", cpu="100m", mem="64Mi",
+                spec_extra={"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                    "labelSelector": {"matchLabels": {"app": "postgres"}},
+                    "topologyKey": "topology.kubernetes.io/zone"}]}}},
+                annotations={"berth.dev/expect-pending": "didn't match pod affinity rules"}))
 docs.append(pod("fpga-job", ns="ml", cpu="1", mem="1Gi", extra={"example.com/fpga": "1"},
                 annotations={"berth.dev/expect-pending": "Insufficient example.com/fpga"}))
 

@@ -167,6 +167,66 @@ async fn schedules_the_sample_cluster() -> Result<()> {
         );
     }
 
+    // The placement rules the sample's workloads carry hold.
+    let node_of = |n: &str| {
+        nodes
+            .iter()
+            .find(|x| x["metadata"]["name"] == n)
+            .unwrap_or_else(|| panic!("node {n}"))
+    };
+    let mut web_zones: BTreeMap<String, usize> = BTreeMap::new();
+    for n in &nodes {
+        let zone = n["metadata"]["labels"]["topology.kubernetes.io/zone"]
+            .as_str()
+            .unwrap();
+        web_zones.entry(zone.to_string()).or_default();
+    }
+    for p in pods.iter().filter(|p| p["spec"]["nodeName"].is_string()) {
+        let k = key(p);
+        let node = node_of(p["spec"]["nodeName"].as_str().unwrap());
+        let labels = &node["metadata"]["labels"];
+        // No pod sits on a NoSchedule taint it does not tolerate (pods
+        // created with spec.nodeName bypass the scheduler and are skipped).
+        let was_bound = expected
+            .iter()
+            .any(|o| key(o) == k && o["spec"]["nodeName"].is_string());
+        if !was_bound {
+            for t in node["spec"]["taints"].as_array().into_iter().flatten() {
+                let tolerated = p["spec"]["tolerations"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|tol| {
+                        tol["operator"] == "Exists"
+                            && (tol["key"].is_null() || tol["key"] == t["key"])
+                    });
+                assert!(tolerated, "{k} on a node tainted {t}");
+            }
+        }
+        match p["metadata"]["labels"]["app"].as_str() {
+            Some("web") => {
+                let zone = labels["topology.kubernetes.io/zone"].as_str().unwrap();
+                *web_zones.get_mut(zone).unwrap() += 1;
+            }
+            Some("cache") => {
+                let t = labels["node.kubernetes.io/instance-type"].as_str();
+                assert!(
+                    matches!(t, Some("m5.2xlarge" | "m5.4xlarge")),
+                    "{k} on {t:?}"
+                );
+            }
+            _ => {}
+        }
+    }
+    let (min, max) = (
+        web_zones.values().min().unwrap(),
+        web_zones.values().max().unwrap(),
+    );
+    assert!(
+        max - min <= 1 && web_zones.values().sum::<usize>() == 40,
+        "web spread: {web_zones:?}"
+    );
+
     // One log line per decision: each bound pod's "scheduled" line.
     let scheduled_lines = berthd
         .seen

@@ -11,12 +11,14 @@
 //! * `berth.dev/expect-gone: "true"` — deleted (e.g. a preemption victim).
 //!
 //! The runner waits for berthd's idle summary and checks; if a scenario is
-//! still moving (preemption, retries), it waits for the next idle point.
+//! still moving (pods ready, backing off or in flight), it waits for the
+//! next idle point, else it reports what is unmet.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use berth_client::pb::QueueName;
 use berth_e2e::{Berthd, workspace_root};
 use serde_json::Value;
 
@@ -125,6 +127,18 @@ async fn run(file: &str) -> Result<()> {
         if last.is_empty() {
             break;
         }
+        // Nothing ready, backing off or in flight: no further idle point
+        // would come without a new event, so the scenario has settled.
+        let queue = client.get_queue("").await?;
+        let moving = queue.iter().any(|p| {
+            matches!(
+                p.queue(),
+                QueueName::Active | QueueName::Backoff | QueueName::InFlight
+            )
+        });
+        if !moving {
+            break;
+        }
     }
     berthd.stop().await?;
     std::fs::remove_dir_all(&dir).ok();
@@ -151,4 +165,11 @@ scenarios! {
     scheduling_gates => "scheduling_gates.yaml",
     preemption => "preemption.yaml",
     coscheduling => "coscheduling.yaml",
+    taint_toleration => "taint_toleration.yaml",
+    node_affinity => "node_affinity.yaml",
+    node_ports => "node_ports.yaml",
+    image_locality => "image_locality.yaml",
+    inter_pod_affinity => "inter_pod_affinity.yaml",
+    pod_topology_spread => "pod_topology_spread.yaml",
+    volumes => "volumes.yaml",
 }
