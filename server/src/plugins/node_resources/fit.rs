@@ -176,6 +176,17 @@ impl NodeResourcesFit {
 }
 
 /// Whether any requested resource grew from `old` to `new` allocatable.
+/// Whether `new` requests less than `old` of something `pod` requests.
+fn resources_shrank(pod: &PodInfo, old: &Resource, new: &Resource) -> bool {
+    let r = &pod.requests;
+    (r.milli_cpu > 0 && new.milli_cpu < old.milli_cpu)
+        || (r.memory > 0 && new.memory < old.memory)
+        || (r.ephemeral_storage > 0 && new.ephemeral_storage < old.ephemeral_storage)
+        || r.scalar
+            .iter()
+            .any(|&(n, v)| v > 0 && new.scalar(n) < old.scalar(n))
+}
+
 fn allocatable_grew(pod: &PodInfo, old: &Resource, new: &Resource) -> bool {
     let r = &pod.requests;
     new.allowed_pod_number > old.allowed_pod_number
@@ -201,13 +212,29 @@ impl Plugin for NodeResourcesFit {
             scorer: Scorer::LeastAllocated,
         });
         Some(vec![
-            // A pod went away and freed its requests; an unbound pod that was
-            // nominated nowhere freed nothing.
+            // A pod went away and freed its requests (an unbound pod that was
+            // nominated nowhere freed nothing), or a bound pod was resized
+            // in place to request less of something this pod needs.
             ClusterEventWithHint::with_hint(
-                ClusterEvent::new(EventResource::Pod, ActionType::DELETE),
-                |_, old, _| {
-                    Ok(match old.and_then(|o| o.as_pod()) {
-                        Some(p) if p.node_name.is_none() && p.nominated_node_name.is_none() => {
+                ClusterEvent::new(
+                    EventResource::Pod,
+                    ActionType::DELETE | ActionType::UPDATE_POD_SCALE_DOWN,
+                ),
+                |pod, old, new| {
+                    let old = old.and_then(|o| o.as_pod());
+                    Ok(match (old, new.and_then(|n| n.as_pod())) {
+                        (Some(old), Some(new)) => {
+                            if new.node_name.is_some()
+                                && resources_shrank(pod, &old.requests, &new.requests)
+                            {
+                                QueueingHint::Queue
+                            } else {
+                                QueueingHint::Skip
+                            }
+                        }
+                        (Some(p), None)
+                            if p.node_name.is_none() && p.nominated_node_name.is_none() =>
+                        {
                             QueueingHint::Skip
                         }
                         _ => QueueingHint::Queue,
@@ -532,6 +559,31 @@ mod tests {
         assert_eq!(
             delete(&pod, as_pod(make_pod("x").nominated("n")).as_ref(), None).unwrap(),
             QueueingHint::Queue
+        );
+        // In-place resize: only a bound pod shrinking something this pod
+        // requests can make room.
+        let resize = |old: crate::testing::PodBuilder, new: crate::testing::PodBuilder| {
+            delete(&pod, as_pod(old).as_ref(), as_pod(new).as_ref()).unwrap()
+        };
+        let bound = |cpu: &str, mem: &str| make_pod("x").node("n").req_cpu(cpu).req_memory(mem);
+        assert_eq!(
+            resize(bound("2", "1Gi"), bound("1", "1Gi")),
+            QueueingHint::Queue
+        );
+        assert_eq!(
+            resize(bound("2", "2Gi"), bound("2", "1Gi")),
+            QueueingHint::Skip,
+            "memory shrank, the pod requests no memory"
+        );
+        assert_eq!(
+            resize(bound("1", "1Gi"), bound("2", "1Gi")),
+            QueueingHint::Skip,
+            "grew"
+        );
+        assert_eq!(
+            resize(make_pod("x").req_cpu("2"), make_pod("x").req_cpu("1")),
+            QueueingHint::Skip,
+            "an unbound pod holds nothing"
         );
 
         let node_ev = regs[1].hint.as_ref().unwrap();
