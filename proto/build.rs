@@ -1,23 +1,31 @@
 //! Compiles the .proto files with protox (a pure-Rust protobuf compiler), so a
-//! fresh machine needs no protoc, and writes the encoded descriptor set that
-//! the server's reflection service publishes.
+//! fresh machine needs no protoc, and writes the encoded descriptor sets: the
+//! public API's (which berthd's reflection service publishes) and the
+//! extender protocol's (which extenders' reflection publishes), kept apart so
+//! each server advertises only the services it serves.
 
 use std::{env, path::PathBuf};
 
 use prost::Message;
 
-const PROTOS: &[&str] = &["berth/v1/scheduler.proto", "berth/v1/cluster.proto"];
+const API: &[&str] = &["berth/v1/scheduler.proto", "berth/v1/cluster.proto"];
+const EXTENDER: &[&str] = &["berth/extender/v1/extender.proto"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    for proto in PROTOS {
-        println!("cargo:rerun-if-changed={proto}");
-    }
-    let fds = protox::compile(PROTOS, ["."])?;
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
-    std::fs::write(out_dir.join("berth_descriptor.bin"), fds.encode_to_vec())?;
-    tonic_prost_build::configure()
-        .build_server(true)
-        .build_client(true)
-        .compile_fds(fds)?;
+    for (protos, descriptor) in [
+        (API, "berth_descriptor.bin"),
+        (EXTENDER, "extender_descriptor.bin"),
+    ] {
+        for proto in protos {
+            println!("cargo:rerun-if-changed={proto}");
+        }
+        let fds = protox::compile(protos, ["."])?;
+        std::fs::write(out_dir.join(descriptor), fds.encode_to_vec())?;
+        tonic_prost_build::configure()
+            .build_server(true)
+            .build_client(true)
+            .compile_fds(fds)?;
+    }
     Ok(())
 }

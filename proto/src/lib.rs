@@ -14,9 +14,23 @@ pub mod v1 {
     tonic::include_proto!("berth.v1");
 }
 
+/// `berth.extender.v1`: the protocol between berthd and remote extenders.
+pub mod extender {
+    /// Version 1 of the protocol.
+    pub mod v1 {
+        #![allow(missing_docs, clippy::all)]
+        tonic::include_proto!("berth.extender.v1");
+    }
+
+    /// The encoded `FileDescriptorSet` of the extender protocol, for
+    /// extenders' gRPC server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/extender_descriptor.bin"));
+}
+
 pub mod json;
 
-/// The encoded `FileDescriptorSet` of every berth proto and its imports, for
-/// gRPC server reflection.
+/// The encoded `FileDescriptorSet` of the `berth.v1` protos and their
+/// imports, for berthd's gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/berth_descriptor.bin"));
