@@ -7,12 +7,16 @@
 //!
 //! Keys are typed: a [`StateKey<T>`] can only store and load a `T`. The state
 //! also carries the sets of plugins that asked, by returning `Skip` at
-//! PreFilter/PreScore, not to be run at Filter/Score in this cycle.
+//! PreFilter/PreScore, not to be run at Filter/Score in this cycle, and the
+//! cycle's [`CycleToken`]: its id, and what to do when the cycle is over.
 
 use std::any::Any;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
 
 use super::status::Status;
 use crate::cache::Snapshot;
@@ -91,8 +95,52 @@ impl PluginMask {
     }
 }
 
+/// Identifies one scheduling context (a pod's attempt, a dry-run, one pod
+/// of a simulation), shared by every copy of its [`CycleState`]. When the
+/// last copy is dropped (the attempt is over: failed, or bound and past
+/// PostBind), the callbacks registered with [`CycleToken::on_end`] run;
+/// remote plugins use this to tell extenders to forget the pod.
+pub struct CycleToken {
+    id: u64,
+    on_end: Mutex<Vec<Box<dyn FnOnce(u64) + Send>>>,
+}
+
+static NEXT_CYCLE_ID: AtomicU64 = AtomicU64::new(1);
+
+impl CycleToken {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            id: NEXT_CYCLE_ID.fetch_add(1, Ordering::Relaxed),
+            on_end: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The context's id, unique in the process.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Runs `f` (with the id) once the context is over. Must not block.
+    pub fn on_end(&self, f: impl FnOnce(u64) + Send + 'static) {
+        self.on_end.lock().push(Box::new(f));
+    }
+}
+
+impl Drop for CycleToken {
+    fn drop(&mut self) {
+        for f in self.on_end.get_mut().drain(..) {
+            f(self.id);
+        }
+    }
+}
+
+impl fmt::Debug for CycleToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("CycleToken").field(&self.id).finish()
+    }
+}
+
 /// The state of one scheduling context.
-#[derive(Default)]
 pub struct CycleState {
     entries: Vec<(&'static str, Box<dyn StateData>)>,
     /// The snapshot this cycle schedules against.
@@ -107,6 +155,21 @@ pub struct CycleState {
     pub skip_filter: PluginMask,
     /// Score plugins (by position) whose PreScore returned `Skip`.
     pub skip_score: PluginMask,
+    token: Arc<CycleToken>,
+}
+
+impl Default for CycleState {
+    fn default() -> Self {
+        Self {
+            entries: Vec::new(),
+            snapshot: Arc::default(),
+            dry_run: false,
+            skip_pre_filter: PluginMask::default(),
+            skip_filter: PluginMask::default(),
+            skip_score: PluginMask::default(),
+            token: CycleToken::new(),
+        }
+    }
 }
 
 impl Clone for CycleState {
@@ -122,6 +185,7 @@ impl Clone for CycleState {
             skip_pre_filter: self.skip_pre_filter,
             skip_filter: self.skip_filter,
             skip_score: self.skip_score,
+            token: self.token.clone(),
         }
     }
 }
@@ -133,6 +197,7 @@ impl fmt::Debug for CycleState {
                 "keys",
                 &self.entries.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
             )
+            .field("cycle", &self.token.id)
             .field("skip_filter", &self.skip_filter)
             .field("skip_score", &self.skip_score)
             .finish()
@@ -151,6 +216,11 @@ impl CycleState {
             snapshot,
             ..Self::default()
         }
+    }
+
+    /// The context's token, shared by all copies of this state.
+    pub fn token(&self) -> &Arc<CycleToken> {
+        &self.token
     }
 
     /// The snapshot the cycle schedules against: every node, as plugins

@@ -15,7 +15,10 @@
 //! * QueueSort and PreEnqueue: from the queue, outside any cycle.
 //!
 //! Points a remote plugin may serve over the network are `async`; Filter
-//! and Score, called once per node on the CPU pool, are not.
+//! and Score, called once per node on the CPU pool, are not. A plugin whose
+//! verdicts come from elsewhere (a remote extender) judges all nodes at
+//! once instead, through [`BatchFilter`] and [`BatchScore`]: one call per
+//! cycle, not one round trip per node.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -153,6 +156,42 @@ pub trait PreFilterExtensions: Send + Sync {
 pub trait FilterPlugin: Plugin {
     /// The verdict for `node`.
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+
+    /// Plugins that judge nodes in batches return themselves here. The
+    /// runtime then never calls [`FilterPlugin::filter`] on them: it calls
+    /// [`BatchFilter::filter_nodes`] once per cycle, after every per-node
+    /// plugin, with the nodes that passed those (as kube-scheduler does with
+    /// its extenders). Preemption's what-if evaluations, which judge one
+    /// node at a time, do not consult batch filters.
+    fn as_batch(&self) -> Option<&dyn BatchFilter> {
+        None
+    }
+}
+
+/// Filter over a whole list of nodes at once.
+#[async_trait]
+pub trait BatchFilter: Send + Sync {
+    /// One status per node of `nodes`, in order; `Err` fails the call as a
+    /// whole (the scheduling attempt fails with that error).
+    async fn filter_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<Vec<Status>, Status>;
+}
+
+/// Score over a whole list of nodes at once.
+#[async_trait]
+pub trait BatchScore: Send + Sync {
+    /// One score per node of `nodes`, in order (in [0, 100] unless the
+    /// plugin normalizes); `Err` fails the scheduling attempt.
+    async fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<Vec<i64>, Status>;
 }
 
 /// Runs when no node fits (preemption).
@@ -190,6 +229,14 @@ pub trait ScorePlugin: Plugin {
 
     /// Normalization of this plugin's scores over all nodes, if any.
     fn score_extensions(&self) -> Option<&dyn ScoreExtensions> {
+        None
+    }
+
+    /// Plugins that score nodes in batches return themselves here. The
+    /// runtime then never calls [`ScorePlugin::score`] on them: it calls
+    /// [`BatchScore::score_nodes`] once per cycle, after PreScore, with the
+    /// nodes to score; normalization and weights apply as usual.
+    fn as_batch(&self) -> Option<&dyn BatchScore> {
         None
     }
 }

@@ -17,7 +17,7 @@ mod status;
 mod types;
 mod waiting_pods;
 
-pub use cycle_state::{CycleState, PluginMask, StateData, StateKey};
+pub use cycle_state::{CycleState, CycleToken, PluginMask, StateData, StateKey};
 pub use events::{
     ActionType, ClusterEvent, ClusterEventWithHint, EventObject, EventResource, QueueingHint,
     QueueingHintFn, node_scheduling_property_changes, pod_scheduling_property_changes,

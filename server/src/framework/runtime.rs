@@ -12,7 +12,8 @@
 //!   is an error. Results narrowing the nodes are intersected; an empty
 //!   intersection rejects the pod.
 //! * Filter, per node: plugins in order; the first that does not succeed
-//!   decides the node. With nominated pods of equal or higher priority on
+//!   decides the node. Batch plugins (remote extenders) then judge the
+//!   nodes that passed, all at once, in order. With nominated pods of equal or higher priority on
 //!   the node, the filters run twice: with those pods added (through
 //!   AddPod) and without them; the node must pass both.
 //! * PostFilter: in order, until one succeeds or says the pod is
@@ -118,6 +119,8 @@ pub struct Framework {
     pre_enqueue: Vec<Arc<dyn PreEnqueuePlugin>>,
     pre_filter: Vec<PreFilterEntry>,
     filter: Vec<Arc<dyn FilterPlugin>>,
+    /// Filter plugins (by position) that judge nodes in batches.
+    batch_filter: PluginMask,
     post_filter: Vec<Arc<dyn PostFilterPlugin>>,
     pre_score: Vec<PreScoreEntry>,
     score: Vec<ScoreEntry>,
@@ -374,6 +377,12 @@ impl Framework {
             .map(|p| p.as_filter().expect("checked"))
             .collect();
         let filter_names: Vec<&'static str> = filter.iter().map(|p| p.name()).collect();
+        let mut batch_filter = PluginMask::default();
+        for (i, p) in filter.iter().enumerate() {
+            if p.as_batch().is_some() {
+                batch_filter.insert(i);
+            }
+        }
         let score_names: Vec<&'static str> = score.iter().map(|s| s.plugin.name()).collect();
 
         // Event registrations of the plugins that can reject pods.
@@ -432,6 +441,7 @@ impl Framework {
                 })
                 .collect(),
             filter,
+            batch_filter,
             post_filter: typed(ExtensionPoint::PostFilter)
                 .map(|p| p.as_post_filter().expect("checked"))
                 .collect(),
@@ -682,7 +692,7 @@ impl Framework {
     /// decides.
     pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         for (i, p) in self.filter.iter().enumerate() {
-            if state.skip_filter.contains(i) {
+            if state.skip_filter.contains(i) || self.batch_filter.contains(i) {
                 continue;
             }
             let s = p.filter(state, pod, node);
@@ -710,6 +720,9 @@ impl Framework {
         for (i, p) in self.filter.iter().enumerate() {
             let verdict = if state.skip_filter.contains(i) {
                 FilterVerdict::Skipped
+            } else if self.batch_filter.contains(i) {
+                // Judged later, with every node that passes the others.
+                FilterVerdict::NotEvaluated
             } else if rejected && !all {
                 FilterVerdict::NotEvaluated
             } else {
@@ -725,6 +738,70 @@ impl Framework {
             out.push((p.name(), verdict));
         }
         out
+    }
+
+    /// Whether any Filter plugin judges nodes in batches.
+    pub fn has_batch_filters(&self) -> bool {
+        !self.batch_filter.is_empty()
+    }
+
+    /// The Filter plugins that judge nodes in batches, in order.
+    pub fn batch_filter_names(&self) -> Vec<&'static str> {
+        self.filter
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.batch_filter.contains(*i))
+            .map(|(_, p)| p.name())
+            .collect()
+    }
+
+    /// Runs the batch Filter plugins (those not skipped by their PreFilter)
+    /// in order, each on the nodes that passed the ones before; the nodes
+    /// passing all are kept in `nodes`, in order, and `reject` is told about
+    /// every other (with the status naming the plugin). `Err` when a plugin
+    /// fails as a whole or says a node errored.
+    pub async fn run_batch_filters(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &mut Vec<Arc<NodeInfo>>,
+        reject: &mut (dyn FnMut(&'static str, &Arc<NodeInfo>, Status) + Send),
+    ) -> Result<(), Status> {
+        for (i, p) in self.filter.iter().enumerate() {
+            if !self.batch_filter.contains(i) || state.skip_filter.contains(i) || nodes.is_empty() {
+                continue;
+            }
+            let Some(batch) = p.as_batch() else {
+                continue;
+            };
+            let name = p.name();
+            let statuses = batch
+                .filter_nodes(state, pod, nodes)
+                .await
+                .map_err(|s| self.filter_failure(name, s))?;
+            if statuses.len() != nodes.len() {
+                return Err(Status::error(format!(
+                    "running {name:?} filter plugin: {} verdicts for {} nodes",
+                    statuses.len(),
+                    nodes.len()
+                ))
+                .with_plugin(name));
+            }
+            let mut kept = Vec::with_capacity(nodes.len());
+            for (node, s) in nodes.drain(..).zip(statuses) {
+                if s.is_success() {
+                    kept.push(node);
+                    continue;
+                }
+                let s = self.filter_failure(name, s);
+                if s.code() == Code::Error {
+                    return Err(s);
+                }
+                reject(name, &node, s);
+            }
+            *nodes = kept;
+        }
+        Ok(())
     }
 
     /// The Score plugins and their weights, in order.
@@ -858,7 +935,7 @@ impl Framework {
     /// Scores the feasible nodes: every (non-skipped) Score plugin on every
     /// node, fanned out over nodes; then NormalizeScore per plugin; then the
     /// range check and the weighted sum.
-    pub fn run_score(
+    pub async fn run_score(
         &self,
         state: &CycleState,
         pod: &PodInfo,
@@ -874,13 +951,39 @@ impl Framework {
         let np = active.len();
         let n = nodes.len();
         let mut raw = vec![0i64; n * np];
+        // Batch plugins first: one call each for all nodes.
+        for (pi, e) in active.iter().enumerate() {
+            let Some(batch) = e.plugin.as_batch() else {
+                continue;
+            };
+            let name = e.plugin.name();
+            let scores = batch.score_nodes(state, pod, nodes).await.map_err(|s| {
+                Status::error(format!(
+                    "running Score plugins: plugin {name:?} failed with: {}",
+                    s.message()
+                ))
+            })?;
+            if scores.len() != n {
+                return Err(Status::error(format!(
+                    "running Score plugins: plugin {name:?} returned {} scores for {n} nodes",
+                    scores.len()
+                )));
+            }
+            for (ni, v) in scores.into_iter().enumerate() {
+                raw[ni * np + pi] = v;
+            }
+        }
+        let per_node = active.iter().any(|e| e.plugin.as_batch().is_none());
         let failure: Mutex<Option<Status>> = Mutex::new(None);
-        if np > 0 {
+        if per_node {
             let parallelizer = self.handle.parallelizer();
             // One chunk of `np` scores per node.
             let mut chunks: Vec<&mut [i64]> = raw.chunks_mut(np).collect();
             parallelizer.for_each_mut_measured(&self.score_cost, &mut chunks, |ni, row| {
                 for (pi, e) in active.iter().enumerate() {
+                    if e.plugin.as_batch().is_some() {
+                        continue;
+                    }
                     match e.plugin.score(state, pod, &nodes[ni]) {
                         Ok(v) => row[pi] = v,
                         Err(s) => {

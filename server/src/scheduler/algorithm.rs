@@ -31,6 +31,26 @@ pub fn num_feasible_nodes_to_find(percentage: i32, num_nodes: usize) -> usize {
     found.max(MIN_FEASIBLE_NODES_TO_FIND)
 }
 
+/// Runs the batch Filter plugins on the nodes the per-node ones kept,
+/// recording rejections in `diagnosis`.
+async fn run_batch_filters(
+    fw: &Framework,
+    state: &CycleState,
+    pod: &PodInfo,
+    nodes: &mut Vec<Arc<NodeInfo>>,
+    diagnosis: &mut Diagnosis,
+) -> Result<(), ScheduleError> {
+    if !fw.has_batch_filters() {
+        return Ok(());
+    }
+    fw.run_batch_filters(state, pod, nodes, &mut |_, node, s| {
+        diagnosis.add_plugin_status(&s);
+        diagnosis.node_to_status.set(Arc::from(node.name()), s);
+    })
+    .await
+    .map_err(ScheduleError::Error)
+}
+
 /// Why no node was chosen.
 #[derive(Debug, Clone)]
 pub enum ScheduleError {
@@ -188,11 +208,15 @@ impl Algorithm {
         {
             let s = fw.run_filter_with_nominated_pods(state, pod, node, nominated);
             if s.is_success() {
-                return Ok(Feasible {
-                    nodes: vec![node.clone()],
-                    diagnosis,
-                    evaluated: 1,
-                });
+                let mut nodes = vec![node.clone()];
+                run_batch_filters(fw, state, pod, &mut nodes, &mut diagnosis).await?;
+                if !nodes.is_empty() {
+                    return Ok(Feasible {
+                        nodes,
+                        diagnosis,
+                        evaluated: 1,
+                    });
+                }
             }
             if s.code() == Code::Error {
                 return Err(ScheduleError::Error(s));
@@ -218,7 +242,7 @@ impl Algorithm {
                 )));
         }
         let nodes: &[Arc<NodeInfo>] = restricted.as_deref().unwrap_or(all);
-        let (feasible, evaluated) = self.find_nodes_that_pass_filters(
+        let (mut feasible, evaluated) = self.find_nodes_that_pass_filters(
             fw,
             state,
             pod,
@@ -227,6 +251,7 @@ impl Algorithm {
             nominated,
             &mut diagnosis,
         )?;
+        run_batch_filters(fw, state, pod, &mut feasible, &mut diagnosis).await?;
         Ok(Feasible {
             nodes: feasible,
             diagnosis,
@@ -321,6 +346,7 @@ impl Algorithm {
             return Err(ScheduleError::Error(s));
         }
         fw.run_score(state, pod, nodes)
+            .await
             .map(|r| r.totals)
             .map_err(ScheduleError::Error)
     }

@@ -326,6 +326,48 @@ impl Scheduler {
                 }
             }
         }
+        if fw.has_batch_filters() && !feasible.is_empty() {
+            // Batch plugins (remote extenders) judge the nodes that passed
+            // the others, all at once, as in a real cycle.
+            let batch = fw.batch_filter_names();
+            let mut nodes: Vec<Arc<NodeInfo>> = feasible.iter().map(|&i| all[i].clone()).collect();
+            let mut rejected: Vec<(&'static str, Arc<str>, Status)> = Vec::new();
+            let outcome = fw
+                .run_batch_filters(&state, &pod, &mut nodes, &mut |plugin, node, s| {
+                    rejected.push((plugin, Arc::from(node.name()), s));
+                })
+                .await;
+            if let Err(s) = outcome {
+                report.message = s.message();
+                return Ok(report);
+            }
+            feasible.retain(|&i| {
+                let nr = &mut report.nodes[i];
+                let failed = rejected.iter().find(|(_, n, _)| *n == nr.name);
+                for (name, verdict) in nr.filters.iter_mut() {
+                    if !batch.contains(name) || *verdict != FilterVerdict::NotEvaluated {
+                        continue;
+                    }
+                    match failed {
+                        Some((p, _, s)) if p == name => *verdict = FilterVerdict::Ran(s.clone()),
+                        Some(_) => {}
+                        None => *verdict = FilterVerdict::Ran(Status::success()),
+                    }
+                    if failed.is_some_and(|(p, _, _)| p == name) {
+                        break;
+                    }
+                }
+                match failed {
+                    Some((_, _, s)) => {
+                        nr.verdict = verdict_of(s);
+                        diagnosis.add_plugin_status(s);
+                        diagnosis.node_to_status.set(nr.name.clone(), s.clone());
+                        false
+                    }
+                    None => true,
+                }
+            });
+        }
         report.feasible = feasible.len();
         if feasible.is_empty() {
             self.explain_failure(&fw, &state, &pod, &snapshot, diagnosis, &mut report)
@@ -351,7 +393,7 @@ impl Scheduler {
                 report.message = s.message();
                 return Ok(report);
             }
-            let scores = match fw.run_score(&state, &pod, &nodes) {
+            let scores = match fw.run_score(&state, &pod, &nodes).await {
                 Ok(r) => r,
                 Err(s) => {
                     report.message = s.message();

@@ -26,6 +26,8 @@ struct Behaviour {
     permit: Option<(Status, Duration)>,
     pre_bind: Option<Status>,
     bind: Option<Status>,
+    /// Filter and Score through the batch traits.
+    batch: bool,
 }
 
 type Log = Arc<Mutex<Vec<String>>>;
@@ -81,6 +83,45 @@ impl FilterPlugin for TestPlugin {
         self.note(&format!("Filter({})", node.name()));
         self.b.filter.get(node.name()).cloned().unwrap_or_default()
     }
+    fn as_batch(&self) -> Option<&dyn BatchFilter> {
+        self.b.batch.then_some(self as &dyn BatchFilter)
+    }
+}
+
+fn names(nodes: &[Arc<NodeInfo>]) -> String {
+    nodes.iter().map(|n| n.name()).collect::<Vec<_>>().join(",")
+}
+
+#[async_trait]
+impl BatchFilter for TestPlugin {
+    async fn filter_nodes(
+        &self,
+        _: &CycleState,
+        _: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<Vec<Status>, Status> {
+        self.note(&format!("FilterBatch({})", names(nodes)));
+        Ok(nodes
+            .iter()
+            .map(|n| self.b.filter.get(n.name()).cloned().unwrap_or_default())
+            .collect())
+    }
+}
+
+#[async_trait]
+impl BatchScore for TestPlugin {
+    async fn score_nodes(
+        &self,
+        _: &CycleState,
+        _: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<Vec<i64>, Status> {
+        self.note(&format!("ScoreBatch({})", names(nodes)));
+        Ok(nodes
+            .iter()
+            .map(|n| self.b.score.get(n.name()).copied().unwrap_or(0))
+            .collect())
+    }
 }
 
 #[async_trait]
@@ -115,6 +156,9 @@ impl ScorePlugin for TestPlugin {
     }
     fn score_extensions(&self) -> Option<&dyn ScoreExtensions> {
         self.b.normalize.map(|_| self as &dyn ScoreExtensions)
+    }
+    fn as_batch(&self) -> Option<&dyn BatchScore> {
+        self.b.batch.then_some(self as &dyn BatchScore)
     }
 }
 
@@ -462,7 +506,7 @@ async fn skip_at_pre_filter_skips_filter_and_skip_at_pre_score_skips_score() {
             .await
             .is_success()
     );
-    let r = f.fw.run_score(&st, &pod(), &f.nodes).unwrap();
+    let r = f.fw.run_score(&st, &pod(), &f.nodes).await.unwrap();
     assert_eq!(r.plugins, ["B"]);
     let log = taken(&f.log);
     assert!(
@@ -497,6 +541,7 @@ async fn node_total_is_the_weighted_sum_of_normalized_scores() {
     .unwrap();
     let r =
         f.fw.run_score(&CycleState::new(), &pod(), &f.nodes)
+            .await
             .unwrap();
     assert_eq!(r.weights, [2, 3]);
     assert_eq!(r.raw, [10, 90, 20, 50, 40, 0]);
@@ -518,6 +563,7 @@ async fn a_score_outside_0_100_after_normalize_aborts() {
     .unwrap();
     let err =
         f.fw.run_score(&CycleState::new(), &pod(), &f.nodes)
+            .await
             .unwrap_err();
     assert_eq!(err.code(), Code::Error);
     assert_eq!(
@@ -536,8 +582,82 @@ async fn a_score_outside_0_100_after_normalize_aborts() {
     .unwrap();
     assert!(
         f.fw.run_score(&CycleState::new(), &pod(), &f.nodes)
+            .await
             .is_err()
     );
+}
+
+#[tokio::test]
+async fn batch_plugins_judge_the_survivors_of_per_node_plugins_in_one_call() {
+    let per_node = Behaviour {
+        filter: HashMap::from([("n1", Status::unschedulable("A says no"))]),
+        score: HashMap::from([("n2", 10), ("n3", 20)]),
+        ..Default::default()
+    };
+    let batch = Behaviour {
+        filter: HashMap::from([("n2", Status::unschedulable("B says no"))]),
+        score: HashMap::from([("n2", 100), ("n3", 50)]),
+        batch: true,
+        ..Default::default()
+    };
+    // The batch plugin comes first in the list, yet judges last.
+    let f = fixture(
+        &indent(
+            "filter:\n  enabled: [{name: B}, {name: A}]\nscore:\n  enabled: [{name: B, weight: 2}, {name: A}]",
+        ),
+        &[("A", per_node), ("B", batch)],
+    )
+    .unwrap();
+    let st = CycleState::new();
+    assert!(
+        f.fw.run_filter(&st, &pod(), &f.nodes[1]).is_success(),
+        "per-node evaluation leaves batch plugins out"
+    );
+    let mut kept: Vec<Arc<NodeInfo>> = f
+        .nodes
+        .iter()
+        .filter(|n| f.fw.run_filter(&st, &pod(), n).is_success())
+        .cloned()
+        .collect();
+    let mut rejected = Vec::new();
+    f.fw.run_batch_filters(&st, &pod(), &mut kept, &mut |p, n, s| {
+        rejected.push((p, n.name().to_string(), s.message()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(names(&kept), "n3");
+    assert_eq!(rejected, [("B", "n2".to_string(), "B says no".to_string())]);
+
+    let two = f.nodes[1..].to_vec();
+    let r = f.fw.run_score(&st, &pod(), &two).await.unwrap();
+    assert_eq!(r.plugins, ["B", "A"]);
+    assert_eq!(r.raw, [100, 10, 50, 20]);
+    assert_eq!(r.totals, [2 * 100 + 10, 2 * 50 + 20]);
+    let log = taken(&f.log);
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.starts_with("B."))
+            .cloned()
+            .collect::<Vec<_>>(),
+        ["B.FilterBatch(n2,n3)", "B.ScoreBatch(n2,n3)"],
+        "one call per cycle, never per node"
+    );
+}
+
+#[test]
+fn the_cycle_token_fires_once_the_last_copy_of_the_state_is_gone() {
+    let fired: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let st = CycleState::new();
+    let id = st.token().id();
+    let sink = fired.clone();
+    st.token().on_end(move |id| sink.lock().push(id));
+    let copy = st.clone();
+    assert_eq!(copy.token().id(), id, "copies share the cycle");
+    drop(st);
+    assert!(fired.lock().is_empty(), "a copy is still alive");
+    drop(copy);
+    assert_eq!(*fired.lock(), [id]);
+    assert_ne!(CycleState::new().token().id(), id, "ids are unique");
 }
 
 #[test]
