@@ -102,8 +102,10 @@ impl PluginMask {
 /// remote plugins use this to tell extenders to forget the pod.
 pub struct CycleToken {
     id: u64,
-    on_end: Mutex<Vec<Box<dyn FnOnce(u64) + Send>>>,
+    on_end: Mutex<Vec<EndCallback>>,
 }
+
+type EndCallback = Box<dyn FnOnce(u64) + Send>;
 
 static NEXT_CYCLE_ID: AtomicU64 = AtomicU64::new(1);
 
