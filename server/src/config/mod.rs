@@ -13,6 +13,7 @@
 mod defaults;
 mod duration;
 mod error;
+pub mod extenders;
 mod types;
 
 use std::collections::HashSet;
@@ -21,6 +22,7 @@ use std::time::Duration;
 pub use defaults::*;
 pub use duration::parse_go_duration;
 pub use error::{ConfigError, join_path};
+pub use extenders::{ExtenderConfig, HttpExtenderConfig, ManagedResource};
 pub use types::*;
 
 use crate::framework::ExtensionPoint;
@@ -168,6 +170,10 @@ pub struct SchedulerConfig {
     pub leader_election: LeaderElection,
     /// clientConnection.kubeconfig, if given.
     pub kubeconfig: Option<String>,
+    /// Remote (streaming gRPC) extenders, each a plugin by its name.
+    pub extenders: Vec<ExtenderConfig>,
+    /// kube-scheduler's HTTP extenders.
+    pub http_extenders: Vec<HttpExtenderConfig>,
 }
 
 /// Parses a KubeSchedulerConfiguration YAML (or JSON) document.
@@ -219,12 +225,11 @@ pub fn resolve(
             ));
         }
     }
-    if !raw.extenders.is_empty() {
-        return Err(ConfigError::new(
-            "extenders",
-            "HTTP extenders are not supported by this version of berth",
-        ));
-    }
+    let http_extenders = extenders::resolve_http_extenders(raw.extenders)?;
+    let remote = extenders::resolve_berth_extenders(raw.berth_extenders, plugin_known)?;
+    // Remote extenders are plugins too, under their configured names.
+    let known = |name: &str| plugin_known(name) || remote.iter().any(|e| e.name == name);
+    let plugin_known: &dyn Fn(&str) -> bool = &known;
 
     let parallelism = raw.parallelism.unwrap_or(DEFAULT_PARALLELISM);
     if parallelism <= 0 {
@@ -313,7 +318,25 @@ pub fn resolve(
         });
     }
 
+    // Resources extenders manage and the scheduler should ignore are
+    // NodeResourcesFit's ignoredResources in every profile, as upstream
+    // arranges it.
+    let ignored: Vec<&str> = http_extenders
+        .iter()
+        .flat_map(|e| &e.managed_resources)
+        .chain(remote.iter().flat_map(|e| &e.managed_resources))
+        .filter(|r| r.ignored_by_scheduler)
+        .map(|r| r.name.as_str())
+        .collect();
+    if !ignored.is_empty() {
+        for p in &mut profiles {
+            add_ignored_resources(p, &ignored)?;
+        }
+    }
+
     Ok(SchedulerConfig {
+        extenders: remote,
+        http_extenders,
         parallelism: parallelism as usize,
         percentage_of_nodes_to_score: percentage,
         pod_initial_backoff: Duration::from_secs(initial as u64),
@@ -325,6 +348,44 @@ pub fn resolve(
             .and_then(|c| c.kubeconfig)
             .filter(|k| !k.is_empty()),
     })
+}
+
+/// Appends `names` to NodeResourcesFit's `ignoredResources` in `profile`.
+fn add_ignored_resources(profile: &mut Profile, names: &[&str]) -> Result<(), ConfigError> {
+    const FIT: &str = "NodeResourcesFit";
+    let i = match profile.plugin_config.iter().position(|c| c.name == FIT) {
+        Some(i) => i,
+        None => {
+            profile.plugin_config.push(PluginConfig {
+                name: FIT.into(),
+                args: None,
+                path: format!("{}.pluginConfig[{FIT}].args", profile.path),
+            });
+            profile.plugin_config.len() - 1
+        }
+    };
+    let pc = &mut profile.plugin_config[i];
+    let args = pc
+        .args
+        .get_or_insert_with(|| serde_json::Value::Object(Default::default()));
+    let Some(obj) = args.as_object_mut() else {
+        return Err(ConfigError::new(&pc.path, "must be an object"));
+    };
+    let list = obj
+        .entry("ignoredResources")
+        .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+    let Some(list) = list.as_array_mut() else {
+        return Err(ConfigError::new(
+            format!("{}.ignoredResources", pc.path),
+            "must be a list",
+        ));
+    };
+    for n in names {
+        if !list.iter().any(|v| v.as_str() == Some(n)) {
+            list.push(serde_json::Value::String((*n).to_string()));
+        }
+    }
+    Ok(())
 }
 
 fn validate_percentage(path: &str, p: i32) -> Result<(), ConfigError> {

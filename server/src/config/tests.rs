@@ -237,15 +237,54 @@ fn errors_name_the_field_path() {
             "leaderElection.resourceLock: Invalid value: endpoints: resourceLock value must be \"leases\"",
         ),
         (
-            &format!("{HEADER}extenders:\n- urlPrefix: http://x\n"),
-            "extenders: HTTP extenders are not supported by this version of berth",
+            &format!("{HEADER}extenders:\n- urlPrefix: http://x\n  prioritizeVerb: p\n"),
+            "extenders[0].weight: Invalid value: 0: must have a positive weight applied to it",
+        ),
+        (
+            &format!(
+                "{HEADER}berthExtenders:\n- name: gpu\n  endpoint: http://x:1\n  points: [filter]\n  timout: 1s\n"
+            ),
+            "berthExtenders[0].timout: unknown field `timout`, expected one of `name`, `endpoint`, `points`, `timeout`, `ignorable`, `maxConcurrentCalls`, `managedResources`, `tls` (line 7, column 3)",
         ),
         (
             &format!("{HEADER}unknownTopLevel: 1\n"),
-            "unknownTopLevel: unknown field `unknownTopLevel`, expected one of `apiVersion`, `kind`, `parallelism`, `leaderElection`, `clientConnection`, `enableProfiling`, `enableContentionProfiling`, `percentageOfNodesToScore`, `podInitialBackoffSeconds`, `podMaxBackoffSeconds`, `profiles`, `extenders`, `delayCacheUntilActive` (line 3, column 1)",
+            "unknownTopLevel: unknown field `unknownTopLevel`, expected one of `apiVersion`, `kind`, `parallelism`, `leaderElection`, `clientConnection`, `enableProfiling`, `enableContentionProfiling`, `percentageOfNodesToScore`, `podInitialBackoffSeconds`, `podMaxBackoffSeconds`, `profiles`, `extenders`, `delayCacheUntilActive`, `berthExtenders` (line 3, column 1)",
         ),
     ];
     for (yaml, want) in cases {
         assert_eq!(parse_err(yaml), want, "for:\n{yaml}");
     }
+}
+
+#[test]
+fn extenders_are_plugins_and_their_ignored_resources_reach_node_resources_fit() {
+    let yaml = format!(
+        "{HEADER}profiles:\n- schedulerName: a\n  plugins:\n    filter:\n      enabled: [{{name: gpu}}]\n  pluginConfig:\n  - name: NodeResourcesFit\n    args: {{ignoredResources: [example.com/fpga]}}\n- schedulerName: b\nberthExtenders:\n- name: gpu\n  endpoint: http://127.0.0.1:1\n  points: [filter]\n  managedResources:\n  - {{name: example.com/gpu-mem, ignoredByScheduler: true}}\n  - {{name: example.com/gpu-count}}\nextenders:\n- urlPrefix: http://127.0.0.1:2\n  filterVerb: filter\n  managedResources: [{{name: example.com/legacy, ignoredByScheduler: true}}]\n"
+    );
+    let cfg = parse(&yaml, &known).unwrap();
+    assert_eq!(cfg.extenders[0].name, "gpu");
+    assert_eq!(
+        cfg.profiles[0].plugins.get(ExtensionPoint::Filter).enabled[0].name,
+        "gpu"
+    );
+    let ignored = |p: &Profile| {
+        p.args_for("NodeResourcesFit")
+            .unwrap()
+            .args
+            .as_ref()
+            .unwrap()["ignoredResources"]
+            .clone()
+    };
+    assert_eq!(
+        ignored(&cfg.profiles[0]),
+        serde_json::json!([
+            "example.com/fpga",
+            "example.com/legacy",
+            "example.com/gpu-mem"
+        ])
+    );
+    assert_eq!(
+        ignored(&cfg.profiles[1]),
+        serde_json::json!(["example.com/legacy", "example.com/gpu-mem"])
+    );
 }

@@ -24,8 +24,11 @@ pub struct RawConfiguration {
     #[serde(default)]
     pub profiles: Vec<RawProfile>,
     #[serde(default)]
-    pub extenders: Vec<serde_json::Value>,
+    pub extenders: Vec<super::extenders::RawHttpExtender>,
     pub delay_cache_until_active: Option<bool>,
+    /// berth's own: remote (streaming gRPC) extenders.
+    #[serde(default)]
+    pub berth_extenders: Vec<super::extenders::RawBerthExtender>,
 }
 
 /// componentbaseconfig.LeaderElectionConfiguration.
