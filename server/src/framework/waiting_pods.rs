@@ -10,6 +10,12 @@
 //!   Unreserve and requeues the pod.
 //!
 //! The first outcome wins; later calls are no-ops.
+//!
+//! A plugin that decides from outside its own Permit call (a remote
+//! extender answering later on its stream) may decide before the pod is
+//! parked here; [`WaitingPods::allow_or_remember`] and
+//! [`WaitingPods::reject_or_remember`] keep such an early verdict and apply
+//! it when the pod is parked.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -101,13 +107,25 @@ impl WaitingPod {
     }
 }
 
+/// A verdict given before the pod was parked: the plugin, and the
+/// rejection message (`None`: allowed).
+type EarlyVerdict = (&'static str, Option<String>);
+
+#[derive(Default)]
+struct Pods {
+    waiting: HashMap<Arc<str>, Arc<WaitingPod>>,
+    early: HashMap<Arc<str>, Vec<EarlyVerdict>>,
+}
+
 /// The pods held at Permit, by UID. Shared by all profiles.
 #[derive(Clone, Default)]
-pub struct WaitingPods(Arc<Mutex<HashMap<Arc<str>, Arc<WaitingPod>>>>);
+pub struct WaitingPods(Arc<Mutex<Pods>>);
 
 impl std::fmt::Debug for WaitingPods {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.0.lock().values()).finish()
+        f.debug_list()
+            .entries(self.0.lock().waiting.values())
+            .finish()
     }
 }
 
@@ -141,17 +159,65 @@ impl WaitingPods {
             });
             wp.inner.lock().pending[i].1 = Some(timer.abort_handle());
         }
-        self.0.lock().insert(pod.uid.clone(), wp);
+        let early = {
+            let mut pods = self.0.lock();
+            pods.waiting.insert(pod.uid.clone(), wp.clone());
+            pods.early.remove(&pod.uid).unwrap_or_default()
+        };
+        for (plugin, rejection) in early {
+            match rejection {
+                None => wp.allow(plugin),
+                Some(message) => wp.reject(Some(plugin), &message),
+            }
+        }
     }
 
     /// The waiting pod with `uid`.
     pub fn get(&self, uid: &str) -> Option<Arc<WaitingPod>> {
-        self.0.lock().get(uid).cloned()
+        self.0.lock().waiting.get(uid).cloned()
     }
 
     /// Every waiting pod.
     pub fn list(&self) -> Vec<Arc<WaitingPod>> {
-        self.0.lock().values().cloned().collect()
+        self.0.lock().waiting.values().cloned().collect()
+    }
+
+    /// Allows the pod `uid` on behalf of `plugin`, now if it waits, else as
+    /// soon as it is parked (until [`WaitingPods::forget_early`]).
+    pub fn allow_or_remember(&self, uid: &Arc<str>, plugin: &'static str) {
+        self.decide_or_remember(uid, plugin, None);
+    }
+
+    /// Rejects the pod `uid` on behalf of `plugin`, now if it waits, else as
+    /// soon as it is parked (until [`WaitingPods::forget_early`]).
+    pub fn reject_or_remember(&self, uid: &Arc<str>, plugin: &'static str, message: &str) {
+        self.decide_or_remember(uid, plugin, Some(message.to_string()));
+    }
+
+    fn decide_or_remember(&self, uid: &Arc<str>, plugin: &'static str, rejection: Option<String>) {
+        let wp = {
+            let mut pods = self.0.lock();
+            match pods.waiting.get(uid) {
+                Some(wp) => wp.clone(),
+                None => {
+                    pods.early
+                        .entry(uid.clone())
+                        .or_default()
+                        .push((plugin, rejection));
+                    return;
+                }
+            }
+        };
+        match rejection {
+            None => wp.allow(plugin),
+            Some(message) => wp.reject(Some(plugin), &message),
+        }
+    }
+
+    /// Drops early verdicts for `uid` that no parked pod used (its attempt
+    /// ended before reaching the waiting pods).
+    pub fn forget_early(&self, uid: &str) {
+        self.0.lock().early.remove(uid);
     }
 
     /// Allows the pod `uid` on behalf of `plugin`. Returns whether it waits.
@@ -173,18 +239,18 @@ impl WaitingPods {
         let status = rx
             .await
             .unwrap_or_else(|_| Status::error("waiting pod dropped without an outcome"));
-        self.0.lock().remove(uid);
+        self.0.lock().waiting.remove(uid);
         status
     }
 
     /// The number of waiting pods.
     pub fn len(&self) -> usize {
-        self.0.lock().len()
+        self.0.lock().waiting.len()
     }
 
     /// Whether no pod waits.
     pub fn is_empty(&self) -> bool {
-        self.0.lock().is_empty()
+        self.0.lock().waiting.is_empty()
     }
 }
 
@@ -322,5 +388,38 @@ mod tests {
     async fn not_waiting_is_success() {
         let w = WaitingPods::default();
         assert!(w.wait("nobody").await.is_success());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_verdict_given_before_the_pod_is_parked_applies_when_it_is() {
+        let w = WaitingPods::default();
+        let p = pod();
+        w.allow_or_remember(&p.uid, "A");
+        w.add(
+            p.clone(),
+            "n1".into(),
+            vec![
+                ("A", Duration::from_secs(10)),
+                ("B", Duration::from_secs(10)),
+            ],
+        );
+        assert_eq!(w.get(&p.uid).unwrap().pending_plugins(), ["B"]);
+        w.allow_or_remember(&p.uid, "B");
+        let start = tokio::time::Instant::now();
+        assert!(w.wait(&p.uid).await.is_success());
+        assert_eq!(start.elapsed(), Duration::ZERO, "no timer fired");
+
+        let q = Arc::new(make_pod("q").build());
+        w.reject_or_remember(&q.uid, "A", "gang rejected");
+        w.add(q.clone(), "n1".into(), vec![("A", Duration::from_secs(10))]);
+        assert_eq!(w.wait(&q.uid).await.message(), "gang rejected");
+
+        // Forgotten verdicts do not apply to a later attempt.
+        let r = Arc::new(make_pod("r").build());
+        w.reject_or_remember(&r.uid, "A", "stale");
+        w.forget_early(&r.uid);
+        w.add(r.clone(), "n1".into(), vec![("A", Duration::from_secs(10))]);
+        w.allow(&r.uid, "A");
+        assert!(w.wait(&r.uid).await.is_success());
     }
 }
