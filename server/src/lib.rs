@@ -10,6 +10,7 @@ pub mod api;
 pub mod cache;
 pub mod cluster;
 pub mod config;
+pub mod extender;
 pub mod framework;
 pub mod model;
 pub mod plugins;

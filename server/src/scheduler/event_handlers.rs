@@ -30,7 +30,13 @@ pub(crate) async fn run(
 ) {
     while let Some(change) = changes.recv().await {
         match change {
-            ClusterChange::Node(e) => on_node(&shared, e),
+            ClusterChange::Node(e) => {
+                // Extenders learn of a node before any request can name it.
+                if let Some(feed) = &shared.node_feed {
+                    feed.apply(&e);
+                }
+                on_node(&shared, e)
+            }
             ClusterChange::Pod(e) => on_pod(&shared, e),
             ClusterChange::Object(e) => on_object(&shared, e),
             ClusterChange::Synced => {

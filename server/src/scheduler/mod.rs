@@ -30,6 +30,7 @@ pub use explain::{
 use crate::cache::{Cache, Snapshot};
 use crate::cluster::ClusterSource;
 use crate::config::{ConfigError, SchedulerConfig};
+use crate::extender::{Extenders, NodeFeed};
 use crate::framework::{EventRecorder, Framework, Handle, Parallelizer, PodEvent, Registry};
 use crate::model::PodInfo;
 use crate::queue::{QueueConfig, QueueCounts, SchedulingQueue};
@@ -228,6 +229,10 @@ pub(crate) struct Shared {
     pub next_start_node_index: AtomicUsize,
     /// The global percentageOfNodesToScore.
     pub percentage_of_nodes_to_score: i32,
+    /// The remote extenders.
+    pub extenders: Arc<Extenders>,
+    /// Where node changes go for extenders, before the cache sees them.
+    pub node_feed: Option<Arc<NodeFeed>>,
 }
 
 /// A running scheduler's public face.
@@ -285,6 +290,11 @@ pub fn build_profiles(
 }
 
 impl Scheduler {
+    /// The remote extenders.
+    pub fn extenders(&self) -> &Arc<Extenders> {
+        &self.shared.extenders
+    }
+
     /// Builds the scheduler over `cluster` and starts its tasks on the
     /// current tokio runtime: the event handler, the queue's timers, the
     /// scheduling loop (once the cluster's initial state is in the cache)
@@ -304,7 +314,10 @@ impl Scheduler {
             events: events.clone(),
         });
         let handle = Handle::new(cluster.clone(), recorder, parallelizer);
-        let profiles = build_profiles(config, registry, &handle)?;
+        let extenders = Arc::new(Extenders::start(config, &handle)?);
+        let mut registry = registry.clone();
+        extenders.register(&mut registry)?;
+        let profiles = build_profiles(config, &registry, &handle)?;
         let queue = SchedulingQueue::new(
             QueueConfig {
                 initial_backoff: config.pod_initial_backoff,
@@ -327,6 +340,8 @@ impl Scheduler {
             summary_lock: Mutex::new(()),
             next_start_node_index: AtomicUsize::new(0),
             percentage_of_nodes_to_score: config.percentage_of_nodes_to_score,
+            node_feed: extenders.feed(),
+            extenders,
         });
         let (synced_tx, synced) = watch::channel(false);
         tokio::spawn(event_handlers::run(

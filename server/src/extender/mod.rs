@@ -1,0 +1,95 @@
+//! Remote extenders: extension points served by other processes.
+//!
+//! Each `berthExtenders` entry becomes a [`Connection`] (one stream,
+//! redialed when it breaks) and a plugin of the same name
+//! ([`RemotePlugin`]) that profiles enable like any other, at the points the
+//! entry lists. The framework does not know the plugin is remote: it sees a
+//! batch Filter/Score plugin and async plugins at the other points. The
+//! protocol is `proto/berth/extender/v1/extender.proto`.
+
+mod connection;
+mod feed;
+mod remote;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+pub use connection::{CallError, CallRequest, Connection, INITIAL_BACKOFF, MAX_BACKOFF, Stats};
+pub use feed::NodeFeed;
+pub use remote::{RemotePlugin, reservation_id};
+
+use crate::config::{ConfigError, SchedulerConfig};
+use crate::framework::{Handle, Plugin, Registry};
+
+/// The extenders of one scheduler.
+#[derive(Debug, Default)]
+pub struct Extenders {
+    connections: Vec<Arc<Connection>>,
+    feed: Arc<NodeFeed>,
+}
+
+impl Extenders {
+    /// Creates a connection per configured extender and starts dialing.
+    /// Must run inside a tokio runtime. Errors name the configuration field
+    /// (a TLS file that cannot be read, an endpoint tonic refuses).
+    pub fn start(config: &SchedulerConfig, handle: &Handle) -> Result<Self, ConfigError> {
+        let feed = Arc::new(NodeFeed::new());
+        let mut connections = Vec::with_capacity(config.extenders.len());
+        for cfg in &config.extenders {
+            let endpoint = tonic::transport::Endpoint::from_shared(cfg.endpoint.clone())
+                .map_err(|e| ConfigError::new(format!("{}.endpoint", cfg.path), e.to_string()))?
+                .connect_timeout(cfg.timeout)
+                .tcp_nodelay(true);
+            if cfg.tls.is_some() {
+                return Err(ConfigError::new(
+                    format!("{}.tls", cfg.path),
+                    "TLS to extenders is not available in this build",
+                ));
+            }
+            let conn = Arc::new(Connection::new(cfg.clone(), handle.clone(), feed.clone()));
+            conn.start(endpoint);
+            connections.push(conn);
+        }
+        Ok(Self { connections, feed })
+    }
+
+    /// Registers each extender's plugin under its name.
+    pub fn register(&self, registry: &mut Registry) -> Result<(), ConfigError> {
+        for conn in &self.connections {
+            let c = conn.clone();
+            let path = conn.config().path.clone();
+            registry
+                .register_factory(
+                    conn.name(),
+                    Arc::new(move |args, args_path, _| {
+                        if args.is_some_and(|a| !a.is_null()) {
+                            return Err(ConfigError::new(
+                                args_path,
+                                "remote extenders take no plugin args (configure them under berthExtenders)",
+                            ));
+                        }
+                        Ok(Arc::new(RemotePlugin::new(c.clone())) as Arc<dyn Plugin>)
+                    }),
+                )
+                .map_err(|e| ConfigError::new(format!("{path}.name"), e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The node feed extenders that want nodes follow; `None` without
+    /// extenders.
+    pub fn feed(&self) -> Option<Arc<NodeFeed>> {
+        (!self.connections.is_empty()).then(|| self.feed.clone())
+    }
+
+    /// The connections, in configuration order.
+    pub fn connections(&self) -> &[Arc<Connection>] {
+        &self.connections
+    }
+
+    /// Whether no extender is configured.
+    pub fn is_empty(&self) -> bool {
+        self.connections.is_empty()
+    }
+}
