@@ -99,14 +99,16 @@ pub fn filter_cell(n: &NodeResult) -> String {
 }
 
 /// Feasible nodes by total score (the selected one first among equals),
-/// then rejected ones, then those not evaluated, each group in the
-/// server's order.
+/// then rejected ones, then those not evaluated; by name within each.
 fn sorted(nodes: &[NodeResult]) -> Vec<&NodeResult> {
     let mut v: Vec<&NodeResult> = nodes.iter().collect();
-    v.sort_by_key(|n| match verdict(n) {
-        NodeVerdict::Feasible => (0, -n.total_score, !n.selected),
-        NodeVerdict::NotEvaluated => (2, 0, true),
-        _ => (1, 0, true),
+    v.sort_by_key(|n| {
+        let rank = match verdict(n) {
+            NodeVerdict::Feasible => (0, -n.total_score, !n.selected),
+            NodeVerdict::NotEvaluated => (2, 0, true),
+            _ => (1, 0, true),
+        };
+        (rank, n.node.as_str())
     });
     v
 }
