@@ -22,46 +22,52 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Builds `bin` of `package` with the same profile as the tests and returns
+/// its path.
+fn build_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // target/<profile>/deps/<test> -> target/<profile>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("cannot locate the target directory")?
+        .to_path_buf();
+    let profile = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("debug")
+        .to_string();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.current_dir(workspace_root())
+        .args(["build", "--quiet", "-p", package, "--bin", bin]);
+    if profile == "release" {
+        cmd.arg("--release");
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| format!("running cargo build: {e}"))?;
+    if !status.success() {
+        return Err(format!("cargo build of {bin} failed: {status}"));
+    }
+    Ok(dir.join(bin))
+}
+
 /// The berthd binary, built once per test process with the same profile as
 /// the tests.
 pub fn berthd_path() -> Result<PathBuf> {
     static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        // target/<profile>/deps/<test> -> target/<profile>
-        let dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .ok_or("cannot locate the target directory")?
-            .to_path_buf();
-        let profile = dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("debug")
-            .to_string();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = std::process::Command::new(cargo);
-        cmd.current_dir(workspace_root()).args([
-            "build",
-            "--quiet",
-            "-p",
-            "berth-server",
-            "--bin",
-            "berthd",
-        ]);
-        if profile == "release" {
-            cmd.arg("--release");
-        }
-        let status = cmd
-            .status()
-            .map_err(|e| format!("running cargo build: {e}"))?;
-        if !status.success() {
-            return Err(format!("cargo build of berthd failed: {status}"));
-        }
-        Ok(dir.join("berthd"))
-    })
-    .clone()
-    .map_err(|e| anyhow!(e))
+    PATH.get_or_init(|| build_binary("berth-server", "berthd"))
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
+/// The berthctl binary, built once per test process like [`berthd_path`].
+pub fn berthctl_path() -> Result<PathBuf> {
+    static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PATH.get_or_init(|| build_binary("berth-client", "berthctl"))
+        .clone()
+        .map_err(|e| anyhow!(e))
 }
 
 /// A running berthd.

@@ -1,0 +1,456 @@
+//! `berthctl dry-run`: where a pod would go and why, as a node × plugin
+//! matrix.
+
+use anyhow::{Result, bail};
+use berth_client::pb::{DryRunResponse, NodeResult, NodeVerdict, PluginResult};
+use berth_client::{Client, pb};
+
+use crate::Rpc;
+use crate::files::{Doc, Source};
+use crate::output::{Output, emit, emit_proto};
+use crate::table::Table;
+
+/// `berthctl dry-run -f POD_FILE`.
+pub async fn run(
+    client: &mut Client,
+    format: Output,
+    src: &Source,
+    docs: &[Doc],
+    all_nodes: bool,
+    profile: &str,
+) -> Result<()> {
+    let [doc] = docs else {
+        bail!(
+            "{}: expected exactly one pod, found {} objects",
+            src.name,
+            docs.len()
+        );
+    };
+    let resp = client.dry_run(&doc.value, profile, all_nodes).await.rpc()?;
+    if format != Output::Table {
+        return emit_proto(format, &resp);
+    }
+    let ns = Some(doc.namespace()).filter(|n| !n.is_empty());
+    let pod = format!(
+        "{}/{}",
+        ns.unwrap_or("default"),
+        doc.value["metadata"]["name"].as_str().unwrap_or("")
+    );
+    emit(&render(&resp, &pod))
+}
+
+/// Short column names for plugins: their capitals (NodeResourcesFit ->
+/// NRF), or their first four letters, made unique with a digit.
+pub fn abbreviate(names: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in names {
+        let caps: String = n.chars().filter(char::is_ascii_uppercase).collect();
+        let base = if caps.len() >= 2 {
+            caps
+        } else {
+            n.chars().take(4).collect()
+        };
+        let mut a = base.clone();
+        let mut i = 2;
+        while out.contains(&a) {
+            a = format!("{base}{i}");
+            i += 1;
+        }
+        out.push(a);
+    }
+    out
+}
+
+fn verdict(n: &NodeResult) -> NodeVerdict {
+    NodeVerdict::try_from(n.verdict).unwrap_or(NodeVerdict::Unspecified)
+}
+
+/// What the Filter plugins made of a node: "ok", "not evaluated", or each
+/// rejecting plugin with its reasons.
+pub fn filter_cell(n: &NodeResult) -> String {
+    match verdict(n) {
+        NodeVerdict::Feasible => "ok".into(),
+        NodeVerdict::NotEvaluated => "not evaluated".into(),
+        v => {
+            let failures: Vec<String> = n
+                .filters
+                .iter()
+                .filter(|f| !matches!(f.code.as_str(), "Success" | "Skip" | "NotEvaluated"))
+                .map(|f| {
+                    if f.reasons.is_empty() {
+                        format!("{}: {}", f.plugin, f.code)
+                    } else {
+                        format!("{}: {}", f.plugin, f.reasons.join(", "))
+                    }
+                })
+                .collect();
+            let text = if failures.is_empty() {
+                "rejected".to_string()
+            } else {
+                failures.join("; ")
+            };
+            if v == NodeVerdict::Error {
+                format!("error: {text}")
+            } else {
+                text
+            }
+        }
+    }
+}
+
+/// Feasible nodes by total score (the selected one first among equals),
+/// then rejected ones, then those not evaluated; by name within each.
+fn sorted(nodes: &[NodeResult]) -> Vec<&NodeResult> {
+    let mut v: Vec<&NodeResult> = nodes.iter().collect();
+    v.sort_by_key(|n| {
+        let rank = match verdict(n) {
+            NodeVerdict::Feasible => (0, -n.total_score, !n.selected),
+            NodeVerdict::NotEvaluated => (2, 0, true),
+            _ => (1, 0, true),
+        };
+        (rank, n.node.as_str())
+    });
+    v
+}
+
+/// Plugin-level results worth showing: failures, restrictions to a node set;
+/// skips on one line.
+fn plugin_lines(title: &str, results: &[PluginResult]) -> String {
+    let mut lines = Vec::new();
+    let mut skipped = Vec::new();
+    for r in results {
+        match r.code.as_str() {
+            "Skip" => skipped.push(r.plugin.as_str()),
+            "Success" if r.node_names.is_empty() => {}
+            "Success" => {
+                let shown: Vec<&str> = r.node_names.iter().take(5).map(String::as_str).collect();
+                let more = if r.node_names.len() > shown.len() {
+                    ", ..."
+                } else {
+                    ""
+                };
+                lines.push(format!(
+                    "  {}: restricted to {} node{} ({}{more})",
+                    r.plugin,
+                    r.node_names.len(),
+                    if r.node_names.len() == 1 { "" } else { "s" },
+                    shown.join(", ")
+                ));
+            }
+            code => {
+                let reasons = if r.reasons.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", r.reasons.join(", "))
+                };
+                lines.push(format!("  {}: {code}{reasons}", r.plugin));
+            }
+        }
+    }
+    if !skipped.is_empty() {
+        lines.push(format!("  skipped: {}", skipped.join(", ")));
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!("{title}:\n{}\n", lines.join("\n"))
+}
+
+fn preemption(p: &pb::Preemption) -> String {
+    if p.nominated_node.is_empty() {
+        return format!("Preemption would not help: {}\n", p.message);
+    }
+    let mut s = format!(
+        "Preemption: the pod would be nominated to {}, evicting {} pod{}:\n",
+        p.nominated_node,
+        p.victims.len(),
+        if p.victims.len() == 1 { "" } else { "s" }
+    );
+    for v in &p.victims {
+        s.push_str(&format!(
+            "  {}/{} (priority {})\n",
+            v.namespace, v.name, v.priority
+        ));
+    }
+    s
+}
+
+/// The human explanation of a dry run of `pod` (namespace/name).
+pub fn render(resp: &DryRunResponse, pod: &str) -> String {
+    let mut out = format!("Pod {pod}, profile {}: {}\n", resp.profile, resp.message);
+    out.push_str(&format!(
+        "{} node{}, {} evaluated, {} feasible.\n",
+        resp.nodes.len(),
+        if resp.nodes.len() == 1 { "" } else { "s" },
+        resp.evaluated_nodes,
+        resp.feasible_nodes
+    ));
+    out.push_str(&plugin_lines("PreFilter", &resp.pre_filter));
+    out.push_str(&plugin_lines("PreScore", &resp.pre_score));
+
+    let mut plugins: Vec<String> = Vec::new();
+    for n in &resp.nodes {
+        for s in &n.scores {
+            if !plugins.contains(&s.plugin) {
+                plugins.push(s.plugin.clone());
+            }
+        }
+    }
+    let short = abbreviate(&plugins);
+    let headers = ["".to_string(), "NODE".to_string()]
+        .into_iter()
+        .chain(short.iter().cloned())
+        .chain(["TOTAL".to_string(), "FILTER".to_string()]);
+    let mut t = Table::new(headers);
+    for i in 0..=plugins.len() {
+        t = t.right(2 + i);
+    }
+    for n in sorted(&resp.nodes) {
+        let feasible = verdict(n) == NodeVerdict::Feasible;
+        let marker = if n.selected {
+            "*"
+        } else if n.top_score {
+            "+"
+        } else {
+            ""
+        };
+        let scores = plugins.iter().map(|p| {
+            n.scores
+                .iter()
+                .find(|s| &s.plugin == p)
+                .map(|s| s.weighted.to_string())
+                .unwrap_or_default()
+        });
+        let total = if feasible {
+            n.total_score.to_string()
+        } else {
+            "-".into()
+        };
+        t.row(
+            [marker.to_string(), n.node.clone()]
+                .into_iter()
+                .chain(scores)
+                .chain([total, filter_cell(n)]),
+        );
+    }
+    if t.len() > 0 {
+        out.push('\n');
+        out.push_str(&t.render());
+        out.push('\n');
+        let mut marks = Vec::new();
+        if resp.nodes.iter().any(|n| n.selected) {
+            marks.push("* selected");
+        }
+        if resp.nodes.iter().any(|n| n.top_score && !n.selected) {
+            marks.push("+ tied for the top score");
+        }
+        let mut legend = marks.join(", ");
+        if !plugins.is_empty() {
+            if !legend.is_empty() {
+                legend.push('\n');
+            }
+            legend.push_str("Scores are normalized × weight: ");
+            let pairs: Vec<String> = short
+                .iter()
+                .zip(&plugins)
+                .map(|(s, p)| format!("{s}={p}"))
+                .collect();
+            legend.push_str(&pairs.join(" "));
+        }
+        if !legend.is_empty() {
+            out.push_str(&legend);
+            out.push('\n');
+        }
+    }
+    if resp.selected_node.is_empty()
+        && let Some(p) = &resp.preemption
+    {
+        out.push('\n');
+        out.push_str(&preemption(p));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_client::pb::{FilterResult, ScoreResult};
+
+    fn filter(plugin: &str, code: &str, reasons: &[&str]) -> FilterResult {
+        FilterResult {
+            plugin: plugin.into(),
+            code: code.into(),
+            reasons: reasons.iter().map(|r| r.to_string()).collect(),
+        }
+    }
+
+    fn score(plugin: &str, normalized: i64, weight: i64) -> ScoreResult {
+        ScoreResult {
+            plugin: plugin.into(),
+            raw: normalized,
+            normalized,
+            weight,
+            weighted: normalized * weight,
+        }
+    }
+
+    fn node(name: &str, verdict: NodeVerdict, scores: Vec<ScoreResult>) -> NodeResult {
+        NodeResult {
+            node: name.into(),
+            verdict: verdict as i32,
+            total_score: scores.iter().map(|s| s.weighted).sum(),
+            scores,
+            ..Default::default()
+        }
+    }
+
+    fn response() -> DryRunResponse {
+        let mut a = node(
+            "a",
+            NodeVerdict::Feasible,
+            vec![
+                score("NodeResourcesFit", 40, 1),
+                score("TaintToleration", 100, 3),
+            ],
+        );
+        a.filters = vec![filter("NodeResourcesFit", "Success", &[])];
+        let mut b = node(
+            "b",
+            NodeVerdict::Feasible,
+            vec![
+                score("NodeResourcesFit", 90, 1),
+                score("TaintToleration", 100, 3),
+            ],
+        );
+        b.selected = true;
+        b.top_score = true;
+        let mut c = node("c", NodeVerdict::Unschedulable, vec![]);
+        c.filters = vec![
+            filter("NodeUnschedulable", "Success", &[]),
+            filter("NodeResourcesFit", "Unschedulable", &["Insufficient cpu"]),
+            filter("TaintToleration", "NotEvaluated", &[]),
+        ];
+        let d = node("d", NodeVerdict::NotEvaluated, vec![]);
+        let mut e = node("e", NodeVerdict::Unresolvable, vec![]);
+        e.filters = vec![filter(
+            "TaintToleration",
+            "UnschedulableAndUnresolvable",
+            &["node(s) had untolerated taint {gpu: true}"],
+        )];
+        DryRunResponse {
+            selected_node: "b".into(),
+            profile: "default-scheduler".into(),
+            message: "would be assigned default/web to b".into(),
+            pre_filter: vec![
+                PluginResult {
+                    plugin: "NodeAffinity".into(),
+                    code: "Success".into(),
+                    node_names: vec!["a".into(), "b".into(), "c".into()],
+                    ..Default::default()
+                },
+                PluginResult {
+                    plugin: "VolumeBinding".into(),
+                    code: "Skip".into(),
+                    ..Default::default()
+                },
+                PluginResult {
+                    plugin: "NodeResourcesFit".into(),
+                    code: "Success".into(),
+                    ..Default::default()
+                },
+            ],
+            nodes: vec![c, a, d, b, e],
+            evaluated_nodes: 4,
+            feasible_nodes: 2,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_matrix_ranks_nodes_and_marks_the_selected_one() {
+        let text = render(&response(), "default/web");
+        let want = "\
+Pod default/web, profile default-scheduler: would be assigned default/web to b
+5 nodes, 4 evaluated, 2 feasible.
+PreFilter:
+  NodeAffinity: restricted to 3 nodes (a, b, c)
+  skipped: VolumeBinding
+
+    NODE   NRF    TT   TOTAL   FILTER
+*   b       90   300     390   ok
+    a       40   300     340   ok
+    c                      -   NodeResourcesFit: Insufficient cpu
+    e                      -   TaintToleration: node(s) had untolerated taint {gpu: true}
+    d                      -   not evaluated
+
+* selected
+Scores are normalized × weight: NRF=NodeResourcesFit TT=TaintToleration
+";
+        assert_eq!(text, want, "\n{text}");
+    }
+
+    #[test]
+    fn no_fit_shows_preemption() {
+        let mut r = response();
+        r.selected_node.clear();
+        r.nodes
+            .retain(|n| n.verdict != NodeVerdict::Feasible as i32);
+        r.preemption = Some(pb::Preemption {
+            nominated_node: "c".into(),
+            victims: vec![pb::PodReference {
+                namespace: "default".into(),
+                name: "low".into(),
+                uid: "u".into(),
+                priority: -5,
+            }],
+            message: String::new(),
+        });
+        let text = render(&r, "default/web");
+        assert!(
+            text.ends_with(
+                "\nPreemption: the pod would be nominated to c, evicting 1 pod:\n  default/low (priority -5)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("TOTAL   FILTER\n*"),
+            "nothing selected:\n{text}"
+        );
+        r.preemption = Some(pb::Preemption {
+            message:
+                "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+                    .into(),
+            ..Default::default()
+        });
+        assert!(render(&r, "default/web").ends_with(
+            "\nPreemption would not help: preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.\n"
+        ));
+    }
+
+    #[test]
+    fn abbreviations_are_unique() {
+        let names = [
+            "NodeResourcesFit",
+            "NodeAffinity",
+            "NetworkAware",
+            "spread",
+            "NodeResourcesBalancedAllocation",
+        ]
+        .map(String::from);
+        assert_eq!(abbreviate(&names), ["NRF", "NA", "NA2", "spre", "NRBA"]);
+    }
+
+    #[test]
+    fn filter_cells() {
+        let mut n = node("x", NodeVerdict::Unschedulable, vec![]);
+        n.filters = vec![
+            filter("A", "Unschedulable", &["r1", "r2"]),
+            filter("B", "Skip", &[]),
+            filter("C", "Unschedulable", &[]),
+        ];
+        assert_eq!(filter_cell(&n), "A: r1, r2; C: Unschedulable");
+        n.verdict = NodeVerdict::Error as i32;
+        n.filters = vec![filter("A", "Error", &["boom"])];
+        assert_eq!(filter_cell(&n), "error: A: boom");
+    }
+}

@@ -1,0 +1,329 @@
+//! `berthctl get`: objects of the embedded cluster, as tables or as
+//! Kubernetes JSON/YAML.
+
+use std::collections::HashMap;
+
+use anyhow::{Context, Result};
+use berth_client::Client;
+use serde_json::{Value, json};
+
+use crate::Rpc;
+use crate::output::{Output, emit, render};
+use crate::quantity::{format_bytes, format_cpu, percent};
+use crate::resources::{Resources, is_active, node_allocatable, pod_requests};
+use crate::table::Table;
+
+/// Which table a kind gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KindClass {
+    /// Nodes, with what their pods request.
+    Node,
+    /// Pods, with where they are.
+    Pod,
+    /// Anything else the server stores: namespace and name.
+    Other,
+}
+
+/// Classifies a kind as kubectl users type it (`nodes`, `no`, `Pod`, `po`).
+/// Anything else is passed to the server as typed, which knows the rest.
+pub fn classify(kind: &str) -> KindClass {
+    match kind.to_ascii_lowercase().as_str() {
+        "node" | "nodes" | "no" => KindClass::Node,
+        "pod" | "pods" | "po" => KindClass::Pod,
+        _ => KindClass::Other,
+    }
+}
+
+fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    path.iter().fold(v, |v, p| &v[*p]).as_str().unwrap_or("")
+}
+
+fn or_none(s: &str) -> String {
+    if s.is_empty() {
+        "<none>".into()
+    } else {
+        s.to_string()
+    }
+}
+
+/// `berthctl get KIND [NAME]`.
+pub async fn run(
+    client: &mut Client,
+    format: Output,
+    kind: &str,
+    name: Option<&str>,
+    namespace: &str,
+) -> Result<()> {
+    let items = match name {
+        Some(n) => vec![client.get(kind, namespace, n).await.rpc()?],
+        None => client.list(kind, namespace).await.rpc()?,
+    };
+    if format != Output::Table {
+        let v = if name.is_some() {
+            items.into_iter().next().unwrap_or_default()
+        } else {
+            json!({
+                "apiVersion": "v1",
+                "kind": "List",
+                "metadata": {"resourceVersion": ""},
+                "items": items,
+            })
+        };
+        return emit(&render(format, &v)?);
+    }
+    if items.is_empty() {
+        eprintln!("No resources found.");
+        return Ok(());
+    }
+    let text = match classify(kind) {
+        KindClass::Node => {
+            let pods = client.list("pods", "").await.rpc()?;
+            nodes_table(&items, &pods)?
+        }
+        KindClass::Pod => pods_table(&items),
+        KindClass::Other => objects_table(&items),
+    };
+    emit(&text)
+}
+
+/// What the active pods bound to each node request, and how many there are.
+fn usage_by_node(pods: &[Value]) -> Result<HashMap<&str, (Resources, i64)>> {
+    let mut by_node: HashMap<&str, (Resources, i64)> = HashMap::new();
+    for p in pods {
+        let node = str_at(p, &["spec", "nodeName"]);
+        if node.is_empty() || !is_active(p) {
+            continue;
+        }
+        let r = pod_requests(p).with_context(|| {
+            format!(
+                "pod {}/{}",
+                str_at(p, &["metadata", "namespace"]),
+                str_at(p, &["metadata", "name"])
+            )
+        })?;
+        let e = by_node.entry(node).or_default();
+        e.0.milli_cpu = e.0.milli_cpu.saturating_add(r.milli_cpu);
+        e.0.memory = e.0.memory.saturating_add(r.memory);
+        e.1 += 1;
+    }
+    Ok(by_node)
+}
+
+fn node_status(n: &Value) -> String {
+    let ready = n["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| c["status"] == "True");
+    let mut s = match ready {
+        Some(true) => "Ready",
+        Some(false) => "NotReady",
+        None => "Unknown",
+    }
+    .to_string();
+    if n["spec"]["unschedulable"].as_bool() == Some(true) {
+        s.push_str(",SchedulingDisabled");
+    }
+    s
+}
+
+fn taints(n: &Value) -> String {
+    let list: Vec<String> = n["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            let key = str_at(t, &["key"]);
+            let value = str_at(t, &["value"]);
+            let effect = str_at(t, &["effect"]);
+            if value.is_empty() {
+                format!("{key}:{effect}")
+            } else {
+                format!("{key}={value}:{effect}")
+            }
+        })
+        .collect();
+    if list.is_empty() {
+        "<none>".into()
+    } else {
+        list.join(",")
+    }
+}
+
+/// Nodes with their requested/allocatable CPU, memory and pods, computed
+/// from the pods bound to them.
+pub fn nodes_table(nodes: &[Value], pods: &[Value]) -> Result<String> {
+    let usage = usage_by_node(pods)?;
+    let mut t = Table::new(["NAME", "STATUS", "CPU", "MEMORY", "PODS", "TAINTS", "ZONE"]);
+    for n in nodes {
+        let name = str_at(n, &["metadata", "name"]);
+        let (alloc, alloc_pods) = node_allocatable(n).with_context(|| format!("node {name}"))?;
+        let (req, count) = usage.get(name).copied().unwrap_or_default();
+        t.row([
+            name.to_string(),
+            node_status(n),
+            format!(
+                "{}/{} ({})",
+                format_cpu(req.milli_cpu),
+                format_cpu(alloc.milli_cpu),
+                percent(req.milli_cpu, alloc.milli_cpu)
+            ),
+            format!(
+                "{}/{} ({})",
+                format_bytes(req.memory),
+                format_bytes(alloc.memory),
+                percent(req.memory, alloc.memory)
+            ),
+            format!("{count}/{alloc_pods}"),
+            taints(n),
+            or_none(
+                n["metadata"]["labels"]["topology.kubernetes.io/zone"]
+                    .as_str()
+                    .unwrap_or(""),
+            ),
+        ]);
+    }
+    Ok(t.render())
+}
+
+fn pod_status(p: &Value) -> String {
+    let phase = str_at(p, &["status", "phase"]);
+    if !str_at(p, &["spec", "nodeName"]).is_empty() {
+        return match phase {
+            "Succeeded" | "Failed" => phase.to_string(),
+            _ => "Scheduled".into(),
+        };
+    }
+    p["status"]["conditions"]
+        .as_array()
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c["type"] == "PodScheduled" && c["status"] == "False")
+        })
+        .map(|c| str_at(c, &["reason"]))
+        .filter(|r| !r.is_empty())
+        .unwrap_or("Pending")
+        .to_string()
+}
+
+/// Pods with their node, scheduling status and priority.
+pub fn pods_table(pods: &[Value]) -> String {
+    let mut t = Table::new(["NAMESPACE", "NAME", "NODE", "STATUS", "PRIORITY"]).right(4);
+    for p in pods {
+        t.row([
+            str_at(p, &["metadata", "namespace"]).to_string(),
+            str_at(p, &["metadata", "name"]).to_string(),
+            or_none(str_at(p, &["spec", "nodeName"])),
+            pod_status(p),
+            p["spec"]["priority"].as_i64().unwrap_or(0).to_string(),
+        ]);
+    }
+    t.render()
+}
+
+/// Any other kind: namespace (if namespaced) and name.
+pub fn objects_table(items: &[Value]) -> String {
+    let namespaced = items
+        .iter()
+        .any(|o| !str_at(o, &["metadata", "namespace"]).is_empty());
+    let mut t = if namespaced {
+        Table::new(["NAMESPACE", "NAME"])
+    } else {
+        Table::new(["NAME"])
+    };
+    for o in items {
+        let name = str_at(o, &["metadata", "name"]).to_string();
+        if namespaced {
+            t.row([str_at(o, &["metadata", "namespace"]).to_string(), name]);
+        } else {
+            t.row([name]);
+        }
+    }
+    t.render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_classify_like_kubectl() {
+        for k in ["no", "node", "Nodes"] {
+            assert_eq!(classify(k), KindClass::Node);
+        }
+        for k in ["po", "pod", "PODS"] {
+            assert_eq!(classify(k), KindClass::Pod);
+        }
+        assert_eq!(classify("pvc"), KindClass::Other);
+    }
+
+    #[test]
+    fn nodes_show_what_their_pods_request() {
+        let nodes = [
+            json!({"metadata": {"name": "a", "labels": {"topology.kubernetes.io/zone": "z1"}},
+                   "spec": {"unschedulable": true, "taints": [{"key": "gpu", "value": "true", "effect": "NoSchedule"}, {"key": "x", "effect": "NoExecute"}]},
+                   "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}, "conditions": [{"type": "Ready", "status": "True"}]}}),
+            json!({"metadata": {"name": "b"}, "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"}}}),
+        ];
+        let pod = |node: &str, cpu: &str, phase: &str| json!({"metadata": {"namespace": "d", "name": "p"}, "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}, "status": {"phase": phase}});
+        let pods = [
+            pod("a", "500m", "Running"),
+            pod("a", "1", "Pending"),
+            pod("a", "3", "Succeeded"),
+            pod("", "3", "Pending"),
+        ];
+        let text = nodes_table(&nodes, &pods).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["NAME", "STATUS", "CPU", "MEMORY", "PODS", "TAINTS", "ZONE"]
+        );
+        assert_eq!(
+            lines[1]
+                .split("   ")
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>(),
+            [
+                "a",
+                "Ready,SchedulingDisabled",
+                "1.5/4 (37%)",
+                "2Gi/16Gi (12%)",
+                "2/110",
+                "gpu=true:NoSchedule,x:NoExecute",
+                "z1"
+            ]
+        );
+        assert_eq!(
+            lines[2]
+                .split("   ")
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>(),
+            [
+                "b",
+                "Unknown",
+                "0/2 (0%)",
+                "0/4Gi (0%)",
+                "0/10",
+                "<none>",
+                "<none>"
+            ]
+        );
+    }
+
+    #[test]
+    fn pods_show_node_or_why_not() {
+        let pods = [
+            json!({"metadata": {"namespace": "d", "name": "on"}, "spec": {"nodeName": "n1", "priority": 100}}),
+            json!({"metadata": {"namespace": "d", "name": "off"}, "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}),
+            json!({"metadata": {"namespace": "d", "name": "new"}}),
+        ];
+        assert_eq!(
+            pods_table(&pods),
+            "NAMESPACE   NAME   NODE     STATUS          PRIORITY\n\
+             d           on     n1       Scheduled            100\n\
+             d           off    <none>   Unschedulable          0\n\
+             d           new    <none>   Pending                0\n"
+        );
+    }
+}

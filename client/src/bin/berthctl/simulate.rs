@@ -1,0 +1,127 @@
+//! `berthctl simulate`: where a batch of pods would go, and what it would
+//! do to the nodes that take them.
+
+use anyhow::{Result, bail};
+use berth_client::Client;
+use berth_client::pb::SimulateResponse;
+
+use crate::Rpc;
+use crate::files::{Doc, Source};
+use crate::output::{Output, emit, emit_proto};
+use crate::quantity::{format_bytes, format_cpu, percent};
+use crate::table::Table;
+
+/// `berthctl simulate -f FILE...`.
+pub async fn run(
+    client: &mut Client,
+    format: Output,
+    inputs: &[(Source, Vec<Doc>)],
+    replicas: u32,
+    profile: &str,
+) -> Result<()> {
+    let objects: Vec<serde_json::Value> = inputs
+        .iter()
+        .flat_map(|(_, docs)| docs.iter().map(|d| d.value.clone()))
+        .collect();
+    if objects.is_empty() {
+        let names: Vec<&str> = inputs.iter().map(|(s, _)| s.name.as_str()).collect();
+        bail!("{}: no objects to simulate", names.join(", "));
+    }
+    let resp = client.simulate(&objects, replicas, profile).await.rpc()?;
+    if format != Output::Table {
+        return emit_proto(format, &resp);
+    }
+    emit(&render(&resp))
+}
+
+/// Placements, the summary line, then the nodes that took pods.
+pub fn render(resp: &SimulateResponse) -> String {
+    let mut pods = Table::new(["NAMESPACE", "NAME", "NODE", "REASON"]);
+    for p in &resp.pods {
+        let node = if p.node.is_empty() {
+            "<none>".to_string()
+        } else {
+            p.node.clone()
+        };
+        pods.row([p.namespace.clone(), p.name.clone(), node, p.reason.clone()]);
+    }
+    let mut out = pods.render();
+    out.push_str(&format!(
+        "\n{} scheduled, {} unschedulable\n",
+        resp.scheduled, resp.unschedulable
+    ));
+    let mut nodes = Table::new(["NODE", "PLACED", "CPU", "MEMORY", "PODS"]).right(1);
+    for n in resp.nodes.iter().filter(|n| n.placed > 0) {
+        nodes.row([
+            n.node.clone(),
+            n.placed.to_string(),
+            format!(
+                "{} ({}/{})",
+                percent(n.cpu_requested_milli, n.cpu_allocatable_milli),
+                format_cpu(n.cpu_requested_milli),
+                format_cpu(n.cpu_allocatable_milli)
+            ),
+            format!(
+                "{} ({}/{})",
+                percent(n.memory_requested_bytes, n.memory_allocatable_bytes),
+                format_bytes(n.memory_requested_bytes),
+                format_bytes(n.memory_allocatable_bytes)
+            ),
+            format!("{}/{}", n.pods, n.pods_allocatable),
+        ]);
+    }
+    if nodes.len() > 0 {
+        out.push_str("\nAfter the simulation:\n");
+        out.push_str(&nodes.render());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_client::pb::{NodeUtilization, SimulatedPod};
+
+    #[test]
+    fn placements_summary_and_touched_nodes() {
+        let pod = |name: &str, node: &str, reason: &str| SimulatedPod {
+            namespace: "default".into(),
+            name: name.into(),
+            node: node.into(),
+            reason: reason.into(),
+        };
+        let node = |name: &str, placed: u32, cpu: i64| NodeUtilization {
+            node: name.into(),
+            cpu_requested_milli: cpu,
+            cpu_allocatable_milli: 4000,
+            memory_requested_bytes: 1 << 30,
+            memory_allocatable_bytes: 4 << 30,
+            pods: 3,
+            pods_allocatable: 110,
+            placed,
+        };
+        let resp = SimulateResponse {
+            pods: vec![
+                pod("web-0", "n1", ""),
+                pod("web-1", "", "0/2 nodes are available: 2 Insufficient cpu."),
+            ],
+            scheduled: 1,
+            unschedulable: 1,
+            nodes: vec![node("n1", 1, 3000), node("n2", 0, 0)],
+        };
+        assert_eq!(
+            render(&resp),
+            "\
+NAMESPACE   NAME    NODE     REASON
+default     web-0   n1
+default     web-1   <none>   0/2 nodes are available: 2 Insufficient cpu.
+
+1 scheduled, 1 unschedulable
+
+After the simulation:
+NODE   PLACED   CPU         MEMORY          PODS
+n1          1   75% (3/4)   25% (1Gi/4Gi)   3/110
+"
+        );
+    }
+}
