@@ -1,12 +1,14 @@
 //! The gRPC services berthd serves on one port: `berth.v1.Scheduler`,
 //! `berth.v1.Cluster`, `grpc.health.v1.Health` (per service) and server
 //! reflection (v1 and v1alpha, so that every grpcurl can list and describe
-//! the services without proto files).
+//! the services without proto files). With a [`TlsConfig`] the port speaks
+//! TLS only, and with a client CA it requires client certificates (mTLS).
 
 mod cluster;
 mod convert;
 mod error;
 mod scheduler;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,6 +21,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 pub use cluster::ClusterApi;
 pub use error::ApiError;
 pub use scheduler::{SchedulerApi, dry_run_response};
+pub use tls::{TlsConfig, TlsError, TlsFiles};
 
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::scheduler::Scheduler;
@@ -37,11 +40,13 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// Serves every service on `listener` until `shutdown` completes.
+/// Serves every service on `listener` until `shutdown` completes, over TLS
+/// when `tls` is given.
 pub async fn serve(
     listener: TcpListener,
     scheduler: Scheduler,
     cluster: Arc<EmbeddedCluster>,
+    tls: Option<TlsConfig>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -59,7 +64,11 @@ pub async fn serve(
         .max_decoding_message_size(MAX_REQUEST_BYTES);
     let cluster_svc =
         ClusterServer::new(ClusterApi::new(cluster)).max_decoding_message_size(MAX_REQUEST_BYTES);
-    tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = &tls {
+        server = server.tls_config(tls.server_config())?;
+    }
+    server
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
