@@ -325,6 +325,43 @@ async fn mutual_tls_requires_a_client_certificate_from_the_client_ca() -> Result
     Ok(())
 }
 
+#[tokio::test]
+async fn grpcurl_speaks_mutual_tls_to_berthd() -> Result<()> {
+    let pki = Pki::new("grpcurl")?;
+    let berthd = start(&pki, true).await?;
+    let grpcurl = |with_client_cert: bool| {
+        let mut cmd = tokio::process::Command::new(berth_e2e::grpcurl_path()?);
+        cmd.args(["-cacert", &pki.path("ca.pem")]);
+        if with_client_cert {
+            cmd.args(["-cert", &pki.path("client.pem")]);
+            cmd.args(["-key", &pki.path("client-key.pem")]);
+        }
+        cmd.args([&berthd.addr, "grpc.health.v1.Health/Check"]);
+        anyhow::Ok(cmd.kill_on_drop(true).output())
+    };
+    let out = grpcurl(true)?.await?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(answer, serde_json::json!({"status": "SERVING"}));
+
+    // Without a client certificate grpcurl cannot get through. (Whether it
+    // reads the server's "certificate required" alert before its write
+    // fails is a race, so only the failure to dial is checked.)
+    let out = grpcurl(false)?.await?;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!("Failed to dial target host \"{}\"", berthd.addr)),
+        "{stderr}"
+    );
+    assert!(berthd.stop().await?.success());
+    Ok(())
+}
+
 /// Runs berthd with `args` expecting it to stop at startup; its exit code
 /// and stderr.
 fn fails_to_start(args: &[String]) -> Result<(Option<i32>, String)> {
