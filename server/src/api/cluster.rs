@@ -11,7 +11,7 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::ApiError;
+use super::{ApiError, Closing};
 use crate::cluster::embedded::{EmbeddedCluster, Kind, SUPPORTED_KINDS, parse_objects};
 use crate::cluster::{ClusterChange, ClusterSource, WatchEvent};
 
@@ -19,12 +19,21 @@ use crate::cluster::{ClusterChange, ClusterSource, WatchEvent};
 #[derive(Debug, Clone)]
 pub struct ClusterApi {
     cluster: Arc<EmbeddedCluster>,
+    closing: Closing,
 }
 
 impl ClusterApi {
     /// The service over `cluster`.
     pub fn new(cluster: Arc<EmbeddedCluster>) -> Self {
-        Self { cluster }
+        Self {
+            cluster,
+            closing: Closing::never(),
+        }
+    }
+
+    /// Ends watch streams when `closing` closes.
+    pub fn closing_on(self, closing: Closing) -> Self {
+        Self { closing, ..self }
     }
 }
 
@@ -242,6 +251,6 @@ impl Cluster for ClusterApi {
                 object: to_struct(&json),
             }))
         });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(Box::pin(self.closing.end(stream))))
     }
 }

@@ -10,8 +10,8 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 use tonic::{Request, Response, Status};
 
-use super::ApiError;
 use super::convert::{object, pod_from_json, simulated_pods};
+use super::{ApiError, Closing};
 use crate::framework::{Code, FilterVerdict, Status as PluginStatus};
 use crate::queue::QueueName;
 use crate::scheduler::{
@@ -26,12 +26,21 @@ pub const MAX_SIMULATED_PODS: usize = 100_000;
 #[derive(Debug, Clone)]
 pub struct SchedulerApi {
     scheduler: Scheduler,
+    closing: Closing,
 }
 
 impl SchedulerApi {
     /// The service over a running scheduler.
     pub fn new(scheduler: Scheduler) -> Self {
-        Self { scheduler }
+        Self {
+            scheduler,
+            closing: Closing::never(),
+        }
+    }
+
+    /// Ends event streams when `closing` closes.
+    pub fn closing_on(self, closing: Closing) -> Self {
+        Self { closing, ..self }
     }
 }
 
@@ -308,6 +317,6 @@ impl SchedulerService for SchedulerApi {
             // A slow reader misses events rather than holding the scheduler up.
             _ => None,
         });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(Box::pin(self.closing.end(stream))))
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use berth_server::api::{TlsConfig, TlsFiles};
 use berth_server::cluster::ClusterSource;
 use berth_server::cluster::embedded::{EmbeddedCluster, parse_objects, read_objects};
 use berth_server::config::{self, parse_go_duration};
@@ -56,6 +57,20 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
 
+    /// Serve gRPC over TLS with this certificate chain (PEM, leaf first).
+    /// Needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM). Needs --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+
+    /// Require client certificates signed by this CA (PEM): mutual TLS.
+    /// Needs --tls-cert and --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -99,13 +114,23 @@ async fn main() -> Result<()> {
         (None, false) => parse_objects(SAMPLE_CLUSTER, "built-in sample cluster")?,
     };
     let embedded = EmbeddedCluster::from_objects(objects)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsConfig::load(&TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: args.tls_client_ca.clone(),
+        })?),
+        // clap makes each of the two require the other.
+        _ => None,
+    };
     let source: Arc<dyn ClusterSource> = embedded.clone();
 
     // Bind first, so the address is known before scheduling starts.
     let (listener, addr) = berth_server::api::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
-    tracing::info!(%addr, "serving gRPC on {addr}");
+    let (tls_on, mtls_on) = (tls.is_some(), tls.as_ref().is_some_and(TlsConfig::mutual));
+    tracing::info!(%addr, tls = tls_on, mtls = mtls_on, "serving gRPC on {addr}");
     let scheduler = Scheduler::start(
         &cfg,
         &registry,
@@ -124,7 +149,7 @@ async fn main() -> Result<()> {
     }
 
     let stop = scheduler.clone();
-    berth_server::api::serve(listener, scheduler, embedded, async move {
+    berth_server::api::serve(listener, scheduler, embedded, tls, async move {
         shutdown_signal().await;
         tracing::info!("shutting down");
         stop.stop();
