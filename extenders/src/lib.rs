@@ -138,3 +138,7 @@ pub use berth_proto::extender::v1 as proto;
 
 /// Kubernetes API types as handlers receive them.
 pub use k8s_openapi;
+
+/// The cancellation token of [`Context::cancellation`] and
+/// [`Extender::service`].
+pub use tokio_util::sync::CancellationToken;
