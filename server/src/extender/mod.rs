@@ -19,8 +19,48 @@ pub use connection::{CallError, CallRequest, Connection, INITIAL_BACKOFF, MAX_BA
 pub use feed::NodeFeed;
 pub use remote::{RemotePlugin, reservation_id};
 
+use crate::config::extenders::ExtenderTls;
 use crate::config::{ConfigError, SchedulerConfig};
 use crate::framework::{Handle, Plugin, Registry};
+
+fn read_pem(path: &str, file: &str, what: &str) -> Result<Vec<u8>, ConfigError> {
+    let data = std::fs::read(file)
+        .map_err(|e| ConfigError::new(path, format!("cannot read {file:?}: {e}")))?;
+    if !String::from_utf8_lossy(&data).contains("-----BEGIN ") {
+        return Err(ConfigError::new(
+            path,
+            format!("{file:?} holds no PEM {what}"),
+        ));
+    }
+    Ok(data)
+}
+
+/// The TLS settings of an extender connection; every file is read now, so
+/// that a missing or bad one stops startup naming its field.
+fn client_tls(tls: &ExtenderTls) -> Result<tonic::transport::ClientTlsConfig, ConfigError> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    let ca_path = format!("{}.caFile", tls.path);
+    let Some(ca) = &tls.ca_file else {
+        return Err(ConfigError::new(
+            ca_path,
+            "Required value: https endpoints are verified against this CA bundle",
+        ));
+    };
+    let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read_pem(
+        &ca_path,
+        ca,
+        "certificate",
+    )?));
+    if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
+        let cert = read_pem(&format!("{}.certFile", tls.path), cert, "certificate")?;
+        let key = read_pem(&format!("{}.keyFile", tls.path), key, "private key")?;
+        config = config.identity(Identity::from_pem(cert, key));
+    }
+    if let Some(name) = &tls.server_name {
+        config = config.domain_name(name.clone());
+    }
+    Ok(config)
+}
 
 /// The extenders of one scheduler.
 #[derive(Debug, Default)]
@@ -41,12 +81,12 @@ impl Extenders {
                 .map_err(|e| ConfigError::new(format!("{}.endpoint", cfg.path), e.to_string()))?
                 .connect_timeout(cfg.timeout)
                 .tcp_nodelay(true);
-            if cfg.tls.is_some() {
-                return Err(ConfigError::new(
-                    format!("{}.tls", cfg.path),
-                    "TLS to extenders is not available in this build",
-                ));
-            }
+            let endpoint = match &cfg.tls {
+                Some(tls) => endpoint
+                    .tls_config(client_tls(tls)?)
+                    .map_err(|e| ConfigError::new(&tls.path, e.to_string()))?,
+                None => endpoint,
+            };
             let conn = Arc::new(Connection::new(cfg.clone(), handle.clone(), feed.clone()));
             conn.start(endpoint);
             connections.push(conn);

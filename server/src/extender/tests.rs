@@ -283,11 +283,23 @@ impl extender_server::Extender for Fake {
 /// The scripted extender on a loopback port; dropping the stop sender
 /// stops it.
 async fn serve(fake: Fake) -> (String, oneshot::Sender<()>) {
+    serve_with(fake, None).await
+}
+
+async fn serve_with(
+    fake: Fake,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+) -> (String, oneshot::Sender<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls).unwrap();
+    }
     tokio::spawn(
-        tonic::transport::Server::builder()
+        builder
             .add_service(extender_server::ExtenderServer::new(fake))
             .serve_with_incoming_shutdown(
                 tokio_stream::wrappers::TcpListenerStream::new(listener),
@@ -296,7 +308,7 @@ async fn serve(fake: Fake) -> (String, oneshot::Sender<()>) {
                 },
             ),
     );
-    (format!("http://{addr}"), stop)
+    (format!("{scheme}://{addr}"), stop)
 }
 
 struct Env {
@@ -660,4 +672,64 @@ async fn a_pod_waiting_on_an_extender_that_disconnects_is_rejected_and_unreserve
         1,
         "queued until the extender is back"
     );
+}
+
+/// A CA and a server certificate for 127.0.0.1, PEM.
+fn pki() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    (ca_pem, cert.pem(), key.serialize_pem())
+}
+
+#[tokio::test]
+async fn extenders_are_reached_over_tls_verified_against_the_configured_ca() {
+    let (ca, cert, key) = pki();
+    let dir = std::env::temp_dir().join(format!("berth-ext-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &ca).unwrap();
+    let fake = Fake::default();
+    *fake.script.lock() = Script {
+        points: all_points(),
+        reject: vec!["n1", "n2"],
+        ..Default::default()
+    };
+    let tls = tonic::transport::ServerTlsConfig::new()
+        .identity(tonic::transport::Identity::from_pem(cert, key));
+    let (endpoint, _stop) = serve_with(fake.clone(), Some(tls)).await;
+    let extra = format!("  tls: {{caFile: {:?}}}\n", ca_file.display().to_string());
+    let mut env = start(
+        &config(&endpoint, &extra),
+        three_nodes(),
+        vec![make_pod("p")],
+    )
+    .await;
+    assert_eq!(env.next().await, scheduled("p", "n3"));
+
+    // A CA file that is not there stops startup naming the field.
+    let registry = in_tree_registry();
+    let known = |n: &str| registry.contains(n);
+    let missing = format!(
+        "  tls: {{caFile: {:?}}}\n",
+        dir.join("nope.pem").display().to_string()
+    );
+    let cfg = config::parse(&config(&endpoint, &missing), &known).unwrap();
+    let err = Scheduler::start(&cfg, &registry, EmbeddedCluster::new(), Options::default())
+        .err()
+        .expect("startup fails");
+    assert!(
+        err.to_string()
+            .starts_with("berthExtenders[0].tls.caFile: cannot read"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }
