@@ -723,9 +723,10 @@ async fn extenders_are_reached_over_tls_verified_against_the_configured_ca() {
         dir.join("nope.pem").display().to_string()
     );
     let cfg = config::parse(&config(&endpoint, &missing), &known).unwrap();
-    let err = Scheduler::start(&cfg, &registry, EmbeddedCluster::new(), Options::default())
-        .err()
-        .expect("startup fails");
+    let Err(err) = Scheduler::start(&cfg, &registry, EmbeddedCluster::new(), Options::default())
+    else {
+        panic!("startup should fail");
+    };
     assert!(
         err.to_string()
             .starts_with("berthExtenders[0].tls.caFile: cannot read"),
