@@ -362,6 +362,54 @@ async fn grpcurl_speaks_mutual_tls_to_berthd() -> Result<()> {
     Ok(())
 }
 
+#[tokio::test]
+async fn berthctl_speaks_mutual_tls_to_berthd() -> Result<()> {
+    let pki = Pki::new("berthctl")?;
+    let berthd = start(&pki, true).await?;
+    let berthctl = |tls: &[String]| {
+        let mut cmd = tokio::process::Command::new(berth_e2e::berthctl_path()?);
+        cmd.args(["-s", &berthd.addr, "-o", "json"])
+            .args(tls)
+            .args(["get", "nodes"]);
+        anyhow::Ok(cmd.kill_on_drop(true).output())
+    };
+    let with_cert = vec![
+        "--tls-ca".to_string(),
+        pki.path("ca.pem"),
+        "--tls-cert".to_string(),
+        pki.path("client.pem"),
+        "--tls-key".to_string(),
+        pki.path("client-key.pem"),
+    ];
+    let out = berthctl(&with_cert)?.await?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(list["kind"], "List");
+    assert!(!list["items"].as_array().map_or(true, Vec::is_empty));
+
+    // Trusting the CA but with no certificate of its own: refused, and the
+    // error says which address and why.
+    let out = berthctl(&with_cert[..2])?.await?;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "error: cannot connect to berthd at https://{}",
+            berthd.addr
+        )),
+        "{stderr}"
+    );
+    // A key without its certificate is a usage error.
+    let out = berthctl(&with_cert[4..])?.await?;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(berthd.stop().await?.success());
+    Ok(())
+}
+
 /// Runs berthd with `args` expecting it to stop at startup; its exit code
 /// and stderr.
 fn fails_to_start(args: &[String]) -> Result<(Option<i32>, String)> {

@@ -17,8 +17,8 @@ mod watch;
 
 use std::process::ExitCode;
 
-use anyhow::Result;
-use berth_client::{Client, ClientError};
+use anyhow::{Context, Result};
+use berth_client::{Client, ClientError, ConnectOptions};
 use clap::{Parser, Subcommand};
 
 use output::{Output, StdoutClosed};
@@ -37,6 +37,39 @@ struct Args {
         global = true
     )]
     server: String,
+
+    /// PEM CA bundle to verify berthd's certificate with (TLS).
+    #[arg(long, env = "BERTH_TLS_CA", global = true, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
+
+    /// PEM client certificate, for berthd's that require one (mTLS).
+    #[arg(
+        long,
+        env = "BERTH_TLS_CERT",
+        global = true,
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<std::path::PathBuf>,
+
+    /// PEM key of --tls-cert.
+    #[arg(
+        long,
+        env = "BERTH_TLS_KEY",
+        global = true,
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<std::path::PathBuf>,
+
+    /// The name berthd's certificate must carry, if not the address's host.
+    #[arg(
+        long,
+        env = "BERTH_TLS_SERVER_NAME",
+        global = true,
+        value_name = "NAME"
+    )]
+    tls_server_name: Option<String>,
 
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value = "table", global = true)]
@@ -164,13 +197,42 @@ impl<T> Rpc<T> for Result<T, ClientError> {
     }
 }
 
-async fn connect(server: &str) -> Result<Client> {
-    Client::connect(server).await.rpc()
+/// Where berthd is and how to reach it.
+struct Target {
+    server: String,
+    options: ConnectOptions,
+}
+
+impl Target {
+    fn from_args(args: &Args) -> Result<Self> {
+        let read = |p: &std::path::Path, flag: &str| {
+            std::fs::read(p).with_context(|| format!("{flag} {}", p.display()))
+        };
+        let mut options = ConnectOptions::default();
+        if let Some(ca) = &args.tls_ca {
+            options.ca_cert = Some(read(ca, "--tls-ca")?);
+        }
+        if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+            options.client_identity = Some((read(cert, "--tls-cert")?, read(key, "--tls-key")?));
+        }
+        options.server_name = args.tls_server_name.clone();
+        Ok(Self {
+            server: args.server.clone(),
+            options,
+        })
+    }
+}
+
+async fn connect(target: &Target) -> Result<Client> {
+    Client::connect_with(&target.server, &target.options)
+        .await
+        .rpc()
 }
 
 async fn run(args: Args) -> Result<()> {
     let format = args.output;
-    let server = args.server.as_str();
+    let target = Target::from_args(&args)?;
+    let server = &target;
     // Files are read (once: one may be stdin) before connecting, so that a
     // bad file is reported as such whether or not berthd is up.
     match args.command {
@@ -224,7 +286,7 @@ async fn run(args: Args) -> Result<()> {
         }
         Command::Watch { namespace, kind } => {
             let c = &mut connect(server).await?;
-            let shown = berth_client::normalize_addr(server);
+            let shown = berth_client::normalize_addr(&server.server);
             watch::run(c, format, &shown, &namespace, kind.as_deref()).await
         }
     }
