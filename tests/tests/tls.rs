@@ -389,7 +389,11 @@ async fn berthctl_speaks_mutual_tls_to_berthd() -> Result<()> {
     );
     let list: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(list["kind"], "List");
-    assert!(list["items"].as_array().is_some_and(|items| !items.is_empty()));
+    assert!(
+        list["items"]
+            .as_array()
+            .is_some_and(|items| !items.is_empty())
+    );
 
     // Trusting the CA but with no certificate of its own: refused, and the
     // error says which address and why.
