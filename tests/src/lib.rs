@@ -204,3 +204,29 @@ pub fn grpcurl_path() -> Result<PathBuf> {
         venv.display()
     )
 }
+
+/// The Python interpreter for the Python extender (extenders/python/):
+/// `BERTH_PYTHON` (tests/run.sh installs extenders/python/requirements.txt
+/// into `tests/.venv` and sets it), else `tests/.venv/bin/python`. Fails,
+/// naming tests/run.sh, when there is none: the Python extender's tests
+/// never skip.
+pub fn python_path() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("BERTH_PYTHON") {
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            bail!(
+                "BERTH_PYTHON={} does not exist; run tests/run.sh, which installs the Python extender's requirements into tests/.venv",
+                p.display()
+            );
+        }
+        return Ok(p);
+    }
+    let venv = workspace_root().join("tests/.venv/bin/python");
+    if venv.is_file() {
+        return Ok(venv);
+    }
+    bail!(
+        "Python not found: BERTH_PYTHON is unset and {} does not exist; run tests/run.sh, which creates tests/.venv and installs extenders/python/requirements.txt (grpcio, grpcio-tools, protobuf) from PyPI",
+        venv.display()
+    )
+}

@@ -1,0 +1,656 @@
+//! The Python remote extender (`extenders/python/label_tier.py`, written
+//! from the .proto alone with grpcio) through the real berthd: its Filter
+//! and Score decide placements, its rejection reason reaches the pod's
+//! condition, and when the process dies berthd fails the pods it would have
+//! judged (or skips it, when `ignorable`), losing none.
+//!
+//! The interpreter is `BERTH_PYTHON` (tests/run.sh installs the extender's
+//! requirements into tests/.venv and sets it), else tests/.venv/bin/python;
+//! without either these tests fail, naming tests/run.sh.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use berth_client::pb::{EventType, SchedulingEvent};
+use berth_e2e::{Berthd, message, python_path, workspace_root};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+/// A guard against a hung process or stream; never what a test waits for.
+const GUARD: Duration = Duration::from_secs(120);
+
+/// The extender's name, in berthd's configuration and in its Hello.
+const EXTENDER: &str = "label-tier";
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+/// A directory for one test's files, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Result<Self> {
+        let dir = std::env::temp_dir().join(format!("berth-pyext-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self(dir))
+    }
+
+    /// Writes `text` to `name` in the directory; its path.
+    fn write(&self, name: &str, text: &str) -> Result<String> {
+        let path = self.0.join(name);
+        std::fs::write(&path, text)?;
+        Ok(path.display().to_string())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running Python extender.
+struct PyExtender {
+    child: Child,
+    /// The address it serves on, from its first stderr line.
+    addr: String,
+    /// Its stderr, line by line.
+    lines: mpsc::UnboundedReceiver<String>,
+    /// Lines read so far.
+    seen: Vec<String>,
+}
+
+impl PyExtender {
+    /// Starts `label_tier.py --listen listen` and reads the address from its
+    /// first stderr line.
+    async fn start(listen: &str) -> Result<Self> {
+        let python = python_path()?;
+        let script = workspace_root().join("extenders/python/label_tier.py");
+        let mut child = Command::new(&python)
+            .arg(&script)
+            .args(["--listen", listen])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {} {}", python.display(), script.display()))?;
+        let stderr = child.stderr.take().context("the extender's stderr")?;
+        let (tx, lines) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut ext = Self {
+            child,
+            addr: String::new(),
+            lines,
+            seen: Vec::new(),
+        };
+        let first = match tokio::time::timeout(GUARD, ext.lines.recv()).await {
+            Ok(Some(line)) => line,
+            Ok(None) => {
+                let status = ext.child.wait().await?;
+                bail!("the Python extender exited ({status}) without printing its address");
+            }
+            Err(_) => bail!("the Python extender printed nothing within {GUARD:?}"),
+        };
+        let Some(addr) = first.strip_prefix("listening on ") else {
+            // Most likely a missing package: show what it said.
+            let mut said = vec![first];
+            while let Ok(Some(l)) = tokio::time::timeout(GUARD, ext.lines.recv()).await {
+                said.push(l);
+            }
+            bail!(
+                "the Python extender's first stderr line is not \"listening on ADDR\":\n{}",
+                said.join("\n")
+            );
+        };
+        ext.addr = addr.to_string();
+        Ok(ext)
+    }
+
+    /// Reads stderr lines until one satisfies `pred`.
+    async fn wait_for(&mut self, pred: impl Fn(&str) -> bool) -> Result<String> {
+        if let Some(l) = self.seen.iter().find(|l| pred(l)) {
+            return Ok(l.clone());
+        }
+        let read = async {
+            while let Some(line) = self.lines.recv().await {
+                self.seen.push(line.clone());
+                if pred(&line) {
+                    return Ok(line);
+                }
+            }
+            bail!(
+                "the Python extender's stderr ended before the expected line; it said:\n{}",
+                self.seen.join("\n")
+            )
+        };
+        tokio::time::timeout(GUARD, read).await.map_err(|_| {
+            anyhow!("the Python extender did not log the expected line within {GUARD:?}")
+        })?
+    }
+
+    /// SIGKILL, and the exit status.
+    async fn kill(mut self) -> Result<ExitStatus> {
+        self.child.start_kill()?;
+        Ok(tokio::time::timeout(GUARD, self.child.wait()).await??)
+    }
+}
+
+/// Four nodes of the same size; labels are what the extender judges:
+/// the tier (gold 100, silver 50, others 0) and a disk kind.
+const NODES: &str = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: gold-hdd
+  labels: {example.com/tier: gold, disk: hdd}
+status:
+  allocatable: {cpu: "4", memory: 8Gi, pods: "20"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: silver-ssd
+  labels: {example.com/tier: silver, disk: ssd}
+status:
+  allocatable: {cpu: "4", memory: 8Gi, pods: "20"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: plain-ssd
+  labels: {disk: ssd}
+status:
+  allocatable: {cpu: "4", memory: 8Gi, pods: "20"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: bronze-nvme
+  labels: {example.com/tier: bronze, disk: nvme}
+status:
+  allocatable: {cpu: "4", memory: 8Gi, pods: "20"}
+  conditions: [{type: Ready, status: "True"}]
+"#;
+
+/// The scheduler configuration: the default profile plus the extender at
+/// filter and score. Its weight (50) makes a tier step (50 points) outweigh
+/// every default Score plugin together (weights summing to 12, 100 each).
+fn config(addr: &str, ignorable: bool) -> String {
+    format!(
+        r#"apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    filter: {{enabled: [{{name: {EXTENDER}}}]}}
+    score: {{enabled: [{{name: {EXTENDER}, weight: 50}}]}}
+berthExtenders:
+- name: {EXTENDER}
+  endpoint: http://{addr}
+  points: [filter, score]
+  timeout: 5s
+  ignorable: {ignorable}
+"#
+    )
+}
+
+/// Starts a Python extender and a berthd using it, and waits for berthd's
+/// "extender connected".
+async fn start(tag: &str, ignorable: bool) -> Result<(PyExtender, Berthd, TempDir)> {
+    let ext = PyExtender::start("127.0.0.1:0").await?;
+    let dir = TempDir::new(tag)?;
+    let cluster = dir.write("cluster.yaml", NODES)?;
+    let cfg = dir.write("config.yaml", &config(&ext.addr, ignorable))?;
+    let mut berthd =
+        Berthd::start(&["--cluster", &cluster, "--config", &cfg, "--seed", "1"]).await?;
+    let connected = wait_connected(&mut berthd).await?;
+    assert_eq!(connected["fields"]["remote_name"], EXTENDER);
+    assert_eq!(connected["fields"]["wants_nodes"], true);
+    assert_eq!(
+        connected["fields"]["endpoint"],
+        format!("http://{}", ext.addr).as_str()
+    );
+    Ok((ext, berthd, dir))
+}
+
+fn field<'a>(line: &'a Value, name: &str) -> &'a str {
+    line["fields"][name].as_str().unwrap_or("")
+}
+
+async fn wait_connected(berthd: &mut Berthd) -> Result<Value> {
+    berthd
+        .wait_for(|l| message(l) == "extender connected" && field(l, "extender") == EXTENDER)
+        .await
+}
+
+/// Waits until berthd has noticed the extender is gone.
+async fn wait_disconnected(berthd: &mut Berthd) -> Result<Value> {
+    berthd
+        .wait_for(|l| {
+            matches!(
+                message(l),
+                "extender closed the stream" | "extender unavailable"
+            ) && field(l, "extender") == EXTENDER
+        })
+        .await
+}
+
+/// A pod, optionally asking for a node label through the annotation.
+fn pod(name: &str, required_label: Option<&str>) -> Value {
+    let mut metadata = json!({"name": name, "namespace": "default"});
+    if let Some(l) = required_label {
+        metadata["annotations"] = json!({"example.com/required-node-label": l});
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"containers": [{"name": "c", "image": "busybox",
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}
+    })
+}
+
+/// The scheduling events seen, and readers over them.
+struct Events {
+    stream: tonic::Streaming<SchedulingEvent>,
+    seen: Vec<SchedulingEvent>,
+}
+
+impl Events {
+    async fn open(berthd: &Berthd) -> Result<Self> {
+        let stream = berthd.client().await?.watch_events("default").await?;
+        Ok(Self {
+            stream,
+            seen: Vec::new(),
+        })
+    }
+
+    /// Reads events until one about pod `name` of a type in `types`.
+    async fn next(&mut self, name: &str, types: &[EventType]) -> Result<SchedulingEvent> {
+        let read = async {
+            while let Some(e) = self.stream.message().await? {
+                self.seen.push(e.clone());
+                if e.pod.as_ref().is_some_and(|p| p.name == name) && types.contains(&e.r#type()) {
+                    return Ok(e);
+                }
+            }
+            bail!("the event stream ended before an event about {name}")
+        };
+        tokio::time::timeout(GUARD, read)
+            .await
+            .map_err(|_| anyhow!("no {types:?} event about {name} within {GUARD:?}"))?
+    }
+
+    /// The first decision (bound, or failed) about each pod of `names`.
+    async fn decisions(&mut self, names: &[&str]) -> Result<BTreeMap<String, SchedulingEvent>> {
+        let mut out = BTreeMap::new();
+        let read = async {
+            while out.len() < names.len() {
+                let Some(e) = self.stream.message().await? else {
+                    bail!(
+                        "the event stream ended with decisions for only {:?}",
+                        out.keys()
+                    );
+                };
+                self.seen.push(e.clone());
+                let Some(name) = e.pod.as_ref().map(|p| p.name.clone()) else {
+                    continue;
+                };
+                let decided = matches!(e.r#type(), EventType::Scheduled | EventType::Failed);
+                if decided && names.contains(&name.as_str()) && !out.contains_key(&name) {
+                    out.insert(name, e);
+                }
+            }
+            Ok(())
+        };
+        tokio::time::timeout(GUARD, read)
+            .await
+            .map_err(|_| anyhow!("no decision for every pod of {names:?} within {GUARD:?}"))??;
+        Ok(out)
+    }
+
+    /// How many times pod `name` was bound, over the events seen.
+    fn times_bound(&self, name: &str) -> usize {
+        self.seen
+            .iter()
+            .filter(|e| e.r#type() == EventType::Scheduled)
+            .filter(|e| e.pod.as_ref().is_some_and(|p| p.name == name))
+            .count()
+    }
+}
+
+/// Each pod's node (None: unbound), from the cluster.
+async fn placements(berthd: &Berthd) -> Result<BTreeMap<String, Option<String>>> {
+    let pods = berthd.client().await?.list("Pod", "default").await?;
+    Ok(pods
+        .iter()
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                p["spec"]["nodeName"].as_str().map(str::to_string),
+            )
+        })
+        .collect())
+}
+
+/// A pod's PodScheduled condition.
+fn scheduled_condition(pod: &Value) -> Option<&Value> {
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "PodScheduled")
+}
+
+/// Reads a Pod watch until pod `name` is in a state that satisfies `pred`;
+/// that state. Each change to the pod the watch reports is read back with
+/// Get (the watch is the signal; Get gives the JSON).
+async fn pod_update(
+    client: &mut berth_client::Client,
+    watch: &mut tonic::Streaming<berth_client::WatchEvent>,
+    name: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Result<Value> {
+    let read = async {
+        loop {
+            let pod = client.get("Pod", "default", name).await?;
+            if pred(&pod) {
+                return Ok(pod);
+            }
+            // Wait for the next change to any pod before looking again.
+            if watch.message().await?.is_none() {
+                bail!("the Pod watch ended before the expected update of {name}: {pod}");
+            }
+        }
+    };
+    tokio::time::timeout(GUARD, read)
+        .await
+        .map_err(|_| anyhow!("no expected update of pod {name} within {GUARD:?}"))?
+}
+
+/// The names of the pods in berthd's scheduling queue.
+async fn queued(berthd: &Berthd) -> Result<Vec<String>> {
+    let pods = berthd.client().await?.get_queue("default").await?;
+    Ok(pods.into_iter().map(|p| p.name).collect())
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+
+#[tokio::test]
+async fn python_filter_and_score_decide_where_pods_go() -> Result<()> {
+    let (mut ext, berthd, _dir) = start("decide", false).await?;
+    ext.wait_for(|l| l.contains("session opened scheduler=berthd/"))
+        .await?;
+    ext.wait_for(|l| l.contains("nodes synced nodes=4 cached=4"))
+        .await?;
+    let mut events = Events::open(&berthd).await?;
+    let mut client = berthd.client().await?;
+    let mut pod_watch = client.watch("Pod", "default").await?;
+
+    let pods = [
+        pod("anywhere", None),
+        pod("needs-ssd", Some("disk=ssd")),
+        pod("needs-nvme", Some("disk=nvme")),
+        pod("needs-tier", Some("example.com/tier")),
+        pod("needs-gpu", Some("gpu=true")),
+    ];
+    client.apply(&pods, "").await?;
+    let names = [
+        "anywhere",
+        "needs-ssd",
+        "needs-nvme",
+        "needs-tier",
+        "needs-gpu",
+    ];
+    let decided = events.decisions(&names).await?;
+    let node_of = |name: &str| -> (EventType, String) {
+        let e = &decided[name];
+        (e.r#type(), e.node.clone())
+    };
+    // Score: gold (100) beats silver (50) beats the rest (0).
+    assert_eq!(
+        node_of("anywhere"),
+        (EventType::Scheduled, "gold-hdd".into())
+    );
+    assert_eq!(
+        node_of("needs-tier"),
+        (EventType::Scheduled, "gold-hdd".into())
+    );
+    // Filter leaves the ssd nodes; score prefers the silver one.
+    assert_eq!(
+        node_of("needs-ssd"),
+        (EventType::Scheduled, "silver-ssd".into())
+    );
+    // Filter leaves one node.
+    assert_eq!(
+        node_of("needs-nvme"),
+        (EventType::Scheduled, "bronze-nvme".into())
+    );
+
+    // No node has gpu=true: pending, with the Python extender's reason.
+    let failed = &decided["needs-gpu"];
+    assert_eq!(failed.r#type(), EventType::Failed);
+    assert_eq!(failed.reason, "Unschedulable");
+    assert!(
+        failed
+            .message
+            .starts_with("0/4 nodes are available: 4 node(s) didn't have label gpu=true."),
+        "{}",
+        failed.message
+    );
+    ext.wait_for(|l| l.contains("filter pod=default/needs-gpu nodes=4 rejected=4"))
+        .await?;
+    ext.wait_for(|l| {
+        l.contains("score pod=default/needs-ssd scores=")
+            && l.contains("silver-ssd:50")
+            && l.contains("plain-ssd:0")
+    })
+    .await?;
+    // The condition is written after the event: wait for the pod's update.
+    let gpu = pod_update(&mut client, &mut pod_watch, "needs-gpu", |p| {
+        scheduled_condition(p).is_some_and(|c| c["status"] == "False")
+    })
+    .await?;
+    assert!(gpu["spec"]["nodeName"].is_null(), "{gpu}");
+    let condition = scheduled_condition(&gpu).context("a PodScheduled condition")?;
+    assert_eq!(condition["reason"], "Unschedulable");
+    let text = condition["message"].as_str().unwrap_or("");
+    assert!(
+        text.contains("4 node(s) didn't have label gpu=true"),
+        "{text}"
+    );
+    assert_eq!(queued(&berthd).await?, ["needs-gpu"]);
+
+    // Node changes reach the extender's cache: plain-ssd turns gold, and a
+    // node with gpu=true arrives, which the pending pod then goes to.
+    let changed = format!(
+        "{}\n---\n{}",
+        r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: plain-ssd
+  labels: {example.com/tier: gold, disk: ssd}
+status:
+  allocatable: {cpu: "4", memory: 8Gi, pods: "20"}
+  conditions: [{type: Ready, status: "True"}]
+"#,
+        r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: gpu-1
+  labels: {gpu: "true"}
+status:
+  allocatable: {cpu: "4", memory: 8Gi, pods: "20"}
+  conditions: [{type: Ready, status: "True"}]
+"#
+    );
+    client.apply(&[], &changed).await?;
+    let gpu = events.next("needs-gpu", &[EventType::Scheduled]).await?;
+    assert_eq!(gpu.node, "gpu-1");
+    client
+        .apply(&[pod("needs-ssd-2", Some("disk=ssd"))], "")
+        .await?;
+    let ssd = events
+        .next("needs-ssd-2", &[EventType::Scheduled, EventType::Failed])
+        .await?;
+    assert_eq!(
+        (ssd.r#type(), ssd.node.as_str()),
+        (EventType::Scheduled, "plain-ssd")
+    );
+
+    let placed = placements(&berthd).await?;
+    assert_eq!(placed.len(), 6);
+    for (name, node) in &placed {
+        assert!(node.is_some(), "{name} is not bound");
+        assert_eq!(events.times_bound(name), 1, "{name}");
+    }
+    ensure!(queued(&berthd).await?.is_empty());
+    berthd.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_dead_extender_fails_pods_until_it_returns_when_not_ignorable() -> Result<()> {
+    let (ext, mut berthd, _dir) = start("kill", false).await?;
+    let mut events = Events::open(&berthd).await?;
+    let mut client = berthd.client().await?;
+    client.apply(&[pod("before", Some("disk=ssd"))], "").await?;
+    let before = events
+        .next("before", &[EventType::Scheduled, EventType::Failed])
+        .await?;
+    assert_eq!(
+        (before.r#type(), before.node.as_str()),
+        (EventType::Scheduled, "silver-ssd")
+    );
+
+    let addr = ext.addr.clone();
+    let status = ext.kill().await?;
+    assert!(!status.success(), "{status}");
+    wait_disconnected(&mut berthd).await?;
+
+    client.apply(&[pod("during", Some("disk=ssd"))], "").await?;
+    let failed = events
+        .next("during", &[EventType::Scheduled, EventType::Failed])
+        .await?;
+    assert_eq!(failed.r#type(), EventType::Failed, "{failed:?}");
+    assert_eq!(failed.reason, "SchedulerError");
+    assert!(
+        failed
+            .message
+            .contains("extender \"label-tier\" failed at Filter: not connected"),
+        "{}",
+        failed.message
+    );
+    let logged = berthd
+        .wait_for(|l| message(l) == "extender failed" && field(l, "extender") == EXTENDER)
+        .await?;
+    assert_eq!(field(&logged, "point"), "Filter");
+    assert_eq!(field(&logged, "pod"), "default/during");
+    // Not lost: unbound and in the queue, waiting for a retry.
+    let during = client.get("Pod", "default", "during").await?;
+    assert!(during["spec"]["nodeName"].is_null(), "{during}");
+    assert_eq!(queued(&berthd).await?, ["during"]);
+
+    // The extender comes back on the same address: berthd redials, and the
+    // queued pod is placed by its Filter and Score, once.
+    let mut ext = PyExtender::start(&addr).await?;
+    assert_eq!(ext.addr, addr);
+    wait_connected(&mut berthd).await?;
+    let placed = events.next("during", &[EventType::Scheduled]).await?;
+    assert_eq!(placed.node, "silver-ssd");
+    ext.wait_for(|l| l.contains("filter pod=default/during nodes=4 rejected=2"))
+        .await?;
+
+    assert_eq!(
+        placements(&berthd).await?,
+        BTreeMap::from([
+            ("before".to_string(), Some("silver-ssd".to_string())),
+            ("during".to_string(), Some("silver-ssd".to_string())),
+        ])
+    );
+    assert_eq!(events.times_bound("before"), 1);
+    assert_eq!(events.times_bound("during"), 1);
+    ensure!(queued(&berthd).await?.is_empty());
+    berthd.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_dead_ignorable_extender_is_skipped() -> Result<()> {
+    let (ext, mut berthd, _dir) = start("ignorable", true).await?;
+    let mut events = Events::open(&berthd).await?;
+    let mut client = berthd.client().await?;
+    // While it runs, the extender decides.
+    client.apply(&[pod("before", Some("disk=ssd"))], "").await?;
+    let before = events
+        .next("before", &[EventType::Scheduled, EventType::Failed])
+        .await?;
+    assert_eq!(
+        (before.r#type(), before.node.as_str()),
+        (EventType::Scheduled, "silver-ssd")
+    );
+
+    ext.kill().await?;
+    wait_disconnected(&mut berthd).await?;
+
+    // No node has gpu=true: with the extender up this pod would stay
+    // pending; with it gone and ignorable, its Filter and Score are skipped.
+    client
+        .apply(&[pod("needs-gpu", Some("gpu=true"))], "")
+        .await?;
+    let placed = events
+        .next("needs-gpu", &[EventType::Scheduled, EventType::Failed])
+        .await?;
+    assert_eq!(placed.r#type(), EventType::Scheduled, "{placed:?}");
+    assert!(
+        ["gold-hdd", "silver-ssd", "plain-ssd", "bronze-nvme"].contains(&placed.node.as_str()),
+        "{}",
+        placed.node
+    );
+    for point in ["Filter", "Score"] {
+        let skipped = berthd
+            .wait_for(|l| {
+                message(l) == "ignorable extender skipped"
+                    && field(l, "extender") == EXTENDER
+                    && field(l, "point") == point
+            })
+            .await?;
+        assert_eq!(field(&skipped, "pod"), "default/needs-gpu");
+    }
+    berthd
+        .wait_for(|l| {
+            message(l).starts_with("scheduler idle")
+                && l["fields"]["bound_pods"] == 2
+                && l["fields"]["pending"] == 0
+        })
+        .await?;
+    let placed_pods = placements(&berthd).await?;
+    assert_eq!(placed_pods.len(), 2);
+    assert_eq!(placed_pods["before"].as_deref(), Some("silver-ssd"));
+    assert_eq!(
+        placed_pods["needs-gpu"].as_deref(),
+        Some(placed.node.as_str())
+    );
+    assert_eq!(events.times_bound("before"), 1);
+    assert_eq!(events.times_bound("needs-gpu"), 1);
+    berthd.stop().await?;
+    Ok(())
+}
