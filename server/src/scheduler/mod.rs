@@ -5,6 +5,7 @@
 mod algorithm;
 mod event_handlers;
 mod explain;
+pub mod metrics;
 mod schedule_one;
 #[cfg(test)]
 mod tests;
@@ -22,6 +23,7 @@ pub use algorithm::{
     Algorithm, FastRng, Feasible, NO_NODES_AVAILABLE, ScheduleError, ScheduleResult,
     num_feasible_nodes_to_find,
 };
+pub use metrics::{HistogramSnapshot, MetricsSnapshot, SchedulerMetrics};
 pub use explain::{
     DryRunReport, NodeReport, NodeUse, PluginOutcome, PreemptionReport, ScoreRow, SimulatedPod,
     SimulationReport, UnknownProfile, Verdict,
@@ -177,11 +179,13 @@ impl Decisions {
 struct EventTee {
     inner: Arc<dyn EventRecorder>,
     events: broadcast::Sender<SchedulingEvent>,
+    metrics: Arc<SchedulerMetrics>,
 }
 
 impl EventRecorder for EventTee {
     fn record(&self, e: PodEvent) {
         if e.reason == "Preempted" {
+            self.metrics.record_preempted();
             let mut ev = SchedulingEvent::new(EventKind::Preempted, &e.pod);
             ev.node = e.pod.node_name.clone();
             ev.message = e.note.clone();
@@ -233,6 +237,8 @@ pub(crate) struct Shared {
     pub extenders: Arc<Extenders>,
     /// Where node changes go for extenders, before the cache sees them.
     pub node_feed: Option<Arc<NodeFeed>>,
+    /// Counters and latencies.
+    pub metrics: Arc<SchedulerMetrics>,
 }
 
 /// A running scheduler's public face.
@@ -309,9 +315,11 @@ impl Scheduler {
             ConfigError::new("parallelism", format!("cannot start the CPU pool: {e}"))
         })?;
         let (events, _) = broadcast::channel(4096);
+        let metrics = Arc::new(SchedulerMetrics::default());
         let recorder = Arc::new(EventTee {
             inner: cluster.clone(),
             events: events.clone(),
+            metrics: metrics.clone(),
         });
         let handle = Handle::new(cluster.clone(), recorder, parallelizer);
         let extenders = Arc::new(Extenders::start(config, &handle)?);
@@ -342,6 +350,7 @@ impl Scheduler {
             percentage_of_nodes_to_score: config.percentage_of_nodes_to_score,
             node_feed: extenders.feed(),
             extenders,
+            metrics,
         });
         let (synced_tx, synced) = watch::channel(false);
         tokio::spawn(event_handlers::run(
@@ -416,6 +425,20 @@ impl Scheduler {
     /// Binding cycles still running.
     pub fn bindings_in_flight(&self) -> usize {
         self.shared.bindings_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Counters and attempt latencies.
+    pub fn metrics(&self) -> &Arc<SchedulerMetrics> {
+        &self.shared.metrics
+    }
+
+    /// Whether nothing is queued to be tried (in activeQ or backoffQ), being
+    /// tried, or being bound. Pods may still wait among the unschedulable
+    /// ones, and cluster changes not yet seen may queue more.
+    pub fn is_idle(&self) -> bool {
+        let c = self.shared.queue.counts();
+        c.active + c.backoff + c.in_flight == 0
+            && self.shared.bindings_in_flight.load(Ordering::SeqCst) == 0
     }
 
     /// Stops popping pods.

@@ -146,6 +146,7 @@ impl Loop {
         {
             Ok(assumed) => {
                 drop(_enter);
+                shared.metrics.record_cycle_found_node(start.elapsed());
                 shared.bindings_in_flight.fetch_add(1, Ordering::SeqCst);
                 let shared = shared.clone();
                 tokio::spawn(async move {
@@ -299,6 +300,7 @@ async fn binding_cycle(
         pod = %assumed.key(), node = %host, evaluated = result.evaluated_nodes, feasible = result.feasible_nodes,
         attempts = q.attempts, latency_ms = start.elapsed().as_secs_f64() * 1e3, "scheduled"
     );
+    shared.metrics.record_scheduled(start.elapsed());
     shared.decided.fetch_add(1, Ordering::SeqCst);
     let mut event = SchedulingEvent::new(EventKind::Scheduled, &assumed);
     event.node = Some(host.clone());
@@ -488,6 +490,9 @@ async fn failure_handler(
             tracing::warn!(pod = %pod.key(), error = %e, "error updating pod status");
         }
     }
+    shared
+        .metrics
+        .record_failed(start.elapsed(), reason == "Unschedulable");
     tracing::trace!(
         elapsed_ms = start.elapsed().as_secs_f64() * 1e3,
         "attempt done"
@@ -497,6 +502,7 @@ async fn failure_handler(
 /// Logs a summary when the scheduler has nothing left to do: what is bound
 /// where, and why each pending pod is pending.
 pub(crate) fn maybe_report_idle(shared: &Arc<Shared>) {
+    shared.metrics.notify();
     let decided = shared.decided.load(Ordering::SeqCst);
     if decided == shared.last_summary.load(Ordering::SeqCst) {
         return;
