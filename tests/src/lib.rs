@@ -50,7 +50,26 @@ fn build_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
     if !status.success() {
         return Err(format!("cargo build of {bin} failed: {status}"));
     }
-    Ok(dir.join(bin))
+    private_copy(&dir.join(bin), bin)
+}
+
+/// Copies a freshly built binary to a directory of this checkout's own, so
+/// that checkouts sharing one `CARGO_TARGET_DIR` cannot swap each other's
+/// binaries under a running test. Written beside and renamed into place, so
+/// a reader never sees half a file.
+fn private_copy(built: &Path, bin: &str) -> Result<PathBuf, String> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    workspace_root().hash(&mut h);
+    let dir = std::env::temp_dir().join(format!("berth-e2e-bin-{:016x}", h.finish()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let tmp = dir.join(format!("{bin}.{}.tmp", std::process::id()));
+    std::fs::copy(built, &tmp)
+        .map_err(|e| format!("copying {} to {}: {e}", built.display(), tmp.display()))?;
+    let dest = dir.join(bin);
+    std::fs::rename(&tmp, &dest)
+        .map_err(|e| format!("renaming {} to {}: {e}", tmp.display(), dest.display()))?;
+    Ok(dest)
 }
 
 /// The berthd binary, built once per test process with the same profile as

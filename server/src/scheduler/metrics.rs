@@ -214,7 +214,8 @@ impl SchedulerMetrics {
     pub(crate) fn record_scheduled(&self, attempt: Duration) {
         self.attempt_scheduled.record(attempt);
         let at = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.last_scheduled_ns.fetch_max(at.max(1), Ordering::Relaxed);
+        self.last_scheduled_ns
+            .fetch_max(at.max(1), Ordering::Relaxed);
         self.scheduled.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -328,7 +329,20 @@ mod tests {
 
     #[test]
     fn buckets_cover_values_tightly() {
-        for v in [0u64, 1, 15, 16, 17, 31, 32, 33, 1000, 999_999, 1 << 40, u64::MAX] {
+        for v in [
+            0u64,
+            1,
+            15,
+            16,
+            17,
+            31,
+            32,
+            33,
+            1000,
+            999_999,
+            1 << 40,
+            u64::MAX,
+        ] {
             let b = bucket_of(v);
             assert!(b < BUCKETS, "{v}");
             assert!(bucket_upper(b) >= v, "{v}: upper {}", bucket_upper(b));
@@ -336,7 +350,11 @@ mod tests {
                 assert!(bucket_upper(b - 1) < v, "{v}: previous bucket holds it");
             }
             // Within 1/16 of the value.
-            assert!(bucket_upper(b) - v <= v / 16, "{v}: upper {}", bucket_upper(b));
+            assert!(
+                bucket_upper(b) - v <= v / 16,
+                "{v}: upper {}",
+                bucket_upper(b)
+            );
         }
     }
 

@@ -23,11 +23,11 @@ pub use algorithm::{
     Algorithm, FastRng, Feasible, NO_NODES_AVAILABLE, ScheduleError, ScheduleResult,
     num_feasible_nodes_to_find,
 };
-pub use metrics::{HistogramSnapshot, MetricsSnapshot, SchedulerMetrics};
 pub use explain::{
     DryRunReport, NodeReport, NodeUse, PluginOutcome, PreemptionReport, ScoreRow, SimulatedPod,
     SimulationReport, UnknownProfile, Verdict,
 };
+pub use metrics::{HistogramSnapshot, MetricsSnapshot, SchedulerMetrics};
 
 use crate::cache::{Cache, Snapshot};
 use crate::cluster::ClusterSource;
