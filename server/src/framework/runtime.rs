@@ -73,6 +73,10 @@ type PointList<'a> = Vec<(Arc<dyn Plugin>, &'a PluginRef)>;
 struct ScoreEntry {
     plugin: Arc<dyn ScorePlugin>,
     weight: i64,
+    /// Whether its scores must be in [MIN_NODE_SCORE, MAX_NODE_SCORE].
+    /// Upstream's HTTP extenders' scores are not checked (they are added to
+    /// the total as the extender scaled them).
+    checked: bool,
 }
 
 /// The events a plugin registered for (or, if it did not say, all).
@@ -368,6 +372,7 @@ impl Framework {
                 score.push(ScoreEntry {
                     plugin: p.clone().as_score().expect("checked"),
                     weight,
+                    checked: false,
                 });
                 continue;
             }
@@ -395,6 +400,7 @@ impl Framework {
             score.push(ScoreEntry {
                 plugin: p.clone().as_score().expect("checked"),
                 weight,
+                checked: true,
             });
         }
 
@@ -1088,6 +1094,10 @@ impl Framework {
         for (ni, total) in totals.iter_mut().enumerate() {
             for (pi, e) in active.iter().enumerate() {
                 let v = normalized[ni * np + pi];
+                if !e.checked {
+                    *total = total.saturating_add(v.saturating_mul(e.weight));
+                    continue;
+                }
                 if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&v) {
                     return Err(Status::error(format!(
                         "applying score defaultWeights on Score plugins: plugin {:?} returns an invalid score {v}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
