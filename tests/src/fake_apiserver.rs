@@ -190,9 +190,9 @@ struct Target {
 impl Target {
     fn parse(path: &str) -> Option<Self> {
         let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-        let (gv, rest) = match segs.first()? {
-            &"api" if segs.len() >= 2 => (format!("api/{}", segs[1]), &segs[2..]),
-            &"apis" if segs.len() >= 3 => (format!("apis/{}/{}", segs[1], segs[2]), &segs[3..]),
+        let (gv, rest) = match *segs.first()? {
+            "api" if segs.len() >= 2 => (format!("api/{}", segs[1]), &segs[2..]),
+            "apis" if segs.len() >= 3 => (format!("apis/{}/{}", segs[1], segs[2]), &segs[3..]),
             _ => return None,
         };
         let (namespace, rest) = if rest.len() >= 3 && rest[0] == "namespaces" {

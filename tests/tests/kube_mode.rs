@@ -496,3 +496,79 @@ async fn the_cluster_service_reads_the_real_cluster_and_refuses_writes() -> Resu
     berthd.stop().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn preemption_nominates_the_preemptor_and_deletes_the_victim_as_upstream() -> Result<()> {
+    let mut victim = pod("low", "1", "other-scheduler");
+    victim["spec"]["nodeName"] = json!("n1");
+    victim["spec"]["priority"] = json!(0);
+    let (fake, mut berthd, _dir) = start("preempt", &[node("n1", "1")], &[victim]).await?;
+    let victim_uid = fake.get(&format!("{PODS}/low")).context("victim")?["metadata"]["uid"].clone();
+    let mut high = pod("high", "1", "default-scheduler");
+    high["spec"]["priority"] = json!(1000);
+    fake.create(PODS, high)?;
+
+    // The victim: DisruptionTarget condition, then DELETE with its UID.
+    let delete = fake
+        .wait_for_request(|r| r.method == "DELETE" && r.path == format!("{PODS}/low"))
+        .await?;
+    let recorded = recording("pod-delete-victim")?;
+    ensure!(
+        keys(&delete.body) == keys(&recorded["request"]["body"]),
+        "{}",
+        delete.body
+    );
+    ensure!(delete.body["preconditions"]["uid"] == victim_uid);
+    ensure!(delete.body["kind"] == "DeleteOptions" && delete.status == 200);
+    let disruption = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "PATCH" && r.path == format!("{PODS}/low/status"))
+        .context("DisruptionTarget patch before the delete")?;
+    let c = &disruption.body["status"]["conditions"][0];
+    ensure!(c["type"] == "DisruptionTarget" && c["status"] == "True");
+    ensure!(c["reason"] == "PreemptionByScheduler", "{c}");
+    ensure!(
+        c["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("default-scheduler: preempting")),
+        "{c}"
+    );
+
+    // The preemptor is nominated (merge patch, as recorded) and the victim
+    // gets the Preempted event naming it.
+    let nominated = fake
+        .wait_for_request(|r| {
+            r.method == "PATCH"
+                && r.path == format!("{PODS}/high/status")
+                && r.body["status"].get("nominatedNodeName").is_some()
+        })
+        .await?;
+    let rec = recording("pod-nominated-node")?;
+    ensure!(nominated.content_type.as_deref() == rec["request"]["contentType"].as_str());
+    ensure!(
+        nominated.body == json!({"status": {"nominatedNodeName": "n1"}}),
+        "{}",
+        nominated.body
+    );
+    let preempted = fake
+        .wait_for_request(|r| is_event(r, "Preempted", "low"))
+        .await?;
+    ensure!(preempted.body["type"] == "Normal" && preempted.body["action"] == "Preempting");
+    ensure!(
+        preempted.body["related"]["name"] == "high",
+        "{}",
+        preempted.body
+    );
+
+    // No kubelet here: the victim only turned terminating. Once it is gone
+    // the preemptor is bound where it was nominated.
+    ensure!(fake.requests_to("POST", "/high/binding").is_empty());
+    fake.delete_now(&format!("{PODS}/low"))?;
+    let b = fake.wait_for_request(|r| is_binding_of(r, "high")).await?;
+    ensure!(b.status == 201 && b.body["target"]["name"] == "n1");
+    berthd.wait_idle().await?;
+    ensure!(fake.requests_to("POST", "/high/binding").len() == 1);
+    berthd.stop().await?;
+    Ok(())
+}
