@@ -1190,6 +1190,76 @@ mod tests {
         assert!(pod["status"].get("nominatedNodeName").is_none());
     }
 
+    /// The stand-in answers the recorded requests with the recorded
+    /// status codes and `Status` bodies.
+    #[test]
+    fn answers_match_the_recorded_api_server() {
+        let mut s = State::default();
+        let pods = Target::parse("/api/v1/namespaces/default/pods").unwrap();
+        let rec = recording("pod-create").unwrap();
+        let (code, pod) = s.create(&pods, rec["request"]["body"].clone());
+        assert_eq!(code, rec["response"]["status"].as_u64().unwrap() as u16);
+        let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+        let uid = pod["metadata"]["uid"].clone();
+        let target =
+            Target::parse(&format!("/api/v1/namespaces/default/pods/{name}/binding")).unwrap();
+
+        let bind = |node: &str, uid: &Value| {
+            json!({"apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "namespace": "default", "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+        };
+        let ok = recording("binding-ok").unwrap();
+        assert_eq!(
+            s.bind(&target, &name, &bind("cap-node-1", &uid)),
+            (201, ok["response"]["body"].clone())
+        );
+
+        let again = recording("binding-again-conflict").unwrap();
+        let (code, body) = s.bind(&target, &name, &bind("cap-node-1", &uid));
+        assert_eq!(code, 409);
+        let want = again["response"]["body"]
+            .to_string()
+            .replace("cap-pod-1", &name);
+        assert_eq!(body.to_string(), want);
+
+        let missing = recording("binding-missing-pod").unwrap();
+        let t = Target::parse("/api/v1/namespaces/default/pods/missing/binding").unwrap();
+        assert_eq!(
+            s.bind(&t, "missing", &missing["request"]["body"]),
+            (404, missing["response"]["body"].clone())
+        );
+
+        // Leases: create, create again, renew, renew with a stale version.
+        let leases =
+            Target::parse("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases").unwrap();
+        let created = recording("lease-create").unwrap();
+        let (code, lease) = s.create(&leases, created["request"]["body"].clone());
+        assert_eq!(code, 201);
+        assert_eq!(lease["spec"], created["response"]["body"]["spec"]);
+        let exists = recording("lease-create-exists").unwrap();
+        assert_eq!(
+            s.create(&leases, exists["request"]["body"].clone()),
+            (409, exists["response"]["body"].clone())
+        );
+        let lease_t =
+            Target::parse("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/berth")
+                .unwrap();
+        let mut renew = lease.clone();
+        renew["spec"]["renewTime"] = json!("2026-11-21T00:00:05.000000Z");
+        let (code, renewed) = s.replace(&lease_t, "berth", renew.clone());
+        assert_eq!(code, 200);
+        assert_ne!(
+            renewed["metadata"]["resourceVersion"],
+            lease["metadata"]["resourceVersion"]
+        );
+        let stale = recording("lease-renew-stale").unwrap();
+        assert_eq!(
+            s.replace(&lease_t, "berth", renew),
+            (409, stale["response"]["body"].clone())
+        );
+    }
+
     #[test]
     fn dates_are_rfc3339() {
         let s = now_rfc3339();
