@@ -2,7 +2,8 @@
 //!
 //! With no flags it starts on the embedded cluster loaded with the built-in
 //! sample cluster, with kube-scheduler's default profile, and serves gRPC on
-//! 127.0.0.1:50051.
+//! 127.0.0.1:50051. With `--kubeconfig FILE` or `--in-cluster` it schedules
+//! the pods of a real Kubernetes cluster instead.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,9 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use berth_server::api::{TlsConfig, TlsFiles};
+use berth_server::api::{ClusterBackend, TlsConfig, TlsFiles};
 use berth_server::cluster::ClusterSource;
 use berth_server::cluster::embedded::{EmbeddedCluster, parse_objects, read_objects};
+use berth_server::cluster::kube::{self as kube_source, KubeCluster, KubeOptions};
 use berth_server::config::{self, parse_go_duration};
 use berth_server::plugins::in_tree_registry;
 use berth_server::scheduler::{Options, Scheduler};
@@ -47,6 +49,17 @@ struct Args {
     /// Start the embedded cluster empty.
     #[arg(long)]
     empty_cluster: bool,
+
+    /// Schedule the pods of the Kubernetes cluster this kubeconfig file's
+    /// current context names, instead of the embedded cluster.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["cluster", "empty_cluster", "in_cluster"])]
+    kubeconfig: Option<PathBuf>,
+
+    /// Schedule the pods of the Kubernetes cluster berthd runs in, with its
+    /// pod's service account (KUBERNETES_SERVICE_HOST and the mounted
+    /// token), instead of the embedded cluster.
+    #[arg(long, conflicts_with_all = ["cluster", "empty_cluster"])]
+    in_cluster: bool,
 
     /// How long an assumed pod whose binding finished may stay unconfirmed
     /// before it expires (Go duration; 0s = never, as kube-scheduler).
@@ -108,12 +121,29 @@ async fn main() -> Result<()> {
         None => config::default_config(&known),
     };
 
-    let objects = match (&args.cluster, args.empty_cluster) {
-        (Some(path), _) => read_objects(path)?,
-        (None, true) => Vec::new(),
-        (None, false) => parse_objects(SAMPLE_CLUSTER, "built-in sample cluster")?,
+    let kube_config = match (&args.kubeconfig, args.in_cluster) {
+        (Some(path), _) => Some(kube_source::config_from_kubeconfig(path).await?),
+        (None, true) => Some(kube_source::config_in_cluster()?),
+        (None, false) => None,
     };
-    let embedded = EmbeddedCluster::from_objects(objects)?;
+    let (source, backend): (Arc<dyn ClusterSource>, ClusterBackend) = match kube_config {
+        Some(config) => {
+            let server = config.cluster_url.to_string();
+            tracing::info!(%server, "watching the Kubernetes cluster at {server}");
+            let client = kube_source::client(config)?;
+            let kube = KubeCluster::start(client, KubeOptions::default());
+            (kube.clone(), kube.into())
+        }
+        None => {
+            let objects = match (&args.cluster, args.empty_cluster) {
+                (Some(path), _) => read_objects(path)?,
+                (None, true) => Vec::new(),
+                (None, false) => parse_objects(SAMPLE_CLUSTER, "built-in sample cluster")?,
+            };
+            let embedded = EmbeddedCluster::from_objects(objects)?;
+            (embedded.clone(), embedded.into())
+        }
+    };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(TlsConfig::load(&TlsFiles {
             cert: cert.clone(),
@@ -123,7 +153,6 @@ async fn main() -> Result<()> {
         // clap makes each of the two require the other.
         _ => None,
     };
-    let source: Arc<dyn ClusterSource> = embedded.clone();
 
     // Bind first, so the address is known before scheduling starts.
     let (listener, addr) = berth_server::api::bind(args.listen)
@@ -149,7 +178,7 @@ async fn main() -> Result<()> {
     }
 
     let stop = scheduler.clone();
-    berth_server::api::serve(listener, scheduler, embedded, tls, async move {
+    berth_server::api::serve(listener, scheduler, backend, tls, async move {
         shutdown_signal().await;
         tracing::info!("shutting down");
         stop.stop();
