@@ -369,6 +369,9 @@ fn budgets_split_victims() {
     assert!(violating.is_empty());
 }
 
+/// What a preemption extender was asked: per call, (node, victim names).
+type Asked = Vec<Vec<(String, Vec<String>)>>;
+
 /// A preemption extender: keeps the candidates on `keep` (or, with
 /// `empty`, keeps them without victims), or fails.
 struct Narrowing {
@@ -376,7 +379,7 @@ struct Narrowing {
     empty: bool,
     fail: bool,
     ignorable: bool,
-    asked: parking_lot::Mutex<Vec<Vec<(String, Vec<String>)>>>,
+    asked: parking_lot::Mutex<Asked>,
 }
 
 impl Narrowing {
