@@ -499,3 +499,72 @@ async fn https_extenders_are_verified_against_their_ca_and_server_name() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn preemption_answers_are_resolved_against_the_snapshot() {
+    let server = serve(Arc::new(|path, args| match path {
+        // Keeps n1 with its victims; n2 with a pod that is not there.
+        "/ext/good" => (
+            200,
+            json!({"NodeNameToMetaVictims": {"n1": args["NodeNameToMetaVictims"]["n1"]}})
+                .to_string(),
+        ),
+        _ => (
+            200,
+            json!({"NodeNameToMetaVictims": {"n2": {"Pods": [{"UID": "ghost"}], "NumPDBViolations": 0}}})
+                .to_string(),
+        ),
+    }))
+    .await;
+    let victim = Arc::new(make_pod("low").uid("u-low").node("n1").build());
+    let mut n1 = NodeInfo::new(Arc::new(make_node("n1").cpu("4").build()));
+    n1.add_pod(victim.clone());
+    let n2 = NodeInfo::new(Arc::new(make_node("n2").cpu("4").build()));
+    let snapshot = crate::cache::Snapshot::from_nodes(vec![n1, n2]);
+    let candidates: NodeVictims = BTreeMap::from([(
+        Arc::from("n1"),
+        Victims {
+            pods: vec![victim.clone()],
+            num_pdb_violations: 0,
+        },
+    )]);
+    let pod = make_pod("high").priority(10).build();
+    let good = extender(&format!(
+        "- {{urlPrefix: '{}', preemptVerb: good, nodeCacheCapable: true}}",
+        server.url
+    ));
+    assert!(good.supports_preemption());
+    let kept = good
+        .process_preemption(&pod, &candidates, &snapshot)
+        .await
+        .unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(&*kept["n1"].pods[0].uid, "u-low");
+    assert_eq!(
+        server.seen.lock()[0].1["NodeNameToMetaVictims"],
+        json!({"n1": {"Pods": [{"UID": "u-low"}], "NumPDBViolations": 0}})
+    );
+
+    let ghost = extender(&format!(
+        "- {{urlPrefix: '{}', preemptVerb: ghost}}",
+        server.url
+    ));
+    let e = ghost
+        .process_preemption(&pod, &candidates, &snapshot)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.0,
+        format!(
+            "extender {:?} answered \"ghost\" with an unusable result: it claims to preempt pod (UID: ghost) on node n2, but the pod is not found on that node",
+            server.url
+        )
+    );
+    // Without a node cache the victims travel in full.
+    let sent = &server.seen.lock()[1].1;
+    assert!(sent["NodeNameToMetaVictims"].is_null());
+    assert_eq!(
+        sent["NodeNameToVictims"]["n1"]["Pods"][0]["metadata"]["name"],
+        "low"
+    );
+}
