@@ -160,6 +160,19 @@ fn prioritize(args: &Value) -> Value {
     json!(list)
 }
 
+/// The preempt verb: keeps only n2's candidate, with the victims it was
+/// given (by UID).
+fn preempt(args: &Value) -> Value {
+    let kept: Map<String, Value> = args["NodeNameToMetaVictims"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(node, _)| *node == "n2")
+        .map(|(node, v)| (node.clone(), v.clone()))
+        .collect();
+    json!({"NodeNameToMetaVictims": kept})
+}
+
 /// Starts the extender on a loopback port.
 async fn start_extender() -> Result<Extender> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -184,6 +197,7 @@ async fn start_extender() -> Result<Extender> {
                                 "/sched/filter" => Some(filter(&args)),
                                 "/sched/prioritize" => Some(prioritize(&args)),
                                 "/sched/bind" => Some(json!({"Error": ""})),
+                                "/sched/preempt" => Some(preempt(&args)),
                                 _ => None,
                             };
                             if let Ok(mut s) = log.lock() {
@@ -246,12 +260,16 @@ async fn start_berthd(dir: &TempDir, extenders: &str) -> Result<Berthd> {
 }
 
 fn pod(name: &str, annotations: Value) -> Value {
+    sized_pod(name, annotations, "100m", 0)
+}
+
+fn sized_pod(name: &str, annotations: Value, cpu: &str, priority: i32) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "annotations": annotations},
-        "spec": {"containers": [{"name": "c", "image": "busybox",
-            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}
+        "spec": {"priority": priority, "containers": [{"name": "c", "image": "busybox",
+            "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}
     })
 }
 
@@ -513,5 +531,85 @@ async fn an_unreachable_ignorable_extender_is_skipped_and_an_error_fails_the_pod
             .iter()
             .all(|n| n["status"]["allocatable"]["cpu"] == "4")
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_preempt_verb_chooses_where_preemption_happens() -> Result<()> {
+    let ext = start_extender().await?;
+    let dir = TempDir::new("preempt")?;
+    let berthd = start_berthd(
+        &dir,
+        &format!(
+            "- urlPrefix: http://{}/sched\n  filterVerb: filter\n  preemptVerb: preempt\n  bindVerb: bind\n  nodeCacheCapable: true\n",
+            ext.addr
+        ),
+    )
+    .await?;
+    let mut client = berthd.client().await?;
+    let mut events = client.watch_events("default").await?;
+    // n1..n3 full of low-priority pods (n4 the extender never allows).
+    let fillers: Vec<Value> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| {
+            sized_pod(
+                &format!("filler-{n}"),
+                json!({"example.com/only": n}),
+                "4",
+                0,
+            )
+        })
+        .collect();
+    client.apply(&fillers, "").await?;
+    let placed = decisions(&mut events, &["filler-n1", "filler-n2", "filler-n3"]).await?;
+    for n in ["n1", "n2", "n3"] {
+        let e = &placed[&format!("filler-{n}")];
+        assert_eq!((e.r#type(), e.node.as_str()), (EventType::Scheduled, n));
+    }
+    // DefaultPreemption finds a candidate on each of n1..n3; the extender
+    // keeps n2 only.
+    client
+        .apply(&[sized_pod("vip", json!({}), "4", 1000)], "")
+        .await?;
+    let mut vip = None;
+    let read = async {
+        while let Some(e) = events.message().await? {
+            let name = e.pod.as_ref().map(|p| p.name.clone()).unwrap_or_default();
+            if name == "vip" && e.r#type() == EventType::Scheduled {
+                vip = Some(e);
+                break;
+            }
+        }
+        anyhow::Ok(())
+    };
+    tokio::time::timeout(GUARD, read)
+        .await
+        .map_err(|_| anyhow!("vip not scheduled within {GUARD:?}"))??;
+    let vip = vip.context("the event stream ended before vip was bound")?;
+    assert_eq!(vip.node, "n2");
+    let mut left: Vec<String> = client
+        .list("Pod", "default")
+        .await?
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    left.sort();
+    assert_eq!(left, ["filler-n1", "filler-n3", "vip"]);
+
+    // It was asked once, with each candidate's victim by UID.
+    let asked = ext.requests("preempt");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0]["NodeNameToVictims"].is_null());
+    let meta = asked[0]["NodeNameToMetaVictims"]
+        .as_object()
+        .context("NodeNameToMetaVictims")?;
+    assert_eq!(
+        meta.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["n1", "n2", "n3"]
+    );
+    for v in meta.values() {
+        assert_eq!(v["Pods"].as_array().map(Vec::len), Some(1), "{v}");
+        assert_eq!(v["NumPDBViolations"], 0);
+    }
     Ok(())
 }

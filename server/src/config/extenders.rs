@@ -699,6 +699,18 @@ mod tests {
                 "extenders[0].tlsConfig.caData: illegal base64 data",
             ),
             (
+                "- {urlPrefix: 'grpc://x:1', filterVerb: f}",
+                "extenders[0].urlPrefix: Invalid value: \"grpc://x:1\": must be an http:// or https:// URL",
+            ),
+            (
+                "- {urlPrefix: 'http://x', httpTimeout: soon}",
+                "extenders[0].httpTimeout: invalid duration \"soon\"",
+            ),
+            (
+                "- {urlPrefix: 'http://x'}\n- {urlPrefix: 'http://y', managedResources: [{name: cpu}]}",
+                "extenders[1].managedResources[0].name: Invalid value: cpu: is an invalid extended resource name",
+            ),
+            (
                 "- {urlPrefix: 'http://x', managedResources: [{name: example.com/a}]}\n- {urlPrefix: 'http://y', managedResources: [{name: example.com/b}, {name: example.com/a}]}",
                 "extenders[1].managedResources[1].name: Invalid value: \"example.com/a\": duplicate extender managed resource name",
             ),

@@ -212,14 +212,20 @@ struct Server {
 type Answer = Arc<dyn Fn(&str, &Value) -> (u16, String) + Send + Sync>;
 
 async fn serve(answer: Answer) -> Server {
+    serve_with(answer, None).await
+}
+
+async fn serve_with(answer: Answer, tls: Option<tokio_rustls::TlsAcceptor>) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/ext", listener.local_addr().unwrap());
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{}/ext", listener.local_addr().unwrap());
     let seen: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
     let log = seen.clone();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let answer = answer.clone();
             let log = log.clone();
+            let tls = tls.clone();
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(
                     move |req: hyper::Request<hyper::body::Incoming>| {
@@ -240,10 +246,21 @@ async fn serve(answer: Answer) -> Server {
                         }
                     },
                 );
-                let io = hyper_util::rt::TokioIo::new(stream);
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(io, svc)
-                    .await;
+                let builder = hyper::server::conn::http1::Builder::new();
+                match tls {
+                    Some(acceptor) => {
+                        // A client that refuses the certificate ends here.
+                        let Ok(stream) = acceptor.accept(stream).await else {
+                            return;
+                        };
+                        let io = hyper_util::rt::TokioIo::new(stream);
+                        let _ = builder.serve_connection(io, svc).await;
+                    }
+                    None => {
+                        let io = hyper_util::rt::TokioIo::new(stream);
+                        let _ = builder.serve_connection(io, svc).await;
+                    }
+                }
             });
         }
     });
@@ -400,5 +417,154 @@ fn tls_files_are_checked_at_startup_naming_the_field() {
     assert!(
         e.starts_with("extenders[0].tlsConfig.caFile: cannot read \"/nonexistent/ca.pem\""),
         "{e}"
+    );
+}
+
+/// A CA and a server certificate for `ext.example` it signed: (CA PEM,
+/// server acceptor).
+fn tls_server() -> (String, tokio_rustls::TlsAcceptor) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use rustls_pki_types::pem::PemObject;
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["ext.example".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![cert.der().clone()],
+        rustls_pki_types::PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap(),
+    )
+    .unwrap();
+    (ca_pem, tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+#[tokio::test]
+async fn https_extenders_are_verified_against_their_ca_and_server_name() {
+    let (ca_pem, acceptor) = tls_server();
+    let echo: Answer =
+        Arc::new(|_, args| (200, json!({"NodeNames": args["NodeNames"]}).to_string()));
+    let server = serve_with(echo, Some(acceptor)).await;
+    let dir = std::env::temp_dir().join(format!("berth-http-ext-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &ca_pem).unwrap();
+    let pod = make_pod("web").build();
+    let ns = nodes(&["a"]);
+    let base = format!(
+        "urlPrefix: '{}', filterVerb: f, nodeCacheCapable: true",
+        server.url
+    );
+
+    // The CA and the name in the certificate: accepted.
+    let verified = extender(&format!(
+        "- {{{base}, tlsConfig: {{caFile: '{}', serverName: ext.example}}}}",
+        ca_file.display()
+    ));
+    let got = verified.filter_remote(&pod, &ns).await.unwrap();
+    assert!(got[0].is_success());
+    // The right CA but the URL's host (127.0.0.1) is not in the
+    // certificate: refused.
+    let wrong_name = extender(&format!(
+        "- {{{base}, tlsConfig: {{caFile: '{}'}}}}",
+        ca_file.display()
+    ));
+    let e = wrong_name
+        .filter_remote(&pod, &ns)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with(&format!("Post \"{}/f\": ", server.url)),
+        "{e}"
+    );
+    // No CA: the system's roots do not know this CA.
+    let system = extender(&format!("- {{{base}}}"));
+    assert!(system.filter_remote(&pod, &ns).await.is_err());
+    // enableHTTPS without a CA, or insecure: not verified, as upstream.
+    for extra in ["enableHTTPS: true", "tlsConfig: {insecure: true}"] {
+        let lax = extender(&format!("- {{{base}, {extra}}}"));
+        let got = lax.filter_remote(&pod, &ns).await.unwrap();
+        assert!(got[0].is_success(), "{extra}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn preemption_answers_are_resolved_against_the_snapshot() {
+    let server = serve(Arc::new(|path, args| match path {
+        // Keeps n1 with its victims; n2 with a pod that is not there.
+        "/ext/good" => (
+            200,
+            json!({"NodeNameToMetaVictims": {"n1": args["NodeNameToMetaVictims"]["n1"]}})
+                .to_string(),
+        ),
+        _ => (
+            200,
+            json!({"NodeNameToMetaVictims": {"n2": {"Pods": [{"UID": "ghost"}], "NumPDBViolations": 0}}})
+                .to_string(),
+        ),
+    }))
+    .await;
+    let victim = Arc::new(make_pod("low").uid("u-low").node("n1").build());
+    let mut n1 = NodeInfo::new(Arc::new(make_node("n1").cpu("4").build()));
+    n1.add_pod(victim.clone());
+    let n2 = NodeInfo::new(Arc::new(make_node("n2").cpu("4").build()));
+    let snapshot = crate::cache::Snapshot::from_nodes(vec![n1, n2]);
+    let candidates: NodeVictims = BTreeMap::from([(
+        Arc::from("n1"),
+        Victims {
+            pods: vec![victim.clone()],
+            num_pdb_violations: 0,
+        },
+    )]);
+    let pod = make_pod("high").priority(10).build();
+    let good = extender(&format!(
+        "- {{urlPrefix: '{}', preemptVerb: good, nodeCacheCapable: true}}",
+        server.url
+    ));
+    assert!(good.supports_preemption());
+    let kept = good
+        .process_preemption(&pod, &candidates, &snapshot)
+        .await
+        .unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(&*kept["n1"].pods[0].uid, "u-low");
+    assert_eq!(
+        server.seen.lock()[0].1["NodeNameToMetaVictims"],
+        json!({"n1": {"Pods": [{"UID": "u-low"}], "NumPDBViolations": 0}})
+    );
+
+    let ghost = extender(&format!(
+        "- {{urlPrefix: '{}', preemptVerb: ghost}}",
+        server.url
+    ));
+    let e = ghost
+        .process_preemption(&pod, &candidates, &snapshot)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.0,
+        format!(
+            "extender {:?} answered \"ghost\" with an unusable result: it claims to preempt pod (UID: ghost) on node n2, but the pod is not found on that node",
+            server.url
+        )
+    );
+    // Without a node cache the victims travel in full.
+    let sent = &server.seen.lock()[1].1;
+    assert!(sent["NodeNameToMetaVictims"].is_null());
+    assert_eq!(
+        sent["NodeNameToVictims"]["n1"]["Pods"][0]["metadata"]["name"],
+        "low"
     );
 }

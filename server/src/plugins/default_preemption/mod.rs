@@ -199,8 +199,15 @@ fn pick(candidates: &[Candidate]) -> Option<&Candidate> {
     ];
     let mut pool: Vec<&Candidate> = candidates.iter().collect();
     for f in criteria {
-        let best = pool.iter().map(|c| f(c)).max()?;
-        pool.retain(|c| f(c) == best);
+        // Each value computed once: a victim that has not started counts
+        // as starting now, which moves between two evaluations.
+        let values: Vec<i64> = pool.iter().map(|c| f(c)).collect();
+        let best = values.iter().copied().max()?;
+        let mut i = 0;
+        pool.retain(|_| {
+            i += 1;
+            values[i - 1] == best
+        });
         if pool.len() == 1 {
             break;
         }

@@ -368,3 +368,152 @@ fn budgets_split_victims() {
     let (violating, _) = split_by_budget(&[web("web-3")], &[Budget::from(&empty).unwrap()]);
     assert!(violating.is_empty());
 }
+
+/// What a preemption extender was asked: per call, (node, victim names).
+type Asked = Vec<Vec<(String, Vec<String>)>>;
+
+/// A preemption extender: keeps the candidates on `keep` (or, with
+/// `empty`, keeps them without victims), or fails.
+struct Narrowing {
+    keep: &'static str,
+    empty: bool,
+    fail: bool,
+    ignorable: bool,
+    asked: parking_lot::Mutex<Asked>,
+}
+
+impl Narrowing {
+    fn new(keep: &'static str) -> Self {
+        Self {
+            keep,
+            empty: false,
+            fail: false,
+            ignorable: false,
+            asked: Default::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl crate::framework::PreemptionExtender for Narrowing {
+    fn name(&self) -> &str {
+        "narrowing"
+    }
+    fn supports_preemption(&self) -> bool {
+        true
+    }
+    fn is_interested(&self, _: &PodInfo) -> bool {
+        true
+    }
+    fn is_ignorable(&self) -> bool {
+        self.ignorable
+    }
+    async fn process_preemption(
+        &self,
+        _: &PodInfo,
+        candidates: &NodeVictims,
+        _: &Snapshot,
+    ) -> Result<NodeVictims, crate::framework::ExtenderError> {
+        self.asked.lock().push(
+            candidates
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.to_string(),
+                        v.pods.iter().map(|p| p.name.to_string()).collect(),
+                    )
+                })
+                .collect(),
+        );
+        if self.fail {
+            return Err(crate::framework::ExtenderError("extender down".into()));
+        }
+        let mut out: NodeVictims = candidates
+            .iter()
+            .filter(|(n, _)| &***n == self.keep)
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        if self.empty {
+            out.values_mut().for_each(|v| v.pods.clear());
+        }
+        Ok(out)
+    }
+}
+
+fn two_full_nodes() -> Env {
+    env(
+        &[("n1", "2"), ("n2", "2")],
+        vec![low("a", "n1", "2", 1), low("b", "n2", "2", 1)],
+        vec![],
+        json!({"minCandidateNodesAbsolute": 100}),
+    )
+}
+
+#[tokio::test]
+async fn extenders_narrow_the_candidates_to_the_ones_they_keep() {
+    for keep in ["n1", "n2"] {
+        let e = two_full_nodes();
+        let ext = Arc::new(Narrowing::new(keep));
+        e.fw.handle().set_extenders(vec![ext.clone()]);
+        let pod = make_pod("p").req_cpu("2").priority(10).build();
+        let (r, s) = e.preempt(&pod).await;
+        assert!(s.is_success(), "{s:?}");
+        assert_eq!(nominated(&r).as_deref(), Some(keep));
+        // It saw both candidates with their victims.
+        assert_eq!(
+            *ext.asked.lock(),
+            [vec![
+                ("n1".to_string(), vec!["a".to_string()]),
+                ("n2".to_string(), vec!["b".to_string()])
+            ]]
+        );
+        let survivor = if keep == "n1" { "b" } else { "a" };
+        assert_eq!(e.pods(), [survivor]);
+    }
+}
+
+#[tokio::test]
+async fn extender_failures_fail_preemption_unless_ignorable() {
+    let pod = make_pod("p").req_cpu("2").priority(10).build();
+
+    let e = two_full_nodes();
+    let mut failing = Narrowing::new("n1");
+    failing.fail = true;
+    e.fw.handle().set_extenders(vec![Arc::new(failing)]);
+    let (r, s) = e.preempt(&pod).await;
+    assert_eq!(s.code(), Code::Error);
+    assert_eq!(s.message(), "preemption: extender down");
+    assert!(r.is_none());
+    assert_eq!(e.pods(), ["a", "b"], "nothing evicted");
+
+    let e = two_full_nodes();
+    let mut skipped = Narrowing::new("n1");
+    skipped.fail = true;
+    skipped.ignorable = true;
+    e.fw.handle().set_extenders(vec![Arc::new(skipped)]);
+    let (r, s) = e.preempt(&pod).await;
+    assert!(s.is_success(), "{s:?}");
+    assert!(nominated(&r).is_some());
+
+    // A kept node without victims: an error, or dropped when ignorable
+    // (then no candidate is left).
+    let e = two_full_nodes();
+    let mut empty = Narrowing::new("n1");
+    empty.empty = true;
+    e.fw.handle().set_extenders(vec![Arc::new(empty)]);
+    let (_, s) = e.preempt(&pod).await;
+    assert_eq!(
+        s.message(),
+        "preemption: expected at least one victim pod on node \"n1\""
+    );
+    let e = two_full_nodes();
+    let mut empty = Narrowing::new("n1");
+    empty.empty = true;
+    empty.ignorable = true;
+    e.fw.handle().set_extenders(vec![Arc::new(empty)]);
+    let (r, s) = e.preempt(&pod).await;
+    assert_eq!(s.code(), Code::Unschedulable);
+    assert_eq!(s.message(), "preemption: no candidate node for preemption");
+    assert!(r.is_none());
+    assert_eq!(e.pods(), ["a", "b"]);
+}
