@@ -27,6 +27,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result, anyhow, bail};
+use berth_extender::CancellationToken;
 use berth_extender::{
     Context as ExtenderContext, CyclePod, ExtenderBuilder, HandlerResult, NodeRef,
     Status as ExtenderStatus,
@@ -40,7 +41,6 @@ use berth_server::framework::{
 use berth_server::model::PodInfo;
 use berth_server::plugins::in_tree_registry;
 use berth_server::scheduler::Scheduler;
-use berth_extender::CancellationToken;
 
 use crate::workloads::{ExtenderVariant, Profile};
 
@@ -159,9 +159,9 @@ fn parse(yaml: &str, registry: &Registry) -> Result<SchedulerConfig> {
 /// Why `profile` cannot run here, if it cannot.
 pub fn unavailable(profile: Profile) -> Option<&'static str> {
     match profile {
-        Profile::Extender(ExtenderVariant::Http) => Some(
-            "the HTTP JSON extender variant needs berth's HTTP extender client, not built yet",
-        ),
+        Profile::Extender(ExtenderVariant::Http) => {
+            Some("the HTTP JSON extender variant needs berth's HTTP extender client, not built yet")
+        }
         _ => None,
     }
 }

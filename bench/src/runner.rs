@@ -434,7 +434,10 @@ fn verify(
         .into_iter()
         .map(|e| {
             (
-                (e.info.pod.namespace.to_string(), e.info.pod.name.to_string()),
+                (
+                    e.info.pod.namespace.to_string(),
+                    e.info.pod.name.to_string(),
+                ),
                 e.queue == QueueName::Unschedulable && e.info.last_failure.is_some(),
             )
         })

@@ -277,8 +277,7 @@ pub fn select(all: Vec<Workload>, filters: &[String]) -> Vec<Workload> {
         .filter(|w| {
             filters.iter().any(|f| {
                 let f = f.to_ascii_lowercase();
-                w.name.to_ascii_lowercase().starts_with(&f)
-                    || w.family.eq_ignore_ascii_case(&f)
+                w.name.to_ascii_lowercase().starts_with(&f) || w.family.eq_ignore_ascii_case(&f)
             })
         })
         .collect()
