@@ -1,129 +1,102 @@
-//! The scheduler configuration of each workload, and the extender
-//! workload's Filter+Score logic served three ways.
+//! The scheduler configuration of each workload, and what serves the
+//! extender workload's logic ([`crate::extender`]):
 //!
-//! SchedulingWithExtender runs kube-scheduler's default profile plus one
-//! more Filter and Score, the same logic in every variant:
-//!
-//! * Filter: a node labelled `bench.berth.dev/reject=true` is rejected (no
-//!   workload node is, so the check runs and passes everywhere);
-//! * Score: `100 - (n mod 101)` for a node named `node-<n>`.
-//!
-//! The variants:
-//!
-//! * [`ExtenderVariant::Native`]: a framework plugin in the scheduler's
-//!   process, called per node on the CPU pool;
-//! * [`ExtenderVariant::Grpc`]: a berth remote extender written with the
-//!   berth-extender SDK, served in this process on a loopback TCP port on
-//!   its own runtime thread, reached by berthd's client over the
-//!   `berth.extender.v1.Extender/Session` stream (one batched Filter and one
-//!   batched Score request per cycle);
-//! * [`ExtenderVariant::Http`]: kube-scheduler's HTTP JSON extender
-//!   protocol. Not available yet: berth's HTTP extender client is being
-//!   built separately. To add it, serve the same logic as an HTTP extender
-//!   (filter and prioritize verbs, `nodeCacheCapable: true`) on a loopback
-//!   port here and return a config with an `extenders:` entry pointing at
-//!   it; the runner needs nothing else.
+//! * [`ExtenderVariant::Native`]: [`NativeBenchPlugin`] registered in the
+//!   scheduler's registry and enabled in the default profile (multiPoint);
+//! * [`ExtenderVariant::Grpc`]: a `berth-bench-extender --protocol grpc`
+//!   process, configured under `berthExtenders:` and enabled in the profile
+//!   at Filter and Score;
+//! * [`ExtenderVariant::Http`]: a `berth-bench-extender --protocol http`
+//!   process, configured under upstream's `extenders:` (filter and
+//!   prioritize verbs, weight 1, not node-cache capable: the nodes travel
+//!   in every call, as a minimal extender without its own cache needs).
 
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::process::Stdio;
 
 use anyhow::{Context as _, Result, anyhow, bail};
-use berth_extender::CancellationToken;
-use berth_extender::{
-    Context as ExtenderContext, CyclePod, ExtenderBuilder, HandlerResult, NodeRef,
-    Status as ExtenderStatus,
-};
-use berth_server::cache::NodeInfo;
 use berth_server::config::{self, SchedulerConfig};
-use berth_server::extension_points;
-use berth_server::framework::{
-    CycleState, FilterPlugin, NoArgs, Plugin, Registry, ScorePlugin, Status,
-};
-use berth_server::model::PodInfo;
+use berth_server::framework::{NoArgs, Registry};
 use berth_server::plugins::in_tree_registry;
 use berth_server::scheduler::Scheduler;
+use tokio::io::{AsyncBufReadExt, BufReader};
 
+use crate::extender::{EXTENDER_NAME, NativeBenchPlugin};
 use crate::workloads::{ExtenderVariant, Profile};
 
-/// The name of the extender workload's plugin (and remote extender).
-pub const EXTENDER_NAME: &str = "BenchExtender";
-/// Nodes with this label set to `true` are rejected by its Filter.
-pub const REJECT_LABEL: &str = "bench.berth.dev/reject";
+/// Whether berth's scheduler calls HTTP extenders configured under
+/// `extenders:` (their client is being built separately; until then the
+/// HTTP variant is skipped, not run without its extender).
+pub const HTTP_EXTENDERS_WIRED: bool = false;
 
-/// The Filter verdict, from the node's reject label.
-pub fn passes(reject_label: Option<&str>) -> bool {
-    reject_label != Some("true")
+/// An extender process, killed when dropped.
+pub struct ExtenderProcess {
+    child: tokio::process::Child,
+    /// Where it listens.
+    pub addr: String,
 }
 
-/// The Score of a node, from its name: `100 - (n mod 101)` for `node-<n>`.
-pub fn score_of(node_name: &str) -> i64 {
-    let digits = node_name.rsplit('-').next().unwrap_or("");
-    100 - digits.parse::<i64>().map_or(0, |n| n % 101)
-}
-
-/// The logic as a native plugin.
-#[derive(Debug, Default)]
-pub struct NativeBenchPlugin;
-
-impl Plugin for NativeBenchPlugin {
-    fn name(&self) -> &'static str {
-        EXTENDER_NAME
-    }
-    extension_points!(filter, score);
-}
-
-impl FilterPlugin for NativeBenchPlugin {
-    fn filter(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
-        let label = node.node().and_then(|n| n.labels.get(REJECT_LABEL));
-        if passes(label) {
-            Status::success()
-        } else {
-            Status::unresolvable("node(s) were rejected by the benchmark")
+impl ExtenderProcess {
+    /// The `berth-bench-extender` binary: `$BERTH_BENCH_EXTENDER`, or the
+    /// one beside this executable (cargo builds them together).
+    pub fn binary() -> Result<PathBuf> {
+        if let Some(p) = std::env::var_os("BERTH_BENCH_EXTENDER") {
+            return Ok(PathBuf::from(p));
         }
-    }
-}
-
-impl ScorePlugin for NativeBenchPlugin {
-    fn score(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        Ok(score_of(node.name()))
-    }
-}
-
-/// The logic as a remote extender, through the SDK.
-struct RemoteBench;
-
-impl berth_extender::Filter for RemoteBench {
-    fn filter(&self, _: &ExtenderContext, _: &CyclePod, node: &NodeRef<'_>) -> ExtenderStatus {
-        let label = node
-            .object()
-            .and_then(|n| n.metadata.labels.as_ref())
-            .and_then(|l| l.get(REJECT_LABEL))
-            .map(String::as_str);
-        if passes(label) {
-            ExtenderStatus::success()
-        } else {
-            ExtenderStatus::unresolvable("node(s) were rejected by the benchmark")
+        let exe = std::env::current_exe().context("finding this executable")?;
+        let p = exe.with_file_name(format!(
+            "berth-bench-extender{}",
+            std::env::consts::EXE_SUFFIX
+        ));
+        if !p.exists() {
+            bail!(
+                "{} is missing: build it with `cargo build -p berth-bench` (same profile), or set BERTH_BENCH_EXTENDER",
+                p.display()
+            );
         }
+        Ok(p)
+    }
+
+    /// Starts the extender with `protocol` (`grpc` or `http`) on a loopback
+    /// port and waits for its `listening on ADDR` line.
+    pub async fn start(protocol: &str) -> Result<Self> {
+        let bin = Self::binary()?;
+        let mut child = tokio::process::Command::new(&bin)
+            .args(["--protocol", protocol, "--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let stderr = child
+            .stderr
+            .take()
+            .ok_or_else(|| anyhow!("the extender's stderr was not captured"))?;
+        let mut lines = BufReader::new(stderr).lines();
+        let first = lines
+            .next_line()
+            .await
+            .context("reading the extender's first line")?
+            .ok_or_else(|| anyhow!("the extender exited before saying where it listens"))?;
+        let addr = first
+            .strip_prefix("listening on ")
+            .ok_or_else(|| anyhow!("unexpected first line from the extender: {first:?}"))?
+            .trim()
+            .to_string();
+        // Keep its stderr drained (and visible) for the rest of the run.
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("[berth-bench-extender] {line}");
+            }
+        });
+        Ok(Self { child, addr })
     }
 }
 
-impl berth_extender::Score for RemoteBench {
-    fn score(&self, _: &ExtenderContext, _: &CyclePod, node: &NodeRef<'_>) -> HandlerResult<i64> {
-        Ok(score_of(node.name()))
-    }
-}
-
-/// A remote extender served on its own runtime thread until dropped.
-struct ServedExtender {
-    stop: CancellationToken,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for ServedExtender {
+impl Drop for ExtenderProcess {
     fn drop(&mut self) {
-        self.stop.cancel();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let _ = self.child.start_kill();
     }
 }
 
@@ -133,7 +106,7 @@ pub struct Setup {
     pub config: SchedulerConfig,
     /// The plugins.
     pub registry: Registry,
-    _served: Option<ServedExtender>,
+    _served: Option<ExtenderProcess>,
 }
 
 impl Setup {
@@ -159,9 +132,9 @@ fn parse(yaml: &str, registry: &Registry) -> Result<SchedulerConfig> {
 /// Why `profile` cannot run here, if it cannot.
 pub fn unavailable(profile: Profile) -> Option<&'static str> {
     match profile {
-        Profile::Extender(ExtenderVariant::Http) => {
-            Some("the HTTP JSON extender variant needs berth's HTTP extender client, not built yet")
-        }
+        Profile::Extender(ExtenderVariant::Http) if !HTTP_EXTENDERS_WIRED => Some(
+            "pending: berth's HTTP extender client (config `extenders:`) is not on this branch yet",
+        ),
         _ => None,
     }
 }
@@ -189,7 +162,9 @@ kind: KubeSchedulerConfiguration
 profiles:
 - schedulerName: default-scheduler
   plugins:
-    multiPoint:
+    filter:
+      enabled: [{{name: {EXTENDER_NAME}}}]
+    score:
       enabled: [{{name: {EXTENDER_NAME}, weight: 1}}]
 "
             );
@@ -201,79 +176,58 @@ profiles:
             })
         }
         Profile::Extender(ExtenderVariant::Grpc) => {
-            let std_listener = std::net::TcpListener::bind("127.0.0.1:0")
-                .context("binding the extender's port")?;
-            std_listener.set_nonblocking(true)?;
-            let addr = std_listener.local_addr()?;
-            let stop = CancellationToken::new();
-            let token = stop.clone();
-            let thread = std::thread::Builder::new()
-                .name("bench-extender".into())
-                .spawn(move || {
-                    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                    else {
-                        return;
-                    };
-                    rt.block_on(async move {
-                        let Ok(listener) = tokio::net::TcpListener::from_std(std_listener) else {
-                            return;
-                        };
-                        let logic = Arc::new(RemoteBench);
-                        let extender = ExtenderBuilder::new(EXTENDER_NAME)
-                            .filter(logic.clone())
-                            .score(logic)
-                            .wants_nodes(true)
-                            .build();
-                        let _ = extender
-                            .serve_with_incoming_shutdown(listener, token.cancelled_owned())
-                            .await;
-                    });
-                })
-                .context("starting the extender thread")?;
+            let served = ExtenderProcess::start("grpc").await?;
             let yaml = format!(
                 "apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 profiles:
 - schedulerName: default-scheduler
   plugins:
-    multiPoint:
+    filter:
+      enabled: [{{name: {EXTENDER_NAME}}}]
+    score:
       enabled: [{{name: {EXTENDER_NAME}, weight: 1}}]
 berthExtenders:
 - name: {EXTENDER_NAME}
   endpoint: http://{addr}
   points: [filter, score]
-"
+",
+                addr = served.addr
             );
             let config = parse(&yaml, &registry)?;
             Ok(Setup {
                 config,
                 registry,
-                _served: Some(ServedExtender {
-                    stop,
-                    thread: Some(thread),
-                }),
+                _served: Some(served),
             })
         }
-        Profile::Extender(ExtenderVariant::Http) => bail!(
-            "the HTTP JSON extender variant is not available yet (berth's HTTP extender client is not built); see bench/src/profile.rs"
-        ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_logic_scores_by_node_number_and_rejects_only_labelled_nodes() {
-        assert_eq!(score_of("node-00000"), 100);
-        assert_eq!(score_of("node-00100"), 0);
-        assert_eq!(score_of("node-00101"), 100);
-        assert_eq!(score_of("odd"), 100);
-        assert!(passes(None));
-        assert!(passes(Some("false")));
-        assert!(!passes(Some("true")));
+        Profile::Extender(ExtenderVariant::Http) => {
+            if !HTTP_EXTENDERS_WIRED {
+                bail!(
+                    "the HTTP JSON extender variant is pending (see profile::HTTP_EXTENDERS_WIRED)"
+                );
+            }
+            let served = ExtenderProcess::start("http").await?;
+            let yaml = format!(
+                "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+extenders:
+- urlPrefix: http://{addr}
+  filterVerb: filter
+  prioritizeVerb: prioritize
+  weight: 1
+  nodeCacheCapable: false
+",
+                addr = served.addr
+            );
+            let config = parse(&yaml, &registry)?;
+            Ok(Setup {
+                config,
+                registry,
+                _served: Some(served),
+            })
+        }
     }
 }
