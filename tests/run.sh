@@ -73,3 +73,12 @@ export BERTH_PYTHON
 "$BERTH_PYTHON" -m unittest discover -s extenders/python -p 'test_*.py'
 
 cargo test --workspace --locked "$@"
+
+# The benchmark harness in its quick mode, as a smoke test: every workload
+# (scheduler_perf's shapes, tiny) through the real scheduler, each checked
+# for its end state (all measured pods bound, the ones that never fit
+# parked, placement rules kept). Its timings mean nothing here and nothing
+# asserts them; a debug build is enough. The full run is in README.md,
+# "Performance".
+cargo build --locked -q -p berth-bench --bins
+cargo run --locked -q -p berth-bench --bin berth-bench -- --quick

@@ -206,6 +206,14 @@ fn main() -> Result<()> {
     } else {
         write!(stdout, "{}", report.markdown())?;
     }
+    // A closing line test-result readers understand.
+    let count = |f: fn(&Outcome) -> bool| report.outcomes.iter().filter(|o| f(o)).count();
+    eprintln!(
+        "berth-bench: {} passed, {} failed, {} skipped",
+        count(|o| matches!(o, Outcome::Done(_))),
+        count(|o| matches!(o, Outcome::Failed { .. })),
+        count(|o| matches!(o, Outcome::Skipped { .. })),
+    );
     if report.any_failed() {
         bail!("some workloads failed");
     }
