@@ -101,19 +101,29 @@ impl Report {
             .any(|o| matches!(o, Outcome::Failed { .. }))
     }
 
-    /// The markdown table (and a line about the machine).
+    /// The table, as markdown with aligned columns (and a line about the
+    /// machine). Skipped and failed workloads say why in the Pods/s column.
     pub fn markdown(&self) -> String {
         let m = &self.machine;
         let mut out = format!(
             "Machine: {} CPUs ({}), {} MiB memory; load average {:.2} at start. Command: `{}`\n\n",
             m.cpus, m.cpu_model, m.memory_mib, m.load_average, self.command
         );
-        out.push_str(
-            "| Workload | Nodes | Existing pods | Measured pods | Pods/s | Attempt p50 (ms) | p90 (ms) | p99 (ms) | Peak RSS (MiB) |\n",
-        );
-        out.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        let header = [
+            "Workload",
+            "Nodes",
+            "Existing pods",
+            "Measured pods",
+            "Pods/s",
+            "CPU µs/pod",
+            "Attempt p50 (ms)",
+            "p90 (ms)",
+            "p99 (ms)",
+            "Peak RSS (MiB)",
+        ];
+        let mut rows: Vec<Vec<String>> = Vec::new();
         for o in &self.outcomes {
-            match o {
+            let row = match o {
                 Outcome::Done(r) => {
                     let measured = if r.unschedulable_pods > 0 {
                         format!(
@@ -123,32 +133,71 @@ impl Report {
                     } else {
                         r.measured_pods.to_string()
                     };
-                    out.push_str(&format!(
-                        "| {} | {} | {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.0} |\n",
-                        r.workload,
-                        r.nodes,
-                        r.existing_pods,
+                    vec![
+                        r.workload.clone(),
+                        r.nodes.to_string(),
+                        r.existing_pods.to_string(),
                         measured,
-                        r.pods_per_second,
-                        r.attempt_p50_ms,
-                        r.attempt_p90_ms,
-                        r.attempt_p99_ms,
-                        r.peak_rss_mib
-                    ));
+                        format!("{:.0}", r.pods_per_second),
+                        format!("{:.0}", r.cpu_us_per_pod),
+                        format!("{:.3}", r.attempt_p50_ms),
+                        format!("{:.3}", r.attempt_p90_ms),
+                        format!("{:.3}", r.attempt_p99_ms),
+                        format!("{:.0}", r.peak_rss_mib),
+                    ]
                 }
                 Outcome::Skipped { workload, reason } => {
-                    out.push_str(&format!(
-                        "| {workload} | | | | skipped: {reason} | | | | |\n"
-                    ));
+                    let mut row = vec![String::new(); header.len()];
+                    row[0] = workload.clone();
+                    row[4] = format!("skipped: {reason}");
+                    row
                 }
                 Outcome::Failed { workload, error } => {
                     let short: String = error.chars().take(120).collect();
-                    out.push_str(&format!(
-                        "| {workload} | | | | FAILED: {} | | | | |\n",
-                        short.replace('|', "/")
-                    ));
+                    let mut row = vec![String::new(); header.len()];
+                    row[0] = workload.clone();
+                    row[4] = format!("FAILED: {}", short.replace('|', "/"));
+                    row
+                }
+            };
+            rows.push(row);
+        }
+        // Widths from the header and the rows of figures; a skip or failure
+        // message overflows its column rather than widening it.
+        let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+        for (o, row) in self.outcomes.iter().zip(&rows) {
+            for (i, cell) in row.iter().enumerate() {
+                if i == 0 || matches!(o, Outcome::Done(_)) {
+                    widths[i] = widths[i].max(cell.chars().count());
                 }
             }
+        }
+        let line = |cells: &[String]| {
+            let mut l = String::from("|");
+            for (i, c) in cells.iter().enumerate() {
+                let pad = widths[i].saturating_sub(c.chars().count());
+                if i == 0 {
+                    l.push_str(&format!(" {c}{} |", " ".repeat(pad)));
+                } else {
+                    l.push_str(&format!(" {}{c} |", " ".repeat(pad)));
+                }
+            }
+            l.push('\n');
+            l
+        };
+        out.push_str(&line(&header.map(String::from)));
+        let mut rule = String::from("|");
+        for (i, w) in widths.iter().enumerate() {
+            if i == 0 {
+                rule.push_str(&format!(" {} |", "-".repeat(*w)));
+            } else {
+                rule.push_str(&format!(" {}: |", "-".repeat(w.saturating_sub(1))));
+            }
+        }
+        rule.push('\n');
+        out.push_str(&rule);
+        for row in &rows {
+            out.push_str(&line(row));
         }
         out
     }
