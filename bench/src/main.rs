@@ -10,7 +10,6 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use berth_bench::profile;
 use berth_bench::report::{Machine, Outcome, Report};
 use berth_bench::runner::{self, RunOptions, RunResult};
 use berth_bench::workloads::{self, Workload};
@@ -74,12 +73,6 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 fn run_here(w: &Workload, opts: &RunOptions) -> Outcome {
-    if let Some(reason) = profile::unavailable(w.profile) {
-        return Outcome::Skipped {
-            workload: w.name.clone(),
-            reason: reason.into(),
-        };
-    }
     let result = runtime().and_then(|rt| rt.block_on(runner::run(w, opts)));
     match result {
         Ok(r) => Outcome::Done(r),
@@ -91,12 +84,6 @@ fn run_here(w: &Workload, opts: &RunOptions) -> Outcome {
 }
 
 fn run_child(w: &Workload, args: &Args) -> Outcome {
-    if let Some(reason) = profile::unavailable(w.profile) {
-        return Outcome::Skipped {
-            workload: w.name.clone(),
-            reason: reason.into(),
-        };
-    }
     let failed = |error: String| Outcome::Failed {
         workload: w.name.clone(),
         error,

@@ -24,11 +24,6 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use crate::extender::{EXTENDER_NAME, NativeBenchPlugin};
 use crate::workloads::{ExtenderVariant, Profile};
 
-/// Whether berth's scheduler calls HTTP extenders configured under
-/// `extenders:` (their client is being built separately; until then the
-/// HTTP variant is skipped, not run without its extender).
-pub const HTTP_EXTENDERS_WIRED: bool = false;
-
 /// An extender process, killed when dropped.
 pub struct ExtenderProcess {
     child: tokio::process::Child,
@@ -129,16 +124,6 @@ fn parse(yaml: &str, registry: &Registry) -> Result<SchedulerConfig> {
     config::parse(yaml, &known).map_err(|e| anyhow!("benchmark config: {e}"))
 }
 
-/// Why `profile` cannot run here, if it cannot.
-pub fn unavailable(profile: Profile) -> Option<&'static str> {
-    match profile {
-        Profile::Extender(ExtenderVariant::Http) if !HTTP_EXTENDERS_WIRED => Some(
-            "pending: berth's HTTP extender client (config `extenders:`) is not on this branch yet",
-        ),
-        _ => None,
-    }
-}
-
 /// The configuration and registry for `profile`, starting what serves it.
 pub async fn setup(profile: Profile) -> Result<Setup> {
     let mut registry = in_tree_registry();
@@ -202,11 +187,6 @@ berthExtenders:
             })
         }
         Profile::Extender(ExtenderVariant::Http) => {
-            if !HTTP_EXTENDERS_WIRED {
-                bail!(
-                    "the HTTP JSON extender variant is pending (see profile::HTTP_EXTENDERS_WIRED)"
-                );
-            }
             let served = ExtenderProcess::start("http").await?;
             let yaml = format!(
                 "apiVersion: kubescheduler.config.k8s.io/v1

@@ -23,7 +23,7 @@ pub enum ExtenderVariant {
     /// A berth remote extender over its gRPC stream (the berth-extender
     /// SDK, served on a loopback port).
     Grpc,
-    /// kube-scheduler's HTTP JSON extender protocol (not available yet).
+    /// kube-scheduler's HTTP JSON extender protocol (extender v1).
     Http,
 }
 
