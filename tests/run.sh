@@ -88,3 +88,12 @@ if [ -z "${KUBECTL:-}" ] && ! command -v kubectl >/dev/null; then
 fi
 
 cargo test --workspace --locked "$@"
+
+# The benchmark harness in its quick mode, as a smoke test: every workload
+# (scheduler_perf's shapes, tiny) through the real scheduler, each checked
+# for its end state (all measured pods bound, the ones that never fit
+# parked, placement rules kept). Its timings mean nothing here and nothing
+# asserts them; a debug build is enough. The full run is in README.md,
+# "Performance".
+cargo build --locked -q -p berth-bench --bins
+cargo run --locked -q -p berth-bench --bin berth-bench -- --quick

@@ -9,6 +9,7 @@ use berth_proto::extender::v1 as pb;
 use pb::extender_server::{Extender as ExtenderRpc, ExtenderServer};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -325,7 +326,18 @@ impl Extender {
             .add_service(reflection_v1alpha)
             .add_service(self.service(stop.clone()))
             .serve_with_incoming_shutdown(
-                TcpListenerStream::new(listener),
+                // Sessions exchange small messages both ways: without
+                // TCP_NODELAY, Nagle's algorithm holds an answer back until
+                // the scheduler's delayed ACK (tens of ms on Linux), and a
+                // cycle waits that long. tonic sets it only on connections
+                // it accepts itself.
+                TcpListenerStream::new(listener).map(|conn| {
+                    conn.inspect(|s| {
+                        if let Err(e) = s.set_nodelay(true) {
+                            warn!(error = %e, "cannot set TCP_NODELAY");
+                        }
+                    })
+                }),
                 stop.clone().cancelled_owned(),
             )
             .await;

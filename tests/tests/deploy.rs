@@ -204,12 +204,18 @@ fn the_deployment_runs_two_non_root_replicas_with_flags_berthd_has() -> Result<(
     let spec = m.deployment.spec.as_ref().context("Deployment.spec")?;
     assert_eq!(spec.replicas, Some(2));
     let pod = spec.template.spec.as_ref().context("pod spec")?;
-    let psc = pod.security_context.as_ref().context("pod securityContext")?;
+    let psc = pod
+        .security_context
+        .as_ref()
+        .context("pod securityContext")?;
     assert_eq!(psc.run_as_non_root, Some(true));
     assert!(psc.run_as_user.is_some_and(|u| u != 0));
     assert_eq!(pod.containers.len(), 1);
     let c = &pod.containers[0];
-    let csc = c.security_context.as_ref().context("container securityContext")?;
+    let csc = c
+        .security_context
+        .as_ref()
+        .context("container securityContext")?;
     assert_eq!(csc.allow_privilege_escalation, Some(false));
     assert_eq!(csc.read_only_root_filesystem, Some(true));
     let requests = c
@@ -272,7 +278,11 @@ fn probes_service_and_listen_flags_agree_on_ports() -> Result<()> {
 
     // The Service selects the pods and targets their ports.
     let svc = m.service.spec.as_ref().context("Service.spec")?;
-    let labels = spec.template.metadata.as_ref().and_then(|m| m.labels.clone());
+    let labels = spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone());
     let labels = labels.unwrap_or_default();
     let selector = svc.selector.clone().unwrap_or_default();
     assert!(!selector.is_empty());
@@ -292,8 +302,7 @@ fn probes_service_and_listen_flags_agree_on_ports() -> Result<()> {
 }
 
 #[test]
-fn the_config_map_holds_a_config_berthd_accepts_and_is_mounted_where_berthd_reads()
--> Result<()> {
+fn the_config_map_holds_a_config_berthd_accepts_and_is_mounted_where_berthd_reads() -> Result<()> {
     let m = manifests()?;
     let spec = m.deployment.spec.as_ref().context("Deployment.spec")?;
     let pod = spec.template.spec.as_ref().context("pod spec")?;
@@ -323,7 +332,13 @@ fn the_config_map_holds_a_config_berthd_accepts_and_is_mounted_where_berthd_read
         .with_context(|| format!("volume {} is not mounted", volume.name))?;
     let key = config_path
         .strip_prefix(&mount.mount_path)
-        .with_context(|| format!("{} is not under {}", config_path.display(), mount.mount_path))?;
+        .with_context(|| {
+            format!(
+                "{} is not under {}",
+                config_path.display(),
+                mount.mount_path
+            )
+        })?;
     let key = key.to_str().context("key")?;
     let data = m.config_map.data.clone().unwrap_or_default();
     let text = data
@@ -352,12 +367,12 @@ fn the_config_map_holds_a_config_berthd_accepts_and_is_mounted_where_berthd_read
         update.resource_names.clone().unwrap_or_default(),
         vec![cfg.leader_election.resource_name.clone()]
     );
-    assert!(
-        rules
-            .iter()
-            .any(|r| r.verbs.iter().any(|v| v == "create")
-                && r.resources.as_ref().is_some_and(|x| x.iter().any(|x| x == "leases")))
-    );
+    assert!(rules.iter().any(|r| {
+        r.verbs.iter().any(|v| v == "create")
+            && r.resources
+                .as_ref()
+                .is_some_and(|x| x.iter().any(|x| x == "leases"))
+    }));
     Ok(())
 }
 

@@ -232,6 +232,16 @@ impl CycleState {
         &self.snapshot
     }
 
+    /// Lets go of the snapshot once the scheduling cycle is over. The
+    /// binding cycle runs against the live cluster, not this snapshot; and
+    /// while a binding in flight kept a reference to it, the next cycle's
+    /// update could not change the scheduler's snapshot in place and had to
+    /// copy every node of it (and drop the copy later): a cost per pod that
+    /// grew with the cluster.
+    pub fn release_snapshot(&mut self) {
+        self.snapshot = Arc::default();
+    }
+
     /// Stores `value` under `key`, replacing any previous value.
     pub fn write<T: Any + Clone + Send + Sync>(&mut self, key: &StateKey<T>, value: T) {
         match self.entries.iter_mut().find(|(k, _)| *k == key.name) {

@@ -146,6 +146,7 @@ impl Loop {
         {
             Ok(assumed) => {
                 drop(_enter);
+                state.release_snapshot();
                 shared.metrics.record_cycle_found_node(start.elapsed());
                 shared.bindings_in_flight.fetch_add(1, Ordering::SeqCst);
                 let shared = shared.clone();

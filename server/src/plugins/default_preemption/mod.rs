@@ -132,25 +132,30 @@ fn split_by_budget(victims: &[PodRef], budgets: &[Budget]) -> (Vec<PodRef>, Vec<
     (violating, fine)
 }
 
+/// Now, as nanoseconds since the epoch: what a pod that has not started
+/// counts as. Read once per decision, so that every comparison within it
+/// sees the same value.
+fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(i64::MAX, |d| d.as_nanos() as i64)
+}
+
 /// When a pod started, as nanoseconds since the epoch; a pod that has not
-/// started counts as starting now, as upstream.
-fn start_time(p: &PodInfo) -> i64 {
+/// started counts as starting `now`, as upstream.
+fn start_time(p: &PodInfo, now: i64) -> i64 {
     p.pod
         .status
         .as_ref()
         .and_then(|s| s.start_time.as_ref())
         .map(|t| t.0.as_nanosecond() as i64)
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(i64::MAX, |d| d.as_nanos() as i64)
-        })
+        .unwrap_or(now)
 }
 
 /// Whether `a` is more important than `b`: higher priority, or equal
 /// priority and started earlier.
-fn more_important(a: &PodInfo, b: &PodInfo) -> bool {
-    a.priority > b.priority || (a.priority == b.priority && start_time(a) < start_time(b))
+fn more_important(a: &PodInfo, b: &PodInfo, now: i64) -> bool {
+    a.priority > b.priority || (a.priority == b.priority && start_time(a, now) < start_time(b, now))
 }
 
 /// Whether the pod is being deleted by a preemption.
@@ -173,6 +178,10 @@ pub const NO_CANDIDATE: &str = "no candidate node for preemption";
 
 /// Chooses among candidates as upstream's pickOneNodeForPreemption does.
 fn pick(candidates: &[Candidate]) -> Option<&Candidate> {
+    // One `now` for the whole choice: were it read per comparison, the
+    // start-time criterion would differ between computing the best value
+    // and keeping the candidates that have it, and drop them all.
+    let now = now_nanos();
     if let Some(c) = candidates.iter().find(|c| c.victims.is_empty()) {
         return Some(c);
     }
@@ -192,7 +201,7 @@ fn pick(candidates: &[Candidate]) -> Option<&Candidate> {
             c.victims
                 .iter()
                 .filter(|v| v.priority == top)
-                .map(|v| start_time(v))
+                .map(|v| start_time(v, now))
                 .min()
                 .unwrap_or(i64::MIN)
         },
@@ -284,10 +293,11 @@ impl DefaultPreemption {
         if !s.is_success() {
             return Err(s);
         }
+        let now = now_nanos();
         potential.sort_by(|a, b| {
-            if more_important(a, b) {
+            if more_important(a, b, now) {
                 std::cmp::Ordering::Less
-            } else if more_important(b, a) {
+            } else if more_important(b, a, now) {
                 std::cmp::Ordering::Greater
             } else {
                 std::cmp::Ordering::Equal

@@ -1,0 +1,10 @@
+//! berth's benchmarks: scheduler_perf-style workloads run through the real
+//! scheduler ([`runner`], the `berth-bench` binary), and the pieces the
+//! criterion micro-benchmarks (`benches/`) share.
+
+pub mod extender;
+pub mod objects;
+pub mod profile;
+pub mod report;
+pub mod runner;
+pub mod workloads;

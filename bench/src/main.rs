@@ -1,0 +1,239 @@
+//! berth-bench: runs scheduler_perf-style workloads through the real berth
+//! scheduler and prints throughput, attempt latencies and peak memory per
+//! workload (a markdown table, or JSON with `--json`).
+//!
+//! Each workload runs in a child process of its own (this binary again,
+//! with `--child`), so that its peak RSS is its own.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use berth_bench::report::{Machine, Outcome, Report};
+use berth_bench::runner::{self, RunOptions, RunResult};
+use berth_bench::workloads::{self, Workload};
+use clap::Parser;
+
+/// Runs scheduler_perf-style workloads through the berth scheduler.
+#[derive(Debug, Parser)]
+#[command(name = "berth-bench", version)]
+struct Args {
+    /// Run every workload small (a smoke test: no timing is meaningful).
+    #[arg(long)]
+    quick: bool,
+
+    /// Run only the workloads whose name starts with NAME, or whose family
+    /// is NAME (case-insensitive; repeatable).
+    #[arg(long = "workload", value_name = "NAME")]
+    workloads: Vec<String>,
+
+    /// Print JSON instead of a markdown table.
+    #[arg(long)]
+    json: bool,
+
+    /// List the workloads and exit.
+    #[arg(long)]
+    list: bool,
+
+    /// Run every workload in this process (peak RSS then accumulates).
+    #[arg(long)]
+    in_process: bool,
+
+    /// Give up on a workload after this many seconds (a guard against a
+    /// hung scheduler; stuck workloads are detected without it).
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+
+    /// Seed for the scheduler's tie-breaking.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+
+    /// Override the configuration's `parallelism` (default 16, capped at
+    /// the machine's cores; 1 runs Filter and Score on the scheduling
+    /// thread).
+    #[arg(long)]
+    parallelism: Option<usize>,
+
+    /// Log the scheduler's output to stderr with this filter (e.g. `info`).
+    #[arg(long, value_name = "FILTER")]
+    log: Option<String>,
+
+    /// Internal: run the one workload named exactly by --workload and print
+    /// its result as JSON.
+    #[arg(long, hide = true)]
+    child: bool,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")
+}
+
+fn run_here(w: &Workload, opts: &RunOptions) -> Outcome {
+    let result = runtime().and_then(|rt| rt.block_on(runner::run(w, opts)));
+    match result {
+        Ok(r) => Outcome::Done(r),
+        Err(e) => Outcome::Failed {
+            workload: w.name.clone(),
+            error: format!("{e:#}"),
+        },
+    }
+}
+
+fn run_child(w: &Workload, args: &Args) -> Outcome {
+    let failed = |error: String| Outcome::Failed {
+        workload: w.name.clone(),
+        error,
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return failed(format!("cannot find this executable: {e}")),
+    };
+    let mut cmd = Command::new(exe);
+    cmd.args(["--child", "--workload", &w.name])
+        .args(["--timeout", &args.timeout.to_string()])
+        .args(["--seed", &args.seed.to_string()])
+        .args(
+            args.parallelism
+                .map(|p| vec!["--parallelism".to_string(), p.to_string()])
+                .unwrap_or_default(),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if args.quick {
+        cmd.arg("--quick");
+    }
+    if let Some(l) = &args.log {
+        cmd.args(["--log", l]);
+    }
+    let out = match cmd.output() {
+        Ok(o) => o,
+        Err(e) => return failed(format!("running the child process: {e}")),
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    match serde_json::from_str::<Outcome>(text.trim()) {
+        Ok(o) => o,
+        Err(e) => failed(format!(
+            "the child process ({}) printed no result ({e}): {}",
+            out.status,
+            text.trim()
+        )),
+    }
+}
+
+/// Logging is optional: berth_server logs through `tracing`; without a
+/// subscriber its per-pod lines cost next to nothing.
+fn init_logging(filter: &str) {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    if let Some(filter) = &args.log {
+        init_logging(filter);
+    }
+    let opts = RunOptions {
+        timeout: Duration::from_secs(args.timeout),
+        seed: args.seed,
+        parallelism: args.parallelism,
+    };
+    let all = workloads::all(args.quick);
+    if args.child {
+        let [name] = args.workloads.as_slice() else {
+            bail!("--child takes exactly one --workload");
+        };
+        let Some(w) = all.iter().find(|w| &w.name == name) else {
+            bail!("no workload named {name:?}");
+        };
+        let outcome = run_here(w, &opts);
+        println!("{}", serde_json::to_string(&outcome)?);
+        return Ok(());
+    }
+    let selected = workloads::select(all, &args.workloads);
+    if selected.is_empty() {
+        bail!("no workload matches {:?} (see --list)", args.workloads);
+    }
+    if args.list {
+        for w in &selected {
+            println!(
+                "{}\t{} nodes, {} existing, {} measured, {} never fit",
+                w.name, w.size.nodes, w.size.existing, w.size.measured, w.size.unschedulable
+            );
+        }
+        return Ok(());
+    }
+
+    let machine = Machine::current();
+    let mut outcomes = Vec::new();
+    for w in &selected {
+        eprintln!("running {} ...", w.name);
+        let o = if args.in_process {
+            run_here(w, &opts)
+        } else {
+            run_child(w, &args)
+        };
+        match &o {
+            Outcome::Done(r) => eprintln!("  {}", summary(r)),
+            Outcome::Skipped { reason, .. } => eprintln!("  skipped: {reason}"),
+            Outcome::Failed { error, .. } => eprintln!("  FAILED: {error}"),
+        }
+        outcomes.push(o);
+    }
+    let mut command = String::from("cargo run --release -p berth-bench --");
+    if args.quick {
+        command.push_str(" --quick");
+    }
+    for w in &args.workloads {
+        command.push_str(&format!(" --workload {w}"));
+    }
+    if let Some(p) = args.parallelism {
+        command.push_str(&format!(" --parallelism {p}"));
+    }
+    let report = Report {
+        machine,
+        quick: args.quick,
+        command,
+        outcomes,
+    };
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&report)?)?;
+    } else {
+        write!(stdout, "{}", report.markdown())?;
+    }
+    // A closing line test-result readers understand.
+    let count = |f: fn(&Outcome) -> bool| report.outcomes.iter().filter(|o| f(o)).count();
+    eprintln!(
+        "berth-bench: {} passed, {} failed, {} skipped",
+        count(|o| matches!(o, Outcome::Done(_))),
+        count(|o| matches!(o, Outcome::Failed { .. })),
+        count(|o| matches!(o, Outcome::Skipped { .. })),
+    );
+    if report.any_failed() {
+        bail!("some workloads failed");
+    }
+    Ok(())
+}
+
+fn summary(r: &RunResult) -> String {
+    format!(
+        "{:.0} pods/s over {:.2}s ({:.0} µs CPU per pod); attempt p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms; cycle p99 {:.3} ms; peak RSS {:.0} MiB ({:.0} MiB before the scheduler); existing pods placed in {:.2}s",
+        r.pods_per_second,
+        r.measured_seconds,
+        r.cpu_us_per_pod,
+        r.attempt_p50_ms,
+        r.attempt_p90_ms,
+        r.attempt_p99_ms,
+        r.cycle_p99_ms,
+        r.peak_rss_mib,
+        r.rss_before_scheduler_mib,
+        r.setup_seconds
+    )
+}

@@ -1,0 +1,270 @@
+//! The nodes and pods of the workloads, built directly as Kubernetes
+//! objects, shaped like upstream scheduler_perf's templates
+//! (`test/integration/scheduler_perf/templates/`): nodes of 4 CPU, 32Gi and
+//! 110 pods, Ready; pods of one pause container requesting 100m and 500Mi,
+//! with the affinity, spreading or priority of each template.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, ContainerPort, Node, NodeAffinity, NodeCondition, NodeSelector,
+    NodeSelectorRequirement, NodeSelectorTerm, NodeStatus, Pod, PodAffinity, PodAffinityTerm,
+    PodAntiAffinity, PodSpec, ResourceRequirements, TopologySpreadConstraint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+
+/// The zone label.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// The hostname label.
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), Quantity((*v).to_string())))
+        .collect()
+}
+
+/// Node `i` of a workload: upstream's `node-default.yaml` (4 CPU, 32Gi, 110
+/// pods, Ready), with the hostname label and its zone from `zones` (round
+/// robin; no zone label when `zones` is empty).
+pub fn node(i: usize, zones: &[&str]) -> Node {
+    let name = node_name(i);
+    let mut labels = BTreeMap::from([(HOSTNAME_LABEL.to_string(), name.clone())]);
+    if !zones.is_empty() {
+        labels.insert(ZONE_LABEL.into(), zones[i % zones.len()].to_string());
+    }
+    let resources = quantities(&[("cpu", "4"), ("memory", "32Gi"), ("pods", "110")]);
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        spec: Some(Default::default()),
+        status: Some(NodeStatus {
+            capacity: Some(resources.clone()),
+            allocatable: Some(resources),
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The name of node `i`.
+pub fn node_name(i: usize) -> String {
+    format!("node-{i:05}")
+}
+
+/// The pod templates of upstream's scheduler_perf that the workloads use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodTemplate {
+    /// `pod-default.yaml`: 100m CPU, 500Mi.
+    Default,
+    /// `pod-low-priority.yaml`: 900m CPU, 500Mi, priority 0.
+    LowPriority,
+    /// `pod-high-priority.yaml`: 3 CPU, 500Mi, priority 10.
+    HighPriority,
+    /// `pod-high-priority-large-cpu.yaml`: 9 CPU (more than any node has),
+    /// priority 10: never fits.
+    HighPriorityLargeCpu,
+    /// `pod-with-pod-anti-affinity.yaml`: label color=green, required
+    /// anti-affinity to color=green pods by hostname (namespaces sched-0 and
+    /// sched-1).
+    PodAntiAffinity,
+    /// `pod-with-pod-affinity.yaml`: label color=blue, required affinity to
+    /// color=blue pods by zone (namespaces sched-0 and sched-1).
+    PodAffinity,
+    /// `pod-with-topology-spreading.yaml`: color=blue, maxSkew 5 by zone,
+    /// DoNotSchedule.
+    TopologySpreading,
+    /// `pod-with-preferred-topology-spreading.yaml`: the same with
+    /// ScheduleAnyway.
+    PreferredTopologySpreading,
+    /// `pod-with-node-affinity.yaml`: required zone in [zone1, zone2].
+    NodeAffinity,
+}
+
+impl PodTemplate {
+    /// The name stem of pods made from the template.
+    pub fn stem(self) -> &'static str {
+        match self {
+            Self::Default => "pod",
+            Self::LowPriority => "low",
+            Self::HighPriority => "high",
+            Self::HighPriorityLargeCpu => "large",
+            Self::PodAntiAffinity => "anti-affinity",
+            Self::PodAffinity => "affinity",
+            Self::TopologySpreading => "spreading",
+            Self::PreferredTopologySpreading => "preferred-spreading",
+            Self::NodeAffinity => "node-affinity",
+        }
+    }
+
+    /// A pod of this template named `name` in `namespace` (not bound).
+    pub fn pod(self, namespace: &str, name: &str) -> Pod {
+        let (cpu, priority) = match self {
+            Self::LowPriority => ("900m", None),
+            Self::HighPriority => ("3", Some(10)),
+            Self::HighPriorityLargeCpu => ("9", Some(10)),
+            _ => ("100m", None),
+        };
+        let requests = quantities(&[("cpu", cpu), ("memory", "500Mi")]);
+        // The large-CPU template sets requests only; the others set limits
+        // equal to requests.
+        let limits = (self != Self::HighPriorityLargeCpu).then(|| requests.clone());
+        let mut labels = BTreeMap::new();
+        let color = |c: &str| LabelSelector {
+            match_labels: Some(BTreeMap::from([("color".to_string(), c.to_string())])),
+            ..Default::default()
+        };
+        let namespaces = Some(vec!["sched-1".to_string(), "sched-0".to_string()]);
+        let mut affinity = None;
+        let mut spread = None;
+        match self {
+            Self::PodAntiAffinity => {
+                labels.insert("color".to_string(), "green".to_string());
+                affinity = Some(Affinity {
+                    pod_anti_affinity: Some(PodAntiAffinity {
+                        required_during_scheduling_ignored_during_execution: Some(vec![
+                            PodAffinityTerm {
+                                label_selector: Some(color("green")),
+                                topology_key: HOSTNAME_LABEL.into(),
+                                namespaces,
+                                ..Default::default()
+                            },
+                        ]),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+            }
+            Self::PodAffinity => {
+                labels.insert("color".to_string(), "blue".to_string());
+                affinity = Some(Affinity {
+                    pod_affinity: Some(PodAffinity {
+                        required_during_scheduling_ignored_during_execution: Some(vec![
+                            PodAffinityTerm {
+                                label_selector: Some(color("blue")),
+                                topology_key: ZONE_LABEL.into(),
+                                namespaces,
+                                ..Default::default()
+                            },
+                        ]),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+            }
+            Self::TopologySpreading | Self::PreferredTopologySpreading => {
+                labels.insert("color".to_string(), "blue".to_string());
+                let when = if self == Self::TopologySpreading {
+                    "DoNotSchedule"
+                } else {
+                    "ScheduleAnyway"
+                };
+                spread = Some(vec![TopologySpreadConstraint {
+                    max_skew: 5,
+                    topology_key: ZONE_LABEL.into(),
+                    when_unsatisfiable: when.into(),
+                    label_selector: Some(color("blue")),
+                    ..Default::default()
+                }]);
+            }
+            Self::NodeAffinity => {
+                affinity = Some(Affinity {
+                    node_affinity: Some(NodeAffinity {
+                        required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                            node_selector_terms: vec![NodeSelectorTerm {
+                                match_expressions: Some(vec![NodeSelectorRequirement {
+                                    key: ZONE_LABEL.into(),
+                                    operator: "In".into(),
+                                    values: Some(vec!["zone1".into(), "zone2".into()]),
+                                }]),
+                                ..Default::default()
+                            }],
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+            }
+            _ => {}
+        }
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(namespace.to_string()),
+                labels: (!labels.is_empty()).then_some(labels),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                priority,
+                termination_grace_period_seconds: (self == Self::LowPriority).then_some(0),
+                affinity,
+                topology_spread_constraints: spread,
+                containers: vec![Container {
+                    name: "pause".into(),
+                    image: Some("registry.k8s.io/pause:3.10".into()),
+                    ports: Some(vec![ContainerPort {
+                        container_port: 80,
+                        ..Default::default()
+                    }]),
+                    resources: Some(ResourceRequirements {
+                        requests: Some(requests),
+                        limits,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use berth_server::model::{NodeSpec, PodInfo};
+
+    use super::*;
+
+    #[test]
+    fn templates_parse_as_the_scheduler_reads_them() {
+        let n = NodeSpec::new(Arc::new(node(4, &["a", "b", "c"]))).unwrap();
+        assert_eq!(n.allocatable.milli_cpu, 4000);
+        assert_eq!(n.allocatable.memory, 32 << 30);
+        assert_eq!(n.allocatable.allowed_pod_number, 110);
+        for t in [
+            PodTemplate::Default,
+            PodTemplate::LowPriority,
+            PodTemplate::HighPriority,
+            PodTemplate::HighPriorityLargeCpu,
+            PodTemplate::PodAntiAffinity,
+            PodTemplate::PodAffinity,
+            PodTemplate::TopologySpreading,
+            PodTemplate::PreferredTopologySpreading,
+            PodTemplate::NodeAffinity,
+        ] {
+            let mut pod = t.pod("ns", "p");
+            pod.metadata.uid = Some("u".into());
+            let info = PodInfo::new(Arc::new(pod)).unwrap();
+            let cpu = match t {
+                PodTemplate::LowPriority => 900,
+                PodTemplate::HighPriority => 3000,
+                PodTemplate::HighPriorityLargeCpu => 9000,
+                _ => 100,
+            };
+            assert_eq!(info.requests.milli_cpu, cpu, "{t:?}");
+            assert_eq!(info.requests.memory, 500 << 20, "{t:?}");
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! The results of a benchmark run: per-workload outcomes, the machine they
+//! ran on, and the markdown table for the README.
+
+use serde::{Deserialize, Serialize};
+
+use crate::runner::RunResult;
+
+/// What became of one workload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum Outcome {
+    /// It ran to the end; the figures.
+    Done(RunResult),
+    /// It cannot run here (a variant not built yet).
+    Skipped {
+        /// The workload's name.
+        workload: String,
+        /// Why.
+        reason: String,
+    },
+    /// It failed (stuck, wrong placement, error).
+    Failed {
+        /// The workload's name.
+        workload: String,
+        /// What went wrong.
+        error: String,
+    },
+}
+
+impl Outcome {
+    /// The workload's name.
+    pub fn workload(&self) -> &str {
+        match self {
+            Self::Done(r) => &r.workload,
+            Self::Skipped { workload, .. } | Self::Failed { workload, .. } => workload,
+        }
+    }
+}
+
+/// The machine the figures come from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Machine {
+    /// Logical CPUs available to the process.
+    pub cpus: usize,
+    /// The CPU model, from /proc/cpuinfo.
+    pub cpu_model: String,
+    /// Total memory, from /proc/meminfo, in MiB.
+    pub memory_mib: u64,
+    /// The load average when the run started (1 minute), from /proc/loadavg.
+    pub load_average: f64,
+}
+
+impl Machine {
+    /// This machine.
+    pub fn current() -> Self {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .and_then(|rest| rest.split_once(':'))
+            .map(|(_, m)| m.trim().to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let memory_mib = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map_or(0, |kb| kb / 1024);
+        let load_average = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|l| l.parse().ok()))
+            .unwrap_or(0.0);
+        Self {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_model,
+            memory_mib,
+            load_average,
+        }
+    }
+}
+
+/// A whole run: the machine and every workload's outcome.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// Where it ran.
+    pub machine: Machine,
+    /// Whether the workloads were the small `--quick` ones.
+    pub quick: bool,
+    /// The command that produced it.
+    pub command: String,
+    /// One per workload, in run order.
+    pub outcomes: Vec<Outcome>,
+}
+
+impl Report {
+    /// Whether any workload failed.
+    pub fn any_failed(&self) -> bool {
+        self.outcomes
+            .iter()
+            .any(|o| matches!(o, Outcome::Failed { .. }))
+    }
+
+    /// The table, as markdown with aligned columns (and a line about the
+    /// machine). Skipped and failed workloads say why in the Pods/s column.
+    pub fn markdown(&self) -> String {
+        let m = &self.machine;
+        let mut out = format!(
+            "Machine: {} CPUs ({}), {} MiB memory; load average {:.2} at start. Command: `{}`\n\n",
+            m.cpus, m.cpu_model, m.memory_mib, m.load_average, self.command
+        );
+        let header = [
+            "Workload",
+            "Nodes",
+            "Existing pods",
+            "Measured pods",
+            "Pods/s",
+            "CPU µs/pod",
+            "Attempt p50 (ms)",
+            "p90 (ms)",
+            "p99 (ms)",
+            "Peak RSS (MiB)",
+        ];
+        let mut rows: Vec<Vec<String>> = Vec::new();
+        for o in &self.outcomes {
+            let row = match o {
+                Outcome::Done(r) => {
+                    let measured = if r.unschedulable_pods > 0 {
+                        format!(
+                            "{} (+{} that never fit)",
+                            r.measured_pods, r.unschedulable_pods
+                        )
+                    } else {
+                        r.measured_pods.to_string()
+                    };
+                    vec![
+                        r.workload.clone(),
+                        r.nodes.to_string(),
+                        r.existing_pods.to_string(),
+                        measured,
+                        format!("{:.0}", r.pods_per_second),
+                        format!("{:.0}", r.cpu_us_per_pod),
+                        format!("{:.3}", r.attempt_p50_ms),
+                        format!("{:.3}", r.attempt_p90_ms),
+                        format!("{:.3}", r.attempt_p99_ms),
+                        format!("{:.0}", r.peak_rss_mib),
+                    ]
+                }
+                Outcome::Skipped { workload, reason } => {
+                    let mut row = vec![String::new(); header.len()];
+                    row[0] = workload.clone();
+                    row[4] = format!("skipped: {reason}");
+                    row
+                }
+                Outcome::Failed { workload, error } => {
+                    let short: String = error.chars().take(120).collect();
+                    let mut row = vec![String::new(); header.len()];
+                    row[0] = workload.clone();
+                    row[4] = format!("FAILED: {}", short.replace('|', "/"));
+                    row
+                }
+            };
+            rows.push(row);
+        }
+        // Widths from the header and the rows of figures; a skip or failure
+        // message overflows its column rather than widening it.
+        let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+        for (o, row) in self.outcomes.iter().zip(&rows) {
+            for (i, cell) in row.iter().enumerate() {
+                if i == 0 || matches!(o, Outcome::Done(_)) {
+                    widths[i] = widths[i].max(cell.chars().count());
+                }
+            }
+        }
+        let line = |cells: &[String]| {
+            let mut l = String::from("|");
+            for (i, c) in cells.iter().enumerate() {
+                let pad = widths[i].saturating_sub(c.chars().count());
+                if i == 0 {
+                    l.push_str(&format!(" {c}{} |", " ".repeat(pad)));
+                } else {
+                    l.push_str(&format!(" {}{c} |", " ".repeat(pad)));
+                }
+            }
+            l.push('\n');
+            l
+        };
+        out.push_str(&line(&header.map(String::from)));
+        let mut rule = String::from("|");
+        for (i, w) in widths.iter().enumerate() {
+            if i == 0 {
+                rule.push_str(&format!(" {} |", "-".repeat(*w)));
+            } else {
+                rule.push_str(&format!(" {}: |", "-".repeat(w.saturating_sub(1))));
+            }
+        }
+        rule.push('\n');
+        out.push_str(&rule);
+        for row in &rows {
+            out.push_str(&line(row));
+        }
+        out
+    }
+}

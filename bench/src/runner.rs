@@ -1,0 +1,577 @@
+//! Runs one workload through the real scheduler: the embedded cluster as
+//! cluster source and binder, `Scheduler::start` with the workload's
+//! profile, the real queue, cache and framework.
+//!
+//! 1. The nodes and the existing pods (unbound) go into the embedded
+//!    cluster; the scheduler starts and places the existing pods, unmeasured.
+//! 2. The measured pods (built beforehand) are created one after the other
+//!    from a blocking thread while the scheduler runs, as scheduler_perf
+//!    creates them through the API server. Pods that never fit are spread
+//!    evenly through that stream.
+//! 3. Throughput is the measured pods bound divided by the wall-clock time
+//!    from the creation of the first measured pod to the end of the last
+//!    Bind. The scheduler is idle when the first pod is created, so it pops
+//!    it at once: this is "first pop to last bind", plus at most one
+//!    hand-off.
+//! 4. Attempt latencies come from the scheduler's own histograms
+//!    ([`berth_server::scheduler::SchedulerMetrics`]), restricted to the
+//!    measured stretch: from the pop to the end of Bind for the attempts
+//!    that bound a pod.
+//!
+//! The run ends when every measured pod is bound and every pod that never
+//! fits has been tried and parked among the unschedulable pods. If the
+//! scheduler goes idle before that, a barrier pod (no requests) is created:
+//! once it has been decided, every earlier cluster change has reached the
+//! scheduler; idle again with no progress means the workload is stuck, and
+//! the run fails with the pending pods' last failure messages.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use berth_server::cluster::ClusterSource;
+use berth_server::cluster::embedded::EmbeddedCluster;
+use berth_server::model::{NodeSpec, PodInfo};
+use berth_server::queue::QueueName;
+use berth_server::scheduler::{EventKind, Options, Scheduler};
+use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
+
+use crate::objects::{self, PodTemplate};
+use crate::profile;
+use crate::workloads::Workload;
+
+/// What one run measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunResult {
+    /// The workload's name.
+    pub workload: String,
+    /// Nodes in the cluster.
+    pub nodes: usize,
+    /// Pods placed before measuring.
+    pub existing_pods: usize,
+    /// Measured pods (all bound at the end).
+    pub measured_pods: usize,
+    /// Pods that never fit (all pending at the end).
+    pub unschedulable_pods: usize,
+    /// Measured pods bound per second, first creation to last bind.
+    pub pods_per_second: f64,
+    /// That wall-clock time, in seconds.
+    pub measured_seconds: f64,
+    /// Attempts that bound a pod, pop to end of Bind: median, in ms.
+    pub attempt_p50_ms: f64,
+    /// 90th percentile, in ms.
+    pub attempt_p90_ms: f64,
+    /// 99th percentile, in ms.
+    pub attempt_p99_ms: f64,
+    /// Mean, in ms.
+    pub attempt_mean_ms: f64,
+    /// Scheduling cycles that found a node (pop to the binding cycle's
+    /// start, the serial part): 99th percentile, in ms.
+    pub cycle_p99_ms: f64,
+    /// CPU time the scheduler's process used per measured pod during the
+    /// measured stretch (every thread: scheduling, binding, the embedded
+    /// cluster, the pod creator), in microseconds. Less sensitive than
+    /// pods/s to other load on the machine. Not counted: an extender
+    /// process's CPU.
+    pub cpu_us_per_pod: f64,
+    /// Failed attempts during the measured stretch.
+    pub failed_attempts: u64,
+    /// Pods evicted by preemption during the measured stretch.
+    pub preempted_pods: u64,
+    /// Seconds the scheduler took to place the existing pods (unmeasured).
+    pub setup_seconds: f64,
+    /// Resident memory once the cluster's objects were built, before the
+    /// scheduler started, in MiB.
+    pub rss_before_scheduler_mib: f64,
+    /// Peak resident memory of the process (VmHWM), in MiB: the scheduler,
+    /// the embedded cluster's objects and the harness.
+    pub peak_rss_mib: f64,
+}
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Gives up on a run after this long (a guard against a hung
+    /// scheduler; stalls are detected without it).
+    pub timeout: Duration,
+    /// Seed for the scheduler's tie-breaking.
+    pub seed: u64,
+    /// Overrides the configuration's `parallelism`.
+    pub parallelism: Option<usize>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(600),
+            seed: 1,
+            parallelism: None,
+        }
+    }
+}
+
+/// Memory figures of this process from /proc/self/status, in MiB:
+/// (VmRSS, VmHWM). Zero where unavailable.
+pub fn memory_mib() -> (f64, f64) {
+    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// CPU time this process (every thread) has used so far, in seconds, from
+/// /proc/self/stat (utime + stime, in clock ticks of 1/100 s on Linux);
+/// zero where unavailable.
+pub fn cpu_seconds() -> f64 {
+    let text = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses and may hold
+    // spaces): state is field 3, utime 14, stime 15.
+    let rest = text.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// A pod the run creates, and what must become of it.
+struct Planned {
+    pod: Pod,
+    must_bind: bool,
+}
+
+/// The measured stream: the measured pods, with the pods that never fit
+/// spread evenly among them.
+fn measured_stream(w: &Workload) -> Vec<Planned> {
+    let (template, ns) = w.measured;
+    let n = w.size.measured;
+    let u = w.size.unschedulable;
+    let mut out = Vec::with_capacity(n + u);
+    let mut placed_u = 0;
+    for i in 0..n {
+        // Unschedulable pod k goes before measured pod (k+1)*n/(u+1).
+        while placed_u < u && i >= (placed_u + 1) * n / (u + 1) {
+            out.push(Planned {
+                pod: w
+                    .unschedulable
+                    .pod(ns, &format!("{}-{placed_u}", w.unschedulable.stem())),
+                must_bind: false,
+            });
+            placed_u += 1;
+        }
+        out.push(Planned {
+            pod: template.pod(ns, &format!("{}-{i}", template.stem())),
+            must_bind: true,
+        });
+    }
+    while placed_u < u {
+        out.push(Planned {
+            pod: w
+                .unschedulable
+                .pod(ns, &format!("{}-{placed_u}", w.unschedulable.stem())),
+            must_bind: false,
+        });
+        placed_u += 1;
+    }
+    out
+}
+
+fn key(pod: &Pod) -> (String, String) {
+    (
+        pod.metadata.namespace.clone().unwrap_or_default(),
+        pod.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// Waits for the scheduler to reach a goal, detecting stalls.
+struct Waiter<'a> {
+    scheduler: &'a Scheduler,
+    cluster: &'a Arc<EmbeddedCluster>,
+    deadline: tokio::time::Instant,
+    /// Barrier pods bound so far (counted in the scheduler's total).
+    barriers_bound: u64,
+    barriers: usize,
+}
+
+impl Waiter<'_> {
+    /// Waits until `bound` pods (barriers aside) have been bound in total
+    /// and at least `parked` pods wait among the unschedulable ones, once
+    /// `applied` says every pod was created.
+    async fn wait(&mut self, bound: u64, parked: usize, applied: &AtomicBool) -> Result<()> {
+        let metrics = self.scheduler.metrics().clone();
+        let mut at_barrier: Option<(u64, u64)> = None;
+        loop {
+            let changed = metrics.changed();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let scheduled = metrics.scheduled() - self.barriers_bound;
+            let is_applied = applied.load(Ordering::Acquire);
+            if is_applied
+                && scheduled >= bound
+                && (parked == 0 || self.scheduler.queue_counts().unschedulable >= parked)
+            {
+                return Ok(());
+            }
+            if is_applied && self.scheduler.is_idle() {
+                let progress = (scheduled, metrics.unschedulable() + metrics.errors());
+                if at_barrier == Some(progress) {
+                    bail!(
+                        "the scheduler is idle with {scheduled} of {bound} pods bound: {}",
+                        self.pending_report()
+                    );
+                }
+                self.barrier().await?;
+                at_barrier = Some((
+                    metrics.scheduled() - self.barriers_bound,
+                    metrics.unschedulable() + metrics.errors(),
+                ));
+                continue;
+            }
+            if tokio::time::timeout_at(self.deadline, changed)
+                .await
+                .is_err()
+            {
+                bail!(
+                    "gave up after the guard timeout with {scheduled} of {bound} pods bound: {}",
+                    self.pending_report()
+                );
+            }
+        }
+    }
+
+    /// Creates a pod that fits anywhere and waits for the scheduler's
+    /// decision on it: every cluster change made before has then reached
+    /// the scheduler.
+    async fn barrier(&mut self) -> Result<()> {
+        let mut events = self.scheduler.events();
+        let name = format!("barrier-{}", self.barriers);
+        self.barriers += 1;
+        let mut pod = PodTemplate::Default.pod("bench-barrier", &name);
+        if let Some(spec) = pod.spec.as_mut() {
+            for c in &mut spec.containers {
+                c.resources = None;
+            }
+        }
+        self.cluster
+            .apply_pod(pod)
+            .map_err(|e| anyhow!("creating the barrier pod: {e}"))?;
+        loop {
+            let e = tokio::time::timeout_at(self.deadline, events.recv())
+                .await
+                .map_err(|_| anyhow!("no decision on the barrier pod before the guard timeout"))?;
+            match e {
+                Ok(e) if &*e.pod.name == name.as_str() => match e.kind {
+                    EventKind::Scheduled => {
+                        self.barriers_bound += 1;
+                        return Ok(());
+                    }
+                    EventKind::Failed => return Ok(()),
+                    _ => {}
+                },
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    bail!("the scheduler stopped")
+                }
+            }
+        }
+    }
+
+    fn pending_report(&self) -> String {
+        let pending = self.scheduler.queue().list();
+        let mut lines: Vec<String> = pending
+            .iter()
+            .take(5)
+            .map(|e| {
+                format!(
+                    "{} ({:?}): {}",
+                    e.info.pod.key(),
+                    e.queue,
+                    e.info.last_failure.as_deref().unwrap_or("not attempted")
+                )
+            })
+            .collect();
+        if pending.len() > 5 {
+            lines.push(format!("and {} more", pending.len() - 5));
+        }
+        format!("{} pending: {}", pending.len(), lines.join("; "))
+    }
+}
+
+/// Runs `w` on the current tokio runtime.
+pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
+    let deadline = tokio::time::Instant::now() + opts.timeout;
+    let cluster = EmbeddedCluster::new();
+    for i in 0..w.size.nodes {
+        cluster
+            .apply_node(objects::node(i, w.zones))
+            .map_err(|e| anyhow!("creating node {i}: {e}"))?;
+    }
+    let existing = w.existing_pods();
+    for i in 0..existing.count {
+        let name = format!("{}-init-{i}", existing.template.stem());
+        cluster
+            .apply_pod(existing.template.pod(existing.namespace, &name))
+            .map_err(|e| anyhow!("creating pod {name}: {e}"))?;
+    }
+    let stream = measured_stream(w);
+    let (rss_before, _) = memory_mib();
+
+    let mut setup = profile::setup(w.profile).await?;
+    if let Some(p) = opts.parallelism {
+        setup.config.parallelism = p.max(1);
+    }
+    let source: Arc<dyn ClusterSource> = cluster.clone();
+    let scheduler = Scheduler::start(
+        &setup.config,
+        &setup.registry,
+        source,
+        Options {
+            seed: Some(opts.seed),
+            ..Options::default()
+        },
+    )
+    .map_err(|e| anyhow!("starting the scheduler: {e}"))?;
+    setup.ready(&scheduler).await?;
+    let mut waiter = Waiter {
+        scheduler: &scheduler,
+        cluster: &cluster,
+        deadline,
+        barriers_bound: 0,
+        barriers: 0,
+    };
+    let setup_start = Instant::now();
+    scheduler.wait_synced().await;
+    let all_applied = AtomicBool::new(true);
+    waiter
+        .wait(existing.count as u64, 0, &all_applied)
+        .await
+        .context("placing the existing pods")?;
+    let setup_seconds = setup_start.elapsed().as_secs_f64();
+
+    let must_bind: Vec<(String, String)> = stream
+        .iter()
+        .filter(|p| p.must_bind)
+        .map(|p| key(&p.pod))
+        .collect();
+    let must_wait: Vec<(String, String)> = stream
+        .iter()
+        .filter(|p| !p.must_bind)
+        .map(|p| key(&p.pod))
+        .collect();
+    let before = scheduler.metrics().snapshot();
+    let bound_before = scheduler.metrics().scheduled() - waiter.barriers_bound;
+    let applied = Arc::new(AtomicBool::new(false));
+    let cpu_before = cpu_seconds();
+    let start = Instant::now();
+    let creator = {
+        let cluster = cluster.clone();
+        let applied = applied.clone();
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            for p in stream {
+                let (ns, name) = key(&p.pod);
+                cluster
+                    .apply_pod(p.pod)
+                    .map_err(|e| anyhow!("creating pod {ns}/{name}: {e}"))?;
+            }
+            applied.store(true, Ordering::Release);
+            Ok(())
+        })
+    };
+    let waited = waiter
+        .wait(
+            bound_before + must_bind.len() as u64,
+            must_wait.len(),
+            &applied,
+        )
+        .await;
+    creator.await.context("the pod creator panicked")??;
+    waited.context("scheduling the measured pods")?;
+    let measured = scheduler.metrics().snapshot().since(&before);
+    let cpu = cpu_seconds() - cpu_before;
+    let (_, peak) = memory_mib();
+    let end = measured
+        .last_scheduled_at
+        .filter(|_| !must_bind.is_empty())
+        .unwrap_or(start);
+    let seconds = end.saturating_duration_since(start).as_secs_f64();
+    scheduler.stop();
+
+    verify(&cluster, &scheduler, w, &must_bind, &must_wait)?;
+    drop(setup);
+
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let attempts = &measured.attempt_scheduled;
+    Ok(RunResult {
+        workload: w.name.clone(),
+        nodes: w.size.nodes,
+        existing_pods: existing.count,
+        measured_pods: must_bind.len(),
+        unschedulable_pods: must_wait.len(),
+        pods_per_second: if seconds > 0.0 {
+            must_bind.len() as f64 / seconds
+        } else {
+            0.0
+        },
+        measured_seconds: seconds,
+        attempt_p50_ms: ms(attempts.quantile(0.5)),
+        attempt_p90_ms: ms(attempts.quantile(0.9)),
+        attempt_p99_ms: ms(attempts.quantile(0.99)),
+        attempt_mean_ms: ms(attempts.mean()),
+        cycle_p99_ms: ms(measured.cycle_scheduled.quantile(0.99)),
+        cpu_us_per_pod: if must_bind.is_empty() {
+            0.0
+        } else {
+            cpu * 1e6 / must_bind.len() as f64
+        },
+        failed_attempts: measured.unschedulable + measured.errors,
+        preempted_pods: measured.preempted,
+        setup_seconds,
+        rss_before_scheduler_mib: rss_before,
+        peak_rss_mib: peak,
+    })
+}
+
+/// Checks the end state: the measured pods bound, the pods that never fit
+/// pending among the unschedulable ones with their failure recorded, no
+/// node given more than it has, and the workload's placement rules held.
+fn verify(
+    cluster: &EmbeddedCluster,
+    scheduler: &Scheduler,
+    w: &Workload,
+    must_bind: &[(String, String)],
+    must_wait: &[(String, String)],
+) -> Result<()> {
+    let pods: HashMap<(String, String), Arc<Pod>> =
+        cluster.pods().into_iter().map(|p| (key(&p), p)).collect();
+    let node_of = |k: &(String, String)| {
+        pods.get(k)
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.node_name.clone())
+    };
+    let unbound: Vec<_> = must_bind
+        .iter()
+        .filter(|k| node_of(k).is_none())
+        .take(3)
+        .collect();
+    ensure!(unbound.is_empty(), "measured pods not bound: {unbound:?}");
+    let parked: HashMap<(String, String), bool> = scheduler
+        .queue()
+        .list()
+        .into_iter()
+        .map(|e| {
+            (
+                (
+                    e.info.pod.namespace.to_string(),
+                    e.info.pod.name.to_string(),
+                ),
+                e.queue == QueueName::Unschedulable && e.info.last_failure.is_some(),
+            )
+        })
+        .collect();
+    for k in must_wait {
+        ensure!(pods.contains_key(k), "pod {k:?} that never fits is gone");
+        ensure!(node_of(k).is_none(), "pod {k:?} that never fits was bound");
+        ensure!(
+            parked.get(k) == Some(&true),
+            "pod {k:?} that never fits is not waiting among the unschedulable pods after a failure"
+        );
+    }
+
+    // No node holds more than it has.
+    let nodes: HashMap<String, NodeSpec> = cluster
+        .nodes()
+        .into_iter()
+        .filter_map(|n| NodeSpec::new(n).ok().map(|s| (s.name.to_string(), s)))
+        .collect();
+    let mut used: BTreeMap<String, (i64, i64, i64)> = BTreeMap::new();
+    let mut infos = Vec::new();
+    for p in pods.values() {
+        let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            continue;
+        };
+        let info = PodInfo::new(p.clone()).map_err(|e| anyhow!("{e}"))?;
+        let u = used.entry(node.clone()).or_default();
+        u.0 += info.requests.milli_cpu;
+        u.1 += info.requests.memory;
+        u.2 += 1;
+        infos.push((node, info));
+    }
+    for (node, (cpu, mem, count)) in &used {
+        let spec = nodes
+            .get(node)
+            .ok_or_else(|| anyhow!("pods bound to unknown node {node}"))?;
+        let a = &spec.allocatable;
+        ensure!(
+            *cpu <= a.milli_cpu && *mem <= a.memory && *count <= a.allowed_pod_number,
+            "node {node} is overcommitted: {cpu}m CPU, {mem} bytes, {count} pods"
+        );
+    }
+
+    // The placement rules of the templates.
+    let zone_of = |node: &str| {
+        nodes
+            .get(node)
+            .and_then(|n| n.labels.get(objects::ZONE_LABEL).map(str::to_string))
+            .unwrap_or_default()
+    };
+    let with_label = |color: &'static str| -> Vec<&str> {
+        infos
+            .iter()
+            .filter(|(_, p)| {
+                p.pod
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("color"))
+                    .is_some_and(|c| c == color)
+            })
+            .map(|(n, _)| n.as_str())
+            .collect()
+    };
+    match w.measured.0 {
+        PodTemplate::PodAntiAffinity => {
+            let mut per_node: HashMap<&str, usize> = HashMap::new();
+            for n in with_label("green") {
+                *per_node.entry(n).or_default() += 1;
+            }
+            ensure!(
+                per_node.values().all(|&c| c == 1),
+                "pods with anti-affinity share a node"
+            );
+        }
+        PodTemplate::TopologySpreading => {
+            let mut per_zone: BTreeMap<String, i64> =
+                w.zones.iter().map(|z| (z.to_string(), 0)).collect();
+            for n in with_label("blue") {
+                *per_zone.entry(zone_of(n)).or_default() += 1;
+            }
+            let (min, max) = (
+                per_zone.values().min().copied().unwrap_or(0),
+                per_zone.values().max().copied().unwrap_or(0),
+            );
+            ensure!(
+                max - min <= 5,
+                "spreading pods are skewed beyond 5: {per_zone:?}"
+            );
+        }
+        PodTemplate::NodeAffinity => {
+            for (n, _) in &infos {
+                let z = zone_of(n);
+                ensure!(z == "zone1" || z == "zone2", "pod on {n} in zone {z:?}");
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,307 @@
+//! The workloads, modelled on upstream's scheduler_perf
+//! (`test/integration/scheduler_perf/*/performance-config.yaml`): each
+//! creates nodes, then pods the scheduler places before measuring starts
+//! ("existing" pods), then the measured pods.
+
+use crate::objects::PodTemplate;
+
+/// How a workload's scheduler is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// kube-scheduler's default profile.
+    Default,
+    /// The default profile plus the benchmark's Filter+Score logic, served
+    /// as `variant` says (see [`crate::extender`]).
+    Extender(ExtenderVariant),
+}
+
+/// Where the extender workload's Filter+Score logic runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtenderVariant {
+    /// An in-process plugin of the framework.
+    Native,
+    /// A berth remote extender over its gRPC stream (the berth-extender
+    /// SDK, served on a loopback port).
+    Grpc,
+    /// kube-scheduler's HTTP JSON extender protocol (extender v1).
+    Http,
+}
+
+impl ExtenderVariant {
+    /// The variant's name in workload names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Native => "native",
+            Self::Grpc => "grpc",
+            Self::Http => "http",
+        }
+    }
+}
+
+/// A set of pods made from one template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodSet {
+    /// The template.
+    pub template: PodTemplate,
+    /// How many.
+    pub count: usize,
+    /// Their namespace.
+    pub namespace: &'static str,
+}
+
+/// Sizes of one run of a workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size {
+    /// Nodes.
+    pub nodes: usize,
+    /// Pods placed before measuring.
+    pub existing: usize,
+    /// Measured pods (those that must be bound).
+    pub measured: usize,
+    /// Pods that never fit, spread evenly through the measured stream.
+    pub unschedulable: usize,
+}
+
+/// A workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workload {
+    /// `Family/Size`, as in upstream's test names.
+    pub name: String,
+    /// The family (`SchedulingBasic`, ...), for filtering.
+    pub family: &'static str,
+    /// Node count and pod counts.
+    pub size: Size,
+    /// Zone label values, given to nodes round robin (empty: no zone).
+    pub zones: &'static [&'static str],
+    /// The template of the existing pods, and their namespace.
+    pub existing: (PodTemplate, &'static str),
+    /// The template of the measured pods, and their namespace.
+    pub measured: (PodTemplate, &'static str),
+    /// The template of the pods that never fit.
+    pub unschedulable: PodTemplate,
+    /// The scheduler's profile.
+    pub profile: Profile,
+}
+
+impl Workload {
+    /// The existing pods.
+    pub fn existing_pods(&self) -> PodSet {
+        PodSet {
+            template: self.existing.0,
+            count: self.size.existing,
+            namespace: self.existing.1,
+        }
+    }
+}
+
+/// Upstream's three zones of TopologySpreading.
+const MOONS: &[&str] = &["moon-1", "moon-2", "moon-3"];
+/// Three zones for workloads where zones do not matter.
+const ZONES: &[&str] = &["zone1", "zone2", "zone3"];
+/// One zone, as upstream labels nodes for the affinity workloads.
+const ZONE1: &[&str] = &["zone1"];
+
+fn size(nodes: usize, existing: usize, measured: usize) -> Size {
+    Size {
+        nodes,
+        existing,
+        measured,
+        unschedulable: 0,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn workload(
+    family: &'static str,
+    label: &str,
+    size: Size,
+    zones: &'static [&'static str],
+    existing: (PodTemplate, &'static str),
+    measured: (PodTemplate, &'static str),
+    profile: Profile,
+) -> Workload {
+    Workload {
+        name: format!("{family}/{label}"),
+        family,
+        size,
+        zones,
+        existing,
+        measured,
+        unschedulable: PodTemplate::HighPriorityLargeCpu,
+        profile,
+    }
+}
+
+/// Every workload; with `quick`, each small enough for a CI smoke test.
+pub fn all(quick: bool) -> Vec<Workload> {
+    use PodTemplate as T;
+    let d = "default";
+    // (full size, quick size) per workload.
+    let pick = |full: Size, small: Size| if quick { small } else { full };
+    let label = |s: Size| {
+        if s.unschedulable > 0 {
+            format!(
+                "{}Nodes/{}Init/{}Pods/{}Unschedulable",
+                s.nodes, s.existing, s.measured, s.unschedulable
+            )
+        } else {
+            format!("{}Nodes_{}Pods", s.nodes, s.measured)
+        }
+    };
+    let mut out = Vec::new();
+    let mut add = |family: &'static str,
+                   s: Size,
+                   zones: &'static [&'static str],
+                   existing: (PodTemplate, &'static str),
+                   measured: (PodTemplate, &'static str),
+                   profile: Profile| {
+        out.push(workload(
+            family,
+            &label(s),
+            s,
+            zones,
+            existing,
+            measured,
+            profile,
+        ));
+    };
+    let basic = (T::Default, d);
+    for (full, small) in [
+        (size(500, 1000, 1000), size(20, 20, 40)),
+        (size(5000, 1000, 10000), size(200, 50, 200)),
+        (size(15000, 1000, 10000), size(600, 50, 200)),
+    ] {
+        add(
+            "SchedulingBasic",
+            pick(full, small),
+            ZONES,
+            basic,
+            basic,
+            Profile::Default,
+        );
+    }
+    add(
+        "SchedulingPodAntiAffinity",
+        pick(size(5000, 1000, 2000), size(120, 20, 60)),
+        ZONE1,
+        (T::PodAntiAffinity, "sched-0"),
+        (T::PodAntiAffinity, "sched-1"),
+        Profile::Default,
+    );
+    add(
+        "SchedulingPodAffinity",
+        pick(size(5000, 5000, 5000), size(120, 50, 100)),
+        ZONE1,
+        (T::PodAffinity, "sched-0"),
+        (T::PodAffinity, "sched-1"),
+        Profile::Default,
+    );
+    add(
+        "TopologySpreading",
+        pick(size(5000, 5000, 5000), size(120, 50, 100)),
+        MOONS,
+        basic,
+        (T::TopologySpreading, d),
+        Profile::Default,
+    );
+    add(
+        "PreferredTopologySpreading",
+        pick(size(5000, 5000, 5000), size(120, 50, 100)),
+        MOONS,
+        basic,
+        (T::PreferredTopologySpreading, d),
+        Profile::Default,
+    );
+    add(
+        "SchedulingNodeAffinity",
+        pick(size(5000, 5000, 10000), size(120, 50, 100)),
+        ZONE1,
+        (T::NodeAffinity, d),
+        (T::NodeAffinity, d),
+        Profile::Default,
+    );
+    let unsched = |nodes, existing, measured, unschedulable| Size {
+        nodes,
+        existing,
+        measured,
+        unschedulable,
+    };
+    add(
+        "Unschedulable",
+        pick(unsched(5000, 100, 10000, 100), unsched(120, 10, 100, 5)),
+        ZONES,
+        basic,
+        basic,
+        Profile::Default,
+    );
+    add(
+        "PreemptionBasic",
+        pick(size(500, 2000, 500), size(20, 80, 20)),
+        ZONES,
+        (T::LowPriority, d),
+        (T::HighPriority, d),
+        Profile::Default,
+    );
+    for variant in [
+        ExtenderVariant::Native,
+        ExtenderVariant::Grpc,
+        ExtenderVariant::Http,
+    ] {
+        for (full, small) in [
+            (size(500, 1000, 1000), size(20, 20, 40)),
+            (size(5000, 1000, 10000), size(200, 50, 200)),
+        ] {
+            let s = pick(full, small);
+            out.push(workload(
+                "SchedulingWithExtender",
+                &format!("{}/{}", variant.name(), label(s)),
+                s,
+                ZONES,
+                basic,
+                basic,
+                Profile::Extender(variant),
+            ));
+        }
+    }
+    out
+}
+
+/// The workloads whose name or family matches one of `filters` (all when
+/// `filters` is empty). A filter matches a workload whose name starts with
+/// it, or equals its family, case-insensitively.
+pub fn select(all: Vec<Workload>, filters: &[String]) -> Vec<Workload> {
+    if filters.is_empty() {
+        return all;
+    }
+    all.into_iter()
+        .filter(|w| {
+            filters.iter().any(|f| {
+                let f = f.to_ascii_lowercase();
+                w.name.to_ascii_lowercase().starts_with(&f) || w.family.eq_ignore_ascii_case(&f)
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_filters_select_by_prefix() {
+        for quick in [false, true] {
+            let all = all(quick);
+            let mut names: Vec<_> = all.iter().map(|w| w.name.clone()).collect();
+            names.sort();
+            names.dedup();
+            assert_eq!(names.len(), all.len());
+        }
+        let basic = select(all(false), &["schedulingbasic".into()]);
+        assert_eq!(basic.len(), 3);
+        let one = select(all(false), &["SchedulingBasic/5000Nodes".into()]);
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].size.measured, 10000);
+        let grpc = select(all(true), &["SchedulingWithExtender/grpc".into()]);
+        assert_eq!(grpc.len(), 2);
+    }
+}
