@@ -296,6 +296,15 @@ async fn an_unschedulable_pod_gets_failed_scheduling_and_pod_scheduled_false_as_
     ensure!(cond["type"] == "PodScheduled" && cond["status"] == "False");
     ensure!(cond["reason"] == "Unschedulable");
     ensure!(cond["lastProbeTime"].is_null());
+    let rec_time = rec_cond["lastTransitionTime"]
+        .as_str()
+        .context("recorded time")?;
+    ensure!(
+        cond["lastTransitionTime"]
+            .as_str()
+            .is_some_and(|t| t.len() == rec_time.len() && t.ends_with('Z')),
+        "{cond}"
+    );
     let msg = cond["message"].as_str().context("message")?;
     ensure!(
         msg.starts_with("0/1 nodes are available: 1 Insufficient cpu."),
