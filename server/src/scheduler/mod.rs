@@ -239,6 +239,8 @@ pub(crate) struct Shared {
     pub node_feed: Option<Arc<NodeFeed>>,
     /// Counters and latencies.
     pub metrics: Arc<SchedulerMetrics>,
+    /// kube-scheduler's Prometheus metrics.
+    pub prom: Arc<crate::observe::metrics::Metrics>,
 }
 
 /// A running scheduler's public face.
@@ -326,6 +328,10 @@ impl Scheduler {
         let mut registry = registry.clone();
         extenders.register(&mut registry)?;
         let profiles = build_profiles(config, &registry, &handle)?;
+        let prom = Arc::new(crate::observe::metrics::Metrics::default());
+        for fw in profiles.values() {
+            fw.set_metrics(prom.attach(fw));
+        }
         let queue = SchedulingQueue::new(
             QueueConfig {
                 initial_backoff: config.pod_initial_backoff,
@@ -351,6 +357,7 @@ impl Scheduler {
             node_feed: extenders.feed(),
             extenders,
             metrics,
+            prom,
         });
         let (synced_tx, synced) = watch::channel(false);
         tokio::spawn(event_handlers::run(
@@ -377,6 +384,16 @@ impl Scheduler {
             schedule_one::Loop::new(loop_shared, algorithm).run().await;
         });
         Ok(Self { shared, synced })
+    }
+
+    /// Whether the cluster's initial state is in the cache.
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// kube-scheduler's metrics, as `/metrics` shows them.
+    pub fn prometheus(&self) -> &Arc<crate::observe::metrics::Metrics> {
+        &self.shared.prom
     }
 
     /// Waits until the cluster's initial state is in the cache.
