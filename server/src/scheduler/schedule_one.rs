@@ -114,14 +114,14 @@ impl Loop {
             return;
         }
 
-        // The attempt's span: open until the attempt ends (with its binding
-        // cycle, if the pod gets that far).
+        // The attempt's span covers the scheduling cycle; its binding cycle
+        // is a child span; its result is recorded when the attempt ends.
         let span = tracing::info_span!(
             target: TRACE_TARGET,
             "scheduling_cycle",
             pod = %pod.key(),
-            namespace = %pod.namespace,
-            name = %pod.name,
+            k8s.namespace.name = %pod.namespace,
+            k8s.pod.name = %pod.name,
             profile = %fw.profile_name(),
             attempt = q.attempts,
             result = Empty,
