@@ -61,3 +61,6 @@ pub fn render(scheduler: &Scheduler) -> String {
     metrics::render_extenders(scheduler.extenders().connections(), &mut e);
     e.finish()
 }
+
+#[cfg(test)]
+mod tests;
