@@ -306,7 +306,9 @@ impl Metrics {
     /// Whether this scheduling cycle records plugin execution times.
     #[inline]
     pub fn sample_cycle(&self) -> bool {
-        self.cycles.fetch_add(1, Ordering::Relaxed) % PLUGIN_METRICS_SAMPLE_EVERY == 0
+        self.cycles
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(PLUGIN_METRICS_SAMPLE_EVERY)
     }
 
     /// Records a pod bound after `attempts` attempts, `since_first` after
