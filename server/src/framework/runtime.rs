@@ -514,6 +514,23 @@ impl Framework {
         state.record_plugin_metrics.then(Instant::now)
     }
 
+    /// Like [`Framework::plugin_timer`] for the points that run per node
+    /// (Filter, Score, AddPod, RemovePod): in sampled cycles, one node
+    /// evaluation in [`PER_NODE_SAMPLE_EVERY`] per thread is timed, so that
+    /// a sampled cycle over thousands of nodes stays cheap.
+    #[inline]
+    fn per_node_timer(&self, state: &CycleState) -> Option<Instant> {
+        if !state.record_plugin_metrics {
+            return None;
+        }
+        let due = PER_NODE_TICK.with(|t| {
+            let v = t.get().wrapping_add(1);
+            t.set(v);
+            v % PER_NODE_SAMPLE_EVERY == 0
+        });
+        due.then(Instant::now)
+    }
+
     #[inline]
     fn plugin_done(&self, p: Point, index: usize, code: Code, started: Option<Instant>) {
         if let (Some(t), Some(m)) = (started, self.metrics.get()) {
@@ -709,7 +726,7 @@ impl Framework {
             let Some(ext) = entry.plugin.extensions() else {
                 continue;
             };
-            let t = self.plugin_timer(state);
+            let t = self.per_node_timer(state);
             let s = ext.add_pod(state, pod, pod_to_add, node);
             self.plugin_done(Point::PreFilterExtensionAddPod, i, s.code(), t);
             if !s.is_success() {
@@ -739,7 +756,7 @@ impl Framework {
             let Some(ext) = entry.plugin.extensions() else {
                 continue;
             };
-            let t = self.plugin_timer(state);
+            let t = self.per_node_timer(state);
             let s = ext.remove_pod(state, pod, pod_to_remove, node);
             self.plugin_done(Point::PreFilterExtensionRemovePod, i, s.code(), t);
             if !s.is_success() {
@@ -761,7 +778,7 @@ impl Framework {
             if state.skip_filter.contains(i) || self.batch_filter.contains(i) {
                 continue;
             }
-            let t = self.plugin_timer(state);
+            let t = self.per_node_timer(state);
             let s = p.filter(state, pod, node);
             self.plugin_done(Point::Filter, i, s.code(), t);
             if !s.is_success() {
@@ -1117,7 +1134,7 @@ impl Framework {
                     if e.plugin.as_batch().is_some() {
                         continue;
                     }
-                    let t = self.plugin_timer(state);
+                    let t = self.per_node_timer(state);
                     let r = e.plugin.score(state, pod, &nodes[ni]);
                     let code = r.as_ref().map_or_else(|s| s.code(), |_| Code::Success);
                     self.plugin_done(Point::Score, slot[pi], code, t);
@@ -1385,6 +1402,14 @@ impl Framework {
         .await;
         self.point_done(Point::PostBind, Code::Success, t);
     }
+}
+
+/// In cycles sampled for plugin metrics, one per-node plugin run in this
+/// many (per thread) is timed.
+pub const PER_NODE_SAMPLE_EVERY: u32 = 16;
+
+thread_local! {
+    static PER_NODE_TICK: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// A span for one extension point's run: DEBUG, under the `berth::trace`
