@@ -382,15 +382,7 @@ fn attr(s: &Span, key: &str) -> Option<String> {
 
 #[tokio::test]
 async fn scheduling_spans_reach_an_otlp_collector() -> Result<()> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(Collector(tx)))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
-    let endpoint = format!("http://{addr}");
+    let (endpoint, mut rx, server) = collector().await?;
     let mut b = Berthd::start(&["--otlp-endpoint", &endpoint, "--seed", "7"]).await?;
     b.wait_idle().await?;
     let bound: Vec<String> = b
@@ -449,5 +441,129 @@ async fn scheduling_spans_reach_an_otlp_collector() -> Result<()> {
         .filter(|s| attr(s, "result").as_deref() == Some("unschedulable"))
         .count();
     assert_eq!(unschedulable, failed);
+    Ok(())
+}
+
+/// Starts an in-test OTLP collector; returns its endpoint and the spans.
+async fn collector() -> Result<(
+    String,
+    mpsc::UnboundedReceiver<Span>,
+    tokio::task::JoinHandle<()>,
+)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let server = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(Collector(tx)))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .await;
+    });
+    Ok((format!("http://{addr}"), rx, server))
+}
+
+#[tokio::test]
+async fn preemption_counts_victims_and_debug_spans_cover_extension_points() -> Result<()> {
+    let (endpoint, mut rx, server) = collector().await?;
+    let cluster = berth_e2e::workspace_root().join("tests/scenarios/preemption.yaml");
+    let cluster = cluster.to_str().context("path")?;
+    let mut b = Berthd::start(&[
+        "--cluster",
+        cluster,
+        "--http-listen",
+        "127.0.0.1:0",
+        "--otlp-endpoint",
+        &endpoint,
+        "--trace-level",
+        "debug",
+    ])
+    .await?;
+    let http = http_addr(&b)?;
+    b.wait_for(|l| message(l) == "scheduled" && l["fields"]["pod"] == "default/urgent")
+        .await?;
+    b.wait_idle().await?;
+    let m = Scrape::parse(&get(&http, "/metrics").await?.1)?;
+    // urgent evicted low-1 and low-2 in one preemption.
+    assert_eq!(m.get("scheduler_preemption_victims_count", &[]), 1.0);
+    assert_eq!(m.get("scheduler_preemption_victims_sum", &[]), 2.0);
+    assert_eq!(
+        m.get("scheduler_preemption_victims_bucket", &[("le", "1")]),
+        0.0
+    );
+    assert_eq!(
+        m.get("scheduler_preemption_victims_bucket", &[("le", "2")]),
+        1.0
+    );
+    // Preemption ran for each unschedulable attempt (urgent's first, and
+    // polite's, which is not eligible).
+    let unschedulable = m.get(
+        "scheduler_schedule_attempts_total",
+        &[
+            ("profile", "default-scheduler"),
+            ("result", "unschedulable"),
+        ],
+    );
+    assert!(unschedulable >= 2.0, "{unschedulable}");
+    assert_eq!(
+        m.get("scheduler_preemption_attempts_total", &[]),
+        unschedulable
+    );
+    // urgent was bound at its second attempt.
+    assert_eq!(
+        m.get("scheduler_pod_scheduling_attempts_bucket", &[("le", "1")]),
+        0.0
+    );
+    assert_eq!(
+        m.get("scheduler_pod_scheduling_attempts_bucket", &[("le", "2")]),
+        1.0
+    );
+    assert_eq!(
+        m.get(
+            "scheduler_pod_scheduling_sli_duration_seconds_count",
+            &[("attempts", "2")]
+        ),
+        1.0
+    );
+    let status = b.stop().await?;
+    ensure!(status.success(), "berthd exited with {status}");
+    let mut spans = Vec::new();
+    while let Ok(s) = rx.try_recv() {
+        spans.push(s);
+    }
+    server.abort();
+
+    let urgent: Vec<&Span> = spans
+        .iter()
+        .filter(|s| {
+            s.name == "scheduling_cycle" && attr(s, "k8s.pod.name").as_deref() == Some("urgent")
+        })
+        .collect();
+    assert_eq!(urgent.len(), 2, "two attempts");
+    let point_under = |parent: &Span, point: &str| {
+        spans.iter().any(|s| {
+            s.name == "extension_point"
+                && s.parent_span_id == parent.span_id
+                && attr(s, "extension_point").as_deref() == Some(point)
+        })
+    };
+    let first = urgent
+        .iter()
+        .find(|s| attr(s, "result").as_deref() == Some("unschedulable"))
+        .context("urgent's failed attempt")?;
+    assert!(point_under(first, "PreFilter"));
+    assert!(point_under(first, "PostFilter"));
+    let second = urgent
+        .iter()
+        .find(|s| attr(s, "result").as_deref() == Some("scheduled"))
+        .context("urgent's bound attempt")?;
+    assert!(point_under(second, "Reserve"));
+    assert!(point_under(second, "Permit"));
+    assert!(!point_under(second, "PostFilter"));
+    let binding = spans
+        .iter()
+        .find(|s| s.name == "binding_cycle" && s.parent_span_id == second.span_id)
+        .context("binding_cycle")?;
+    assert!(point_under(binding, "Bind"));
+    assert!(point_under(binding, "PreBind"));
     Ok(())
 }
