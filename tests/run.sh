@@ -72,4 +72,19 @@ export BERTH_PYTHON
 # The Python extender's own unit tests, before the Rust tests that use it.
 "$BERTH_PYTHON" -m unittest discover -s extenders/python -p 'test_*.py'
 
+# kubectl renders deploy/ with its built-in kustomize for
+# tests/tests/deploy.rs. Debian's kubernetes-client provides it on a machine
+# that has none.
+if [ -z "${KUBECTL:-}" ] && ! command -v kubectl >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -qq kubernetes-client >/dev/null 2>&1 \
+            || { apt-get update -qq >/dev/null && apt-get install -y -qq kubernetes-client >/dev/null; } \
+            || { echo "installing Debian's kubernetes-client (kubectl) failed" >&2; exit 1; }
+    else
+        echo "kubectl is required (Debian: apt-get install kubernetes-client), or set KUBECTL" >&2
+        exit 1
+    fi
+fi
+
 cargo test --workspace --locked "$@"

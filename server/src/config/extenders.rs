@@ -168,7 +168,9 @@ pub struct ExtenderConfig {
 /// An HTTP extender (kube-scheduler's protocol).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpExtenderConfig {
-    /// The name it runs under in berth (`urlPrefix`).
+    /// The plugin name it runs under in berth: `HTTPExtender(<urlPrefix>)`,
+    /// with `#<index>` appended when an earlier extender has the same
+    /// `urlPrefix`.
     pub name: String,
     /// Where the verbs are (`urlPrefix`).
     pub url_prefix: String,
@@ -452,8 +454,10 @@ fn decode_base64(s: &str) -> Option<Vec<u8>> {
 pub fn resolve_http_extenders(
     raw: Vec<RawHttpExtender>,
 ) -> Result<Vec<HttpExtenderConfig>, ConfigError> {
-    let mut out = Vec::with_capacity(raw.len());
+    let mut out: Vec<HttpExtenderConfig> = Vec::with_capacity(raw.len());
     let mut binders = 0;
+    // Upstream refuses a resource managed by two extenders.
+    let mut managed_names = HashSet::new();
     for (i, r) in raw.into_iter().enumerate() {
         let path = format!("extenders[{i}]");
         let url_prefix = r.url_prefix.unwrap_or_default();
@@ -505,10 +509,24 @@ pub fn resolve_http_extenders(
                 "must be an http:// or https:// URL",
             ));
         }
+        let managed = managed_resources(r.managed_resources, &path)?;
+        for (j, m) in managed.iter().enumerate() {
+            if !managed_names.insert(m.name.clone()) {
+                return Err(ConfigError::invalid(
+                    format!("{path}.managedResources[{j}].name"),
+                    format!("{:?}", m.name),
+                    "duplicate extender managed resource name",
+                ));
+            }
+        }
+        let mut name = format!("HTTPExtender({url_prefix})");
+        if out.iter().any(|e| e.name == name) {
+            name = format!("{name}#{i}");
+        }
         out.push(HttpExtenderConfig {
-            name: url_prefix.clone(),
+            name,
             http_timeout: timeout(r.http_timeout.as_deref(), &format!("{path}.httpTimeout"))?,
-            managed_resources: managed_resources(r.managed_resources, &path)?,
+            managed_resources: managed,
             url_prefix,
             filter_verb: r.filter_verb.unwrap_or_default(),
             preempt_verb: r.preempt_verb.unwrap_or_default(),
@@ -654,6 +672,14 @@ mod tests {
         let tls = ok.tls.unwrap();
         assert!(tls.insecure);
         assert_eq!(tls.ca_data.as_deref(), Some(&b"hello"[..]));
+        assert_eq!(ok.name, "HTTPExtender(http://127.0.0.1:8888/scheduler)");
+        // Timeouts: 5s unless given, 0 meaning the default, as upstream.
+        let two = http("- {urlPrefix: 'http://a', httpTimeout: 0s}\n- {urlPrefix: 'http://a', filterVerb: f}\n").unwrap();
+        assert_eq!(two[0].http_timeout, DEFAULT_EXTENDER_TIMEOUT);
+        assert_eq!(two[1].http_timeout, DEFAULT_EXTENDER_TIMEOUT);
+        // Plugin names stay unique when two extenders share a prefix.
+        assert_eq!(two[0].name, "HTTPExtender(http://a)");
+        assert_eq!(two[1].name, "HTTPExtender(http://a)#1");
 
         for (yaml, want) in [
             (
@@ -671,6 +697,10 @@ mod tests {
             (
                 "- {urlPrefix: 'http://x', tlsConfig: {caData: '%%%'}}",
                 "extenders[0].tlsConfig.caData: illegal base64 data",
+            ),
+            (
+                "- {urlPrefix: 'http://x', managedResources: [{name: example.com/a}]}\n- {urlPrefix: 'http://y', managedResources: [{name: example.com/b}, {name: example.com/a}]}",
+                "extenders[1].managedResources[1].name: Invalid value: \"example.com/a\": duplicate extender managed resource name",
             ),
         ] {
             assert_eq!(http(yaml).unwrap_err().to_string(), want, "{yaml}");

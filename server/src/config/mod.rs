@@ -67,12 +67,39 @@ impl PluginSet {
     }
 }
 
+/// Where a [`PinnedPlugin`] goes in its point's list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Before every plugin the profile enables there.
+    First,
+    /// After every plugin the profile enables there.
+    Last,
+}
+
+/// A plugin the scheduler places at a point of every profile, outside the
+/// profile's own plugin sets: upstream's HTTP extenders, which kube-scheduler
+/// consults after all Filter plugins, beside the Score plugins, and before
+/// the Bind plugins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedPlugin {
+    /// The point.
+    pub point: ExtensionPoint,
+    /// The plugin (its path names the configuration entry it comes from).
+    pub plugin: PluginRef,
+    /// Where in the point's list.
+    pub placement: Placement,
+    /// Its Score weight (Score only).
+    pub weight: i64,
+}
+
 /// A profile's plugin sets after merging with the defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plugins {
     points: [PluginSet; ExtensionPoint::ALL.len()],
     /// Plugins enabled at every point they implement.
     pub multi_point: PluginSet,
+    /// Plugins placed around the profile's own, in order.
+    pub pinned: Vec<PinnedPlugin>,
 }
 
 impl Plugins {
@@ -318,6 +345,13 @@ pub fn resolve(
         });
     }
 
+    // Upstream's HTTP extenders apply to every profile: their Filter after
+    // all Filter plugins (in configuration order), their scores beside the
+    // Score plugins', and their binding before the Bind plugins.
+    for p in &mut profiles {
+        p.plugins.pinned = pinned_http_extenders(&http_extenders);
+    }
+
     // Resources extenders manage and the scheduler should ignore are
     // NodeResourcesFit's ignoredResources in every profile, as upstream
     // arranges it.
@@ -348,6 +382,34 @@ pub fn resolve(
             .and_then(|c| c.kubeconfig)
             .filter(|k| !k.is_empty()),
     })
+}
+
+/// Where each HTTP extender's plugin goes in a profile.
+fn pinned_http_extenders(extenders: &[HttpExtenderConfig]) -> Vec<PinnedPlugin> {
+    let mut out = Vec::new();
+    for e in extenders {
+        let verbs = [
+            (&e.filter_verb, ExtensionPoint::Filter, Placement::Last),
+            (&e.prioritize_verb, ExtensionPoint::Score, Placement::Last),
+            (&e.bind_verb, ExtensionPoint::Bind, Placement::First),
+        ];
+        for (verb, point, placement) in verbs {
+            if verb.is_empty() {
+                continue;
+            }
+            out.push(PinnedPlugin {
+                point,
+                plugin: PluginRef {
+                    name: e.name.clone(),
+                    weight: None,
+                    path: e.path.clone(),
+                },
+                placement,
+                weight: e.weight,
+            });
+        }
+    }
+    out
 }
 
 /// Appends `names` to NodeResourcesFit's `ignoredResources` in `profile`.

@@ -288,3 +288,46 @@ fn extenders_are_plugins_and_their_ignored_resources_reach_node_resources_fit() 
         serde_json::json!(["example.com/legacy", "example.com/gpu-mem"])
     );
 }
+
+#[test]
+fn http_extenders_are_pinned_in_every_profile_at_their_verbs() {
+    let yaml = format!(
+        "{HEADER}profiles:\n- schedulerName: a\n- schedulerName: b\nextenders:\n- urlPrefix: http://127.0.0.1:2/x\n  filterVerb: filter\n  prioritizeVerb: prioritize\n  weight: 7\n  bindVerb: bind\n- urlPrefix: http://127.0.0.1:3\n  prioritizeVerb: p\n  weight: 2\n"
+    );
+    let cfg = parse(&yaml, &known).unwrap();
+    let x = "HTTPExtender(http://127.0.0.1:2/x)";
+    let y = "HTTPExtender(http://127.0.0.1:3)";
+    for p in &cfg.profiles {
+        let pinned: Vec<(ExtensionPoint, &str, Placement, i64, &str)> = p
+            .plugins
+            .pinned
+            .iter()
+            .map(|pin| {
+                (
+                    pin.point,
+                    pin.plugin.name.as_str(),
+                    pin.placement,
+                    pin.weight,
+                    pin.plugin.path.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            pinned,
+            [
+                (
+                    ExtensionPoint::Filter,
+                    x,
+                    Placement::Last,
+                    7,
+                    "extenders[0]"
+                ),
+                (ExtensionPoint::Score, x, Placement::Last, 7, "extenders[0]"),
+                (ExtensionPoint::Bind, x, Placement::First, 7, "extenders[0]"),
+                (ExtensionPoint::Score, y, Placement::Last, 2, "extenders[1]"),
+            ]
+        );
+        // The profile's own sets are untouched.
+        assert!(p.plugins.get(ExtensionPoint::Filter).enabled.is_empty());
+    }
+}

@@ -9,6 +9,7 @@
 
 mod connection;
 mod feed;
+pub mod http;
 mod remote;
 #[cfg(test)]
 mod tests;
@@ -19,9 +20,29 @@ pub use connection::{CallError, CallRequest, Connection, INITIAL_BACKOFF, MAX_BA
 pub use feed::NodeFeed;
 pub use remote::{RemotePlugin, reservation_id};
 
-use crate::config::extenders::ExtenderTls;
+use crate::config::extenders::{ExtenderTls, ManagedResource};
 use crate::config::{ConfigError, SchedulerConfig};
 use crate::framework::{Handle, Plugin, Registry};
+use crate::model::PodInfo;
+
+/// Whether the pod requests (or limits) one of `managed`, in a container or
+/// an init container; with none managed, every pod interests the extender.
+/// Remote and HTTP extenders share this (upstream's `IsInterested`).
+pub fn requests_managed(pod: &PodInfo, managed: &[ManagedResource]) -> bool {
+    if managed.is_empty() {
+        return true;
+    }
+    let Some(spec) = pod.pod.spec.as_ref() else {
+        return false;
+    };
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .filter_map(|c| c.resources.as_ref())
+        .flat_map(|r| r.requests.iter().chain(r.limits.iter()))
+        .flat_map(|list| list.keys())
+        .any(|k| managed.iter().any(|m| m.name == *k))
+}
 
 fn read_pem(path: &str, file: &str, what: &str) -> Result<Vec<u8>, ConfigError> {
     let data = std::fs::read(file)

@@ -100,20 +100,7 @@ impl RemotePlugin {
     /// Whether the pod requests (or limits) a managed resource; with none
     /// configured, every pod interests the extender.
     pub fn interested(&self, pod: &PodInfo) -> bool {
-        let managed = &self.conn.config().managed_resources;
-        if managed.is_empty() {
-            return true;
-        }
-        let Some(spec) = pod.pod.spec.as_ref() else {
-            return false;
-        };
-        spec.containers
-            .iter()
-            .chain(spec.init_containers.iter().flatten())
-            .filter_map(|c| c.resources.as_ref())
-            .flat_map(|r| r.requests.iter().chain(r.limits.iter()))
-            .flat_map(|list| list.keys())
-            .any(|k| managed.iter().any(|m| m.name == *k))
+        super::requests_managed(pod, &self.conn.config().managed_resources)
     }
 
     async fn call(

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use parking_lot::RwLock;
 
+use super::extender::PreemptionExtender;
 use super::parallelize::Parallelizer;
 use super::waiting_pods::WaitingPods;
 use crate::cache::{KubeObject, ObjectStore, Snapshot};
@@ -162,6 +163,7 @@ struct Inner {
     parallelizer: Parallelizer,
     nominator: RwLock<Option<Arc<dyn PodNominator>>>,
     objects: Arc<ObjectStore>,
+    extenders: RwLock<Arc<[Arc<dyn PreemptionExtender>]>>,
 }
 
 /// The plugins' way to the rest of the scheduler. Cheap to clone.
@@ -193,6 +195,7 @@ impl Handle {
             parallelizer,
             nominator: RwLock::new(None),
             objects: Arc::default(),
+            extenders: RwLock::new(Arc::new([])),
         }))
     }
 
@@ -243,6 +246,17 @@ impl Handle {
     /// The CPU pool.
     pub fn parallelizer(&self) -> &Parallelizer {
         &self.0.parallelizer
+    }
+
+    /// The extenders preemption consults (upstream's HTTP extenders), in
+    /// configuration order.
+    pub fn extenders(&self) -> Arc<[Arc<dyn PreemptionExtender>]> {
+        self.0.extenders.read().clone()
+    }
+
+    /// Sets the extenders preemption consults.
+    pub fn set_extenders(&self, extenders: Vec<Arc<dyn PreemptionExtender>>) {
+        *self.0.extenders.write() = extenders.into();
     }
 }
 

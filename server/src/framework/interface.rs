@@ -87,6 +87,15 @@ pub trait Plugin: Send + Sync + 'static {
         None
     }
 
+    /// Whether the framework prefixes this plugin's errors with its own
+    /// words (`running "X" filter plugin: ...`), as upstream does for
+    /// plugins. Upstream's HTTP extenders are not plugins there and their
+    /// errors reach the pod as the extender worded them; berth runs them as
+    /// plugins that answer `false`, for their batch Filter and Bind errors.
+    fn wraps_errors(&self) -> bool {
+        true
+    }
+
     /// The cluster events that may make a pod this plugin rejected
     /// schedulable, with hints. `None` (the default) means the plugin does
     /// not say, and every event is assumed to matter; `Some(vec![])` means

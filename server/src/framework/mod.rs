@@ -8,6 +8,7 @@
 
 mod cycle_state;
 mod events;
+mod extender;
 mod handle;
 pub mod interface;
 mod parallelize;
@@ -23,6 +24,7 @@ pub use events::{
     QueueingHintFn, node_scheduling_property_changes, pod_scheduling_property_changes,
     wildcard_registrations,
 };
+pub use extender::{ExtenderError, NodeVictims, PreemptionExtender, Victims};
 pub use handle::{
     ClusterClient, ClusterError, EventRecorder, EventType, Handle, NOTE_LENGTH_LIMIT,
     NominatedPods, PodEvent, PodNominator, truncate_note,

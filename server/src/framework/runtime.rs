@@ -53,7 +53,7 @@ use super::types::{
 };
 use super::waiting_pods::MAX_PERMIT_TIMEOUT;
 use crate::cache::NodeInfo;
-use crate::config::{ConfigError, PluginRef, Profile};
+use crate::config::{ConfigError, Placement, PluginRef, Profile};
 use crate::model::{PodInfo, PodRef};
 use crate::observe::metrics::{FrameworkMetrics, Point};
 
@@ -76,6 +76,10 @@ type PointList<'a> = Vec<(Arc<dyn Plugin>, &'a PluginRef)>;
 struct ScoreEntry {
     plugin: Arc<dyn ScorePlugin>,
     weight: i64,
+    /// Whether its scores must be in [MIN_NODE_SCORE, MAX_NODE_SCORE].
+    /// Upstream's HTTP extenders' scores are not checked (they are added to
+    /// the total as the extender scaled them).
+    checked: bool,
 }
 
 /// The events a plugin registered for (or, if it did not say, all).
@@ -202,7 +206,14 @@ impl Framework {
                     .iter()
                     .map(move |r| (Some(*p), r))
             })
-            .chain(multi.enabled.iter().map(|r| (None, r)));
+            .chain(multi.enabled.iter().map(|r| (None, r)))
+            .chain(
+                profile
+                    .plugins
+                    .pinned
+                    .iter()
+                    .map(|p| (Some(p.point), &p.plugin)),
+            );
         for (point, r) in all_refs {
             if instances.iter().any(|(n, _)| *n == r.name) {
                 continue;
@@ -303,6 +314,32 @@ impl Framework {
                 list.extend(from_multi);
                 list.extend(rest);
             }
+            // Plugins the scheduler pins around the profile's own.
+            let mut first = 0;
+            for pin in profile.plugins.pinned.iter().filter(|p| p.point == point) {
+                let r = &pin.plugin;
+                if list.iter().any(|(_, e)| e.name == r.name) {
+                    continue;
+                }
+                let p = get(&r.name).expect("instantiated above");
+                if !implements(&p, point) {
+                    return Err(ConfigError::new(
+                        &r.path,
+                        format!(
+                            "plugin {:?} does not extend {} plugin",
+                            r.name,
+                            point.interface()
+                        ),
+                    ));
+                }
+                match pin.placement {
+                    Placement::First => {
+                        list.insert(first, (p, r));
+                        first += 1;
+                    }
+                    Placement::Last => list.push((p, r)),
+                }
+            }
             lists.push((point, list));
         }
         let list = |point: ExtensionPoint| -> &PointList<'_> {
@@ -329,6 +366,21 @@ impl Framework {
         let mut score = Vec::new();
         let mut total: i64 = 0;
         for (p, r) in list(ExtensionPoint::Score) {
+            if let Some(pin) = profile
+                .plugins
+                .pinned
+                .iter()
+                .find(|pin| pin.point == ExtensionPoint::Score && pin.plugin.name == r.name)
+            {
+                let weight = pin.weight.max(1);
+                total = check_weight(total, weight).map_err(|m| ConfigError::new(&r.path, m))?;
+                score.push(ScoreEntry {
+                    plugin: p.clone().as_score().expect("checked"),
+                    weight,
+                    checked: false,
+                });
+                continue;
+            }
             let configured = profile
                 .plugins
                 .get(ExtensionPoint::Score)
@@ -353,6 +405,7 @@ impl Framework {
             score.push(ScoreEntry {
                 plugin: p.clone().as_score().expect("checked"),
                 weight,
+                checked: true,
             });
         }
 
@@ -860,10 +913,18 @@ impl Framework {
                 continue;
             };
             let name = p.name();
+            let wraps = p.wraps_errors();
+            let failure = |s: Status| {
+                if wraps || s.is_rejected() {
+                    self.filter_failure(name, s)
+                } else {
+                    Status::error(s.message()).with_plugin(name)
+                }
+            };
             let statuses = batch
                 .filter_nodes(state, pod, nodes)
                 .await
-                .map_err(|s| self.filter_failure(name, s))?;
+                .map_err(failure)?;
             if statuses.len() != nodes.len() {
                 return Err(Status::error(format!(
                     "running {name:?} filter plugin: {} verdicts for {} nodes",
@@ -878,7 +939,7 @@ impl Framework {
                     kept.push(node);
                     continue;
                 }
-                let s = self.filter_failure(name, s);
+                let s = failure(s);
                 if s.code() == Code::Error {
                     return Err(s);
                 }
@@ -1189,6 +1250,10 @@ impl Framework {
         for (ni, total) in totals.iter_mut().enumerate() {
             for (pi, e) in active.iter().enumerate() {
                 let v = normalized[ni * np + pi];
+                if !e.checked {
+                    *total = total.saturating_add(v.saturating_mul(e.weight));
+                    continue;
+                }
                 if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&v) {
                     return Err(Status::error(format!(
                         "applying score defaultWeights on Score plugins: plugin {:?} returns an invalid score {v}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
@@ -1377,6 +1442,9 @@ impl Framework {
             }
             if s.is_rejected() {
                 return s.with_plugin(p.name());
+            }
+            if !p.wraps_errors() {
+                return Status::error(s.message()).with_plugin(p.name());
             }
             return Status::error(format!(
                 "running Bind plugin {:?}: {}",

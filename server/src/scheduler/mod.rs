@@ -32,6 +32,7 @@ pub use metrics::{HistogramSnapshot, MetricsSnapshot, SchedulerMetrics};
 use crate::cache::{Cache, Snapshot};
 use crate::cluster::ClusterSource;
 use crate::config::{ConfigError, SchedulerConfig};
+use crate::extender::http::HttpExtenders;
 use crate::extender::{Extenders, NodeFeed};
 use crate::framework::{EventRecorder, Framework, Handle, Parallelizer, PodEvent, Registry};
 use crate::model::PodInfo;
@@ -235,6 +236,8 @@ pub(crate) struct Shared {
     pub percentage_of_nodes_to_score: i32,
     /// The remote extenders.
     pub extenders: Arc<Extenders>,
+    /// Upstream's HTTP extenders (`extenders:`).
+    pub http_extenders: Arc<HttpExtenders>,
     /// Where node changes go for extenders, before the cache sees them.
     pub node_feed: Option<Arc<NodeFeed>>,
     /// Counters and latencies.
@@ -303,6 +306,11 @@ impl Scheduler {
         &self.shared.extenders
     }
 
+    /// Upstream's HTTP extenders.
+    pub fn http_extenders(&self) -> &Arc<HttpExtenders> {
+        &self.shared.http_extenders
+    }
+
     /// Builds the scheduler over `cluster` and starts its tasks on the
     /// current tokio runtime: the event handler, the queue's timers, the
     /// scheduling loop (once the cluster's initial state is in the cache)
@@ -327,6 +335,8 @@ impl Scheduler {
         let extenders = Arc::new(Extenders::start(config, &handle)?);
         let mut registry = registry.clone();
         extenders.register(&mut registry)?;
+        let http_extenders = Arc::new(HttpExtenders::new(&config.http_extenders, &handle)?);
+        http_extenders.register(&mut registry, &handle)?;
         let profiles = build_profiles(config, &registry, &handle)?;
         let prom = Arc::new(crate::observe::metrics::Metrics::default());
         for fw in profiles.values() {
@@ -356,6 +366,7 @@ impl Scheduler {
             percentage_of_nodes_to_score: config.percentage_of_nodes_to_score,
             node_feed: extenders.feed(),
             extenders,
+            http_extenders,
             metrics,
             prom,
         });

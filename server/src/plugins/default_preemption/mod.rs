@@ -16,6 +16,10 @@
 //! * the node chosen has, in order: the fewest budget violations, the lowest
 //!   highest-priority victim, the lowest sum of priorities, the fewest
 //!   victims, the latest start of its most important victims;
+//! * extenders that process preemption (upstream's HTTP extenders with a
+//!   `preemptVerb`) narrow the candidates and their victims, in order; an
+//!   ignorable one that fails is skipped, and so is a node it returns without
+//!   victims;
 //! * victims get the `DisruptionTarget` condition and are deleted (a victim
 //!   waiting at Permit is rejected instead), lower-priority pods nominated to
 //!   the node lose their nomination, and the preemptor is nominated to it.
@@ -33,8 +37,8 @@ pub use args::DefaultPreemptionArgs;
 use crate::cache::NodeInfo;
 use crate::extension_points;
 use crate::framework::{
-    Code, CycleState, EventType, FitError, Framework, Handle, NodeToStatus, NominatingInfo, Plugin,
-    PodEvent, PostFilterPlugin, PostFilterResult, Status,
+    Code, CycleState, EventType, FitError, Framework, Handle, NodeToStatus, NodeVictims,
+    NominatingInfo, Plugin, PodEvent, PostFilterPlugin, PostFilterResult, Status, Victims,
 };
 use crate::model::{LabelSelector, PodInfo, PodRef};
 use crate::plugins::names::DEFAULT_PREEMPTION;
@@ -163,6 +167,9 @@ fn terminating_by_preemption(p: &PodInfo) -> bool {
                     && c.reason.as_deref() == Some("PreemptionByScheduler")
             })
 }
+
+/// Why preemption stops when the extenders leave no candidate.
+pub const NO_CANDIDATE: &str = "no candidate node for preemption";
 
 /// Chooses among candidates as upstream's pickOneNodeForPreemption does.
 fn pick(candidates: &[Candidate]) -> Option<&Candidate> {
@@ -373,6 +380,68 @@ impl DefaultPreemption {
         (clean, statuses)
     }
 
+    /// Lets the extenders that process preemption narrow the candidates, as
+    /// upstream's callExtenders: each gets what the one before kept.
+    async fn call_extenders(
+        &self,
+        pod: &PodInfo,
+        candidates: Vec<Candidate>,
+        snapshot: &crate::cache::Snapshot,
+    ) -> Result<Vec<Candidate>, Status> {
+        let extenders = self.handle.extenders();
+        if extenders.is_empty() || candidates.is_empty() {
+            return Ok(candidates);
+        }
+        let mut map: NodeVictims = candidates
+            .into_iter()
+            .map(|c| {
+                (
+                    c.node,
+                    Victims {
+                        pods: c.victims,
+                        num_pdb_violations: c.pdb_violations as i64,
+                    },
+                )
+            })
+            .collect();
+        for ext in extenders.iter() {
+            if !ext.supports_preemption() || !ext.is_interested(pod) {
+                continue;
+            }
+            let mut kept = match ext.process_preemption(pod, &map, snapshot).await {
+                Ok(kept) => kept,
+                Err(e) if ext.is_ignorable() => {
+                    tracing::warn!(extender = ext.name(), point = "PostFilter", pod = %pod.key(), error = %e, "ignorable extender skipped");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(extender = ext.name(), point = "PostFilter", pod = %pod.key(), error = %e, "extender failed");
+                    return Err(Status::error(e.to_string()));
+                }
+            };
+            if let Some((node, _)) = kept.iter().find(|(_, v)| v.pods.is_empty()) {
+                if !ext.is_ignorable() {
+                    return Err(Status::error(format!(
+                        "expected at least one victim pod on node {node:?}"
+                    )));
+                }
+                kept.retain(|_, v| !v.pods.is_empty());
+            }
+            map = kept;
+            if map.is_empty() {
+                break;
+            }
+        }
+        Ok(map
+            .into_iter()
+            .map(|(node, v)| Candidate {
+                node,
+                victims: v.pods,
+                pdb_violations: v.num_pdb_violations.max(0) as usize,
+            })
+            .collect())
+    }
+
     /// Evicts the victims, clears lower-priority nominations on the node.
     async fn prepare(
         &self,
@@ -450,7 +519,7 @@ impl DefaultPreemption {
             .collect();
         let (candidates, mut statuses) =
             self.find_candidates(profile, state, pod, &potential, &budgets);
-        let Some(best) = pick(&candidates) else {
+        if candidates.is_empty() {
             statuses.set_absent_nodes_status(Status::unresolvable(NOT_HELPFUL));
             let fit = FitError {
                 num_all_nodes: snapshot.num_nodes(),
@@ -463,6 +532,13 @@ impl DefaultPreemption {
                 Some(PostFilterResult::nominate(None)),
                 Status::unschedulable(fit.to_string()),
             );
+        }
+        let candidates = match self.call_extenders(pod, candidates, &snapshot).await {
+            Ok(c) => c,
+            Err(s) => return (None, s),
+        };
+        let Some(best) = pick(&candidates) else {
+            return (None, Status::unschedulable(NO_CANDIDATE));
         };
         // A dry run only says what would happen.
         if !state.dry_run {

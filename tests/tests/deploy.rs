@@ -1,0 +1,433 @@
+//! deploy/: what `kubectl apply -k deploy/` would create.
+//!
+//! The manifests are rendered by the real kustomize (`kubectl kustomize`),
+//! every rendered object must come back unchanged from a round trip through
+//! its k8s-openapi type (so a misspelled or misplaced field, or a wrong type,
+//! fails here rather than in a cluster), and the pieces must agree with each
+//! other and with berthd: the flags exist, the config parses, the probes and
+//! the Service point at ports the container has, the RBAC subjects are the
+//! pod's ServiceAccount and the Lease it may update is the one configured.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use berth_e2e::{berthd_path, workspace_root};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// kubectl: `KUBECTL`, else the one on PATH. tests/run.sh installs Debian's
+/// kubernetes-client when there is none.
+fn kubectl() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("KUBECTL") {
+        return Ok(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("kubectl"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            anyhow!(
+                "kubectl not found on PATH; run tests/run.sh, which installs Debian's kubernetes-client"
+            )
+        })
+}
+
+/// The objects `kubectl kustomize deploy/` renders.
+fn render() -> Result<Vec<Value>> {
+    let dir = workspace_root().join("deploy");
+    let out = Command::new(kubectl()?)
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .context("running kubectl kustomize")?;
+    ensure!(
+        out.status.success(),
+        "kubectl kustomize {} failed: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout)?;
+    let mut objects = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v: Value = serde::Deserialize::deserialize(doc)?;
+        if !v.is_null() {
+            objects.push(v);
+        }
+    }
+    Ok(objects)
+}
+
+/// The first place where `a` and `b` differ, as a JSON path.
+fn first_difference(a: &Value, b: &Value, path: &str) -> Option<String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for (k, va) in x {
+                let p = format!("{path}.{k}");
+                match y.get(k) {
+                    None => return Some(format!("{p}: not a field of the type (dropped)")),
+                    Some(vb) => {
+                        if let Some(d) = first_difference(va, vb, &p) {
+                            return Some(d);
+                        }
+                    }
+                }
+            }
+            y.keys()
+                .find(|k| !x.contains_key(*k))
+                .map(|k| format!("{path}.{k}: added by the type"))
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            if x.len() != y.len() {
+                return Some(format!("{path}: {} items became {}", x.len(), y.len()));
+            }
+            x.iter()
+                .zip(y)
+                .enumerate()
+                .find_map(|(i, (va, vb))| first_difference(va, vb, &format!("{path}[{i}]")))
+        }
+        _ if a == b => None,
+        _ => Some(format!("{path}: {a} became {b}")),
+    }
+}
+
+/// Parses `v` as `T` and checks that nothing was lost or changed.
+fn typed<T: DeserializeOwned + Serialize>(v: &Value) -> Result<T> {
+    let name = format!(
+        "{} {}",
+        v["kind"].as_str().unwrap_or("?"),
+        v["metadata"]["name"].as_str().unwrap_or("?")
+    );
+    let t: T = serde_json::from_value(v.clone()).with_context(|| format!("{name}: schema"))?;
+    let back = serde_json::to_value(&t)?;
+    if let Some(d) = first_difference(v, &back, "") {
+        bail!("{name}: does not match its schema at {d}");
+    }
+    Ok(t)
+}
+
+struct Manifests {
+    service_account: ServiceAccount,
+    cluster_role: ClusterRole,
+    cluster_role_binding: ClusterRoleBinding,
+    role: Role,
+    role_binding: RoleBinding,
+    config_map: ConfigMap,
+    deployment: Deployment,
+    service: Service,
+}
+
+fn manifests() -> Result<Manifests> {
+    let mut sa = None;
+    let mut cr = None;
+    let mut crb = None;
+    let mut role = None;
+    let mut rb = None;
+    let mut cm = None;
+    let mut dep = None;
+    let mut svc = None;
+    for v in render()? {
+        let kind = v["kind"].as_str().unwrap_or_default().to_string();
+        match kind.as_str() {
+            "ServiceAccount" => sa = Some(typed(&v)?),
+            "ClusterRole" => cr = Some(typed(&v)?),
+            "ClusterRoleBinding" => crb = Some(typed(&v)?),
+            "Role" => role = Some(typed(&v)?),
+            "RoleBinding" => rb = Some(typed(&v)?),
+            "ConfigMap" => cm = Some(typed(&v)?),
+            "Deployment" => dep = Some(typed(&v)?),
+            "Service" => svc = Some(typed(&v)?),
+            other => bail!("deploy/ renders an unexpected kind {other:?}"),
+        }
+    }
+    let missing = |what: &str| anyhow!("deploy/ renders no {what}");
+    Ok(Manifests {
+        service_account: sa.ok_or_else(|| missing("ServiceAccount"))?,
+        cluster_role: cr.ok_or_else(|| missing("ClusterRole"))?,
+        cluster_role_binding: crb.ok_or_else(|| missing("ClusterRoleBinding"))?,
+        role: role.ok_or_else(|| missing("Role"))?,
+        role_binding: rb.ok_or_else(|| missing("RoleBinding"))?,
+        config_map: cm.ok_or_else(|| missing("ConfigMap"))?,
+        deployment: dep.ok_or_else(|| missing("Deployment"))?,
+        service: svc.ok_or_else(|| missing("Service"))?,
+    })
+}
+
+/// `--name=value` arguments as (name, value).
+fn flag_values(args: &[String]) -> Vec<(&str, &str)> {
+    args.iter()
+        .filter_map(|a| a.strip_prefix("--"))
+        .map(|a| a.split_once('=').unwrap_or((a, "")))
+        .collect()
+}
+
+fn port_of(addr: &str) -> Result<i32> {
+    let (_, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow!("{addr:?} has no port"))?;
+    Ok(port.parse()?)
+}
+
+#[test]
+fn every_object_matches_its_schema_and_the_namespace_and_image_are_set() -> Result<()> {
+    let m = manifests()?;
+    for ns in [
+        m.service_account.metadata.namespace.as_deref(),
+        m.role.metadata.namespace.as_deref(),
+        m.role_binding.metadata.namespace.as_deref(),
+        m.config_map.metadata.namespace.as_deref(),
+        m.deployment.metadata.namespace.as_deref(),
+        m.service.metadata.namespace.as_deref(),
+    ] {
+        assert_eq!(ns, Some("kube-system"));
+    }
+    let pod = m
+        .deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .ok_or_else(|| anyhow!("the Deployment has no pod spec"))?;
+    assert_eq!(
+        pod.containers[0].image.as_deref(),
+        Some("ghcr.io/berth-scheduler/berthd:latest")
+    );
+    Ok(())
+}
+
+#[test]
+fn the_deployment_runs_two_non_root_replicas_with_flags_berthd_has() -> Result<()> {
+    let m = manifests()?;
+    let spec = m.deployment.spec.as_ref().context("Deployment.spec")?;
+    assert_eq!(spec.replicas, Some(2));
+    let pod = spec.template.spec.as_ref().context("pod spec")?;
+    let psc = pod
+        .security_context
+        .as_ref()
+        .context("pod securityContext")?;
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert!(psc.run_as_user.is_some_and(|u| u != 0));
+    assert_eq!(pod.containers.len(), 1);
+    let c = &pod.containers[0];
+    let csc = c
+        .security_context
+        .as_ref()
+        .context("container securityContext")?;
+    assert_eq!(csc.allow_privilege_escalation, Some(false));
+    assert_eq!(csc.read_only_root_filesystem, Some(true));
+    let requests = c
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .context("resources.requests")?;
+    assert!(requests.contains_key("cpu") && requests.contains_key("memory"));
+
+    // Every flag is one berthd knows.
+    let help = Command::new(berthd_path()?).arg("--help").output()?;
+    let help = String::from_utf8(help.stdout)?;
+    let args = c.args.clone().unwrap_or_default();
+    for (name, _) in flag_values(&args) {
+        assert!(
+            help.contains(&format!("--{name}")),
+            "berthd has no flag --{name}; its --help:\n{help}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn probes_service_and_listen_flags_agree_on_ports() -> Result<()> {
+    let m = manifests()?;
+    let spec = m.deployment.spec.as_ref().context("Deployment.spec")?;
+    let pod = spec.template.spec.as_ref().context("pod spec")?;
+    let c = &pod.containers[0];
+    let ports = c.ports.clone().unwrap_or_default();
+    let port = |name: &str| -> Result<i32> {
+        ports
+            .iter()
+            .find(|p| p.name.as_deref() == Some(name))
+            .map(|p| p.container_port)
+            .ok_or_else(|| anyhow!("the container has no port named {name}"))
+    };
+    let args = c.args.clone().unwrap_or_default();
+    let flags = flag_values(&args);
+    let flag = |name: &str| -> Result<&str> {
+        flags
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| anyhow!("berthd is not given --{name}"))
+    };
+    assert_eq!(port_of(flag("listen")?)?, port("grpc")?);
+    assert_eq!(port_of(flag("http-listen")?)?, port("http")?);
+
+    let live = c.liveness_probe.as_ref().context("livenessProbe")?;
+    let grpc = live.grpc.as_ref().context("livenessProbe.grpc")?;
+    assert_eq!(grpc.port, port("grpc")?);
+    let ready = c.readiness_probe.as_ref().context("readinessProbe")?;
+    let get = ready.http_get.as_ref().context("readinessProbe.httpGet")?;
+    assert_eq!(get.path.as_deref(), Some("/readyz"));
+    let named = |p: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString| match p {
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s) => port(s),
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i) => Ok(*i),
+    };
+    assert_eq!(named(&get.port)?, port("http")?);
+
+    // The Service selects the pods and targets their ports.
+    let svc = m.service.spec.as_ref().context("Service.spec")?;
+    let labels = spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone());
+    let labels = labels.unwrap_or_default();
+    let selector = svc.selector.clone().unwrap_or_default();
+    assert!(!selector.is_empty());
+    for (k, v) in &selector {
+        assert_eq!(labels.get(k), Some(v), "Service selector {k}={v}");
+    }
+    let mut targeted = Vec::new();
+    for p in svc.ports.clone().unwrap_or_default() {
+        let target = p.target_port.as_ref().context("Service targetPort")?;
+        targeted.push(named(target)?);
+    }
+    targeted.sort();
+    let mut expected = vec![port("grpc")?, port("http")?];
+    expected.sort();
+    assert_eq!(targeted, expected);
+    Ok(())
+}
+
+#[test]
+fn the_config_map_holds_a_config_berthd_accepts_and_is_mounted_where_berthd_reads() -> Result<()> {
+    let m = manifests()?;
+    let spec = m.deployment.spec.as_ref().context("Deployment.spec")?;
+    let pod = spec.template.spec.as_ref().context("pod spec")?;
+    let c = &pod.containers[0];
+    let args = c.args.clone().unwrap_or_default();
+    let config_path = flag_values(&args)
+        .into_iter()
+        .find(|(n, _)| *n == "config")
+        .map(|(_, v)| PathBuf::from(v))
+        .context("berthd is not given --config")?;
+
+    // The path is a key of the ConfigMap, through a mounted volume.
+    let cm_name = m.config_map.metadata.name.clone().unwrap_or_default();
+    let volume = pod
+        .volumes
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|v| v.config_map.as_ref().is_some_and(|c| c.name == cm_name))
+        .with_context(|| format!("no volume of ConfigMap {cm_name}"))?;
+    let mount = c
+        .volume_mounts
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|vm| vm.name == volume.name)
+        .with_context(|| format!("volume {} is not mounted", volume.name))?;
+    let key = config_path
+        .strip_prefix(&mount.mount_path)
+        .with_context(|| {
+            format!(
+                "{} is not under {}",
+                config_path.display(),
+                mount.mount_path
+            )
+        })?;
+    let key = key.to_str().context("key")?;
+    let data = m.config_map.data.clone().unwrap_or_default();
+    let text = data
+        .get(key)
+        .with_context(|| format!("ConfigMap {cm_name} has no key {key}"))?;
+
+    // berthd's own parser accepts it.
+    let registry = berth_server::plugins::in_tree_registry();
+    let cfg = berth_server::config::parse(text, &|n| registry.contains(n))
+        .map_err(|e| anyhow!("the ConfigMap's {key}: {e}"))?;
+    assert!(cfg.leader_election.leader_elect);
+    assert_eq!(cfg.profiles[0].scheduler_name, "berth");
+
+    // The Lease it elects with is the one the Role lets it update, in the
+    // Role's namespace.
+    assert_eq!(
+        m.role.metadata.namespace.as_deref(),
+        Some(cfg.leader_election.resource_namespace.as_str())
+    );
+    let rules = m.role.rules.clone().unwrap_or_default();
+    let update = rules
+        .iter()
+        .find(|r| r.verbs.iter().any(|v| v == "update"))
+        .context("the Role has no update rule")?;
+    assert_eq!(
+        update.resource_names.clone().unwrap_or_default(),
+        vec![cfg.leader_election.resource_name.clone()]
+    );
+    assert!(rules.iter().any(|r| {
+        r.verbs.iter().any(|v| v == "create")
+            && r.resources
+                .as_ref()
+                .is_some_and(|x| x.iter().any(|x| x == "leases"))
+    }));
+    Ok(())
+}
+
+#[test]
+fn role_bindings_grant_the_pods_service_account() -> Result<()> {
+    let m = manifests()?;
+    let sa = m.service_account.metadata.name.clone().unwrap_or_default();
+    let ns = m.service_account.metadata.namespace.clone();
+    let pod = m
+        .deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .context("pod spec")?;
+    assert_eq!(pod.service_account_name.as_deref(), Some(sa.as_str()));
+
+    let cr = m.cluster_role.metadata.name.clone().unwrap_or_default();
+    assert_eq!(m.cluster_role_binding.role_ref.kind, "ClusterRole");
+    assert_eq!(m.cluster_role_binding.role_ref.name, cr);
+    let role = m.role.metadata.name.clone().unwrap_or_default();
+    assert_eq!(m.role_binding.role_ref.kind, "Role");
+    assert_eq!(m.role_binding.role_ref.name, role);
+    for subjects in [
+        m.cluster_role_binding.subjects.clone(),
+        m.role_binding.subjects.clone(),
+    ] {
+        let subjects = subjects.unwrap_or_default();
+        assert_eq!(subjects.len(), 1);
+        assert_eq!(subjects[0].kind, "ServiceAccount");
+        assert_eq!(subjects[0].name, sa);
+        assert_eq!(subjects[0].namespace, ns);
+    }
+    Ok(())
+}
+
+#[test]
+fn the_dockerfile_builds_berthd_locked_and_runs_it_as_the_deployments_user() -> Result<()> {
+    let text = std::fs::read_to_string(workspace_root().join("deploy/Dockerfile"))?;
+    assert!(text.contains("cargo build --release --locked -p berth-server --bin berthd"));
+    let stages = text.lines().filter(|l| l.starts_with("FROM ")).count();
+    assert!(stages >= 2, "a multi-stage build");
+    let user = text
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
+        .context("no USER")?;
+    let uid: i64 = user.split(':').next().unwrap_or_default().trim().parse()?;
+    let m = manifests()?;
+    let psc = m
+        .deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.security_context.as_ref())
+        .context("pod securityContext")?;
+    assert_eq!(psc.run_as_user, Some(uid));
+    Ok(())
+}
