@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -16,6 +17,8 @@ use berth_server::cluster::ClusterSource;
 use berth_server::cluster::embedded::{EmbeddedCluster, parse_objects, read_objects};
 use berth_server::cluster::kube::{self as kube_source, KubeCluster, KubeOptions};
 use berth_server::config::{self, parse_go_duration};
+use berth_server::observe::health::{HealthChecks, Scope};
+use berth_server::observe::telemetry::{self, TraceConfig};
 use berth_server::plugins::in_tree_registry;
 use berth_server::scheduler::{Options, Scheduler};
 use clap::{Parser, ValueEnum};
@@ -27,6 +30,14 @@ const SAMPLE_CLUSTER: &str = include_str!("../../sample/cluster.yaml");
 enum LogFormat {
     Text,
     Json,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum TraceLevel {
+    /// One span per scheduling attempt (and its binding cycle).
+    Info,
+    /// Also one span per extension point.
+    Debug,
 }
 
 /// A Kubernetes scheduler implementing the Scheduling Framework, as a gRPC service.
@@ -87,28 +98,47 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+
+    /// Serve Prometheus metrics (/metrics) and health checks (/healthz,
+    /// /livez, /readyz) over plain HTTP on this address (port 0 picks a free
+    /// port). Off unless given; kube-scheduler's insecure port was 10251.
+    #[arg(long, value_name = "ADDR")]
+    http_listen: Option<SocketAddr>,
+
+    /// Export trace spans over OTLP/gRPC to this endpoint
+    /// (e.g. http://localhost:4317).
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+
+    /// Which spans to export.
+    #[arg(long, value_enum, default_value = "info")]
+    trace_level: TraceLevel,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     parse_go_duration(s)
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    init_logging(args.log_format);
+    let telemetry = telemetry::init(
+        match args.log_format {
+            LogFormat::Text => telemetry::LogFormat::Text,
+            LogFormat::Json => telemetry::LogFormat::Json,
+        },
+        &TraceConfig {
+            otlp_endpoint: args.otlp_endpoint.clone().filter(|e| !e.is_empty()),
+            level: match args.trace_level {
+                TraceLevel::Info => tracing::Level::INFO,
+                TraceLevel::Debug => tracing::Level::DEBUG,
+            },
+            service_name: "berthd".into(),
+        },
+    )?;
+    if let Some(endpoint) = args.otlp_endpoint.as_deref().filter(|e| !e.is_empty()) {
+        tracing::info!(endpoint, "exporting trace spans over OTLP");
+    }
 
     let registry = in_tree_registry();
     let known = |name: &str| registry.contains(name);
@@ -154,7 +184,17 @@ async fn main() -> Result<()> {
         _ => None,
     };
 
-    // Bind first, so the address is known before scheduling starts.
+    // Bind first, so the addresses are known before scheduling starts.
+    let http = match args.http_listen {
+        Some(a) => {
+            let (l, addr) = berth_server::observe::http::bind(a)
+                .await
+                .with_context(|| format!("listening on {a}"))?;
+            tracing::info!(%addr, "serving HTTP on {addr}");
+            Some(l)
+        }
+        None => None,
+    };
     let (listener, addr) = berth_server::api::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
@@ -177,13 +217,56 @@ async fn main() -> Result<()> {
         tracing::info!(profile = %p.scheduler_name, "profile ready");
     }
 
+    // Health checks: upstream's ping and log, then readiness once the
+    // cache holds the cluster, until shutdown starts.
+    let health = Arc::new(HealthChecks::new());
+    let synced = scheduler.clone();
+    health.register(
+        "sched-handler-sync",
+        Scope::Ready,
+        Arc::new(move || {
+            if synced.is_synced() {
+                Ok(())
+            } else {
+                Err("waiting for handlers to sync".into())
+            }
+        }),
+    );
+    let stopping = Arc::new(AtomicBool::new(false));
+    let s = stopping.clone();
+    health.register(
+        "shutdown",
+        Scope::Ready,
+        Arc::new(move || {
+            if s.load(Ordering::SeqCst) {
+                Err("process is shutting down".into())
+            } else {
+                Ok(())
+            }
+        }),
+    );
+    let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    if let Some(l) = http {
+        tokio::spawn(berth_server::observe::http::serve(
+            l,
+            scheduler.clone(),
+            health.clone(),
+            async move {
+                let _ = http_stopped.await;
+            },
+        ));
+    }
+
     let stop = scheduler.clone();
     berth_server::api::serve(listener, scheduler, backend, tls, async move {
         shutdown_signal().await;
         tracing::info!("shutting down");
+        stopping.store(true, Ordering::SeqCst);
         stop.stop();
     })
     .await?;
+    let _ = http_stop.send(());
+    telemetry.shutdown();
     Ok(())
 }
 

@@ -84,6 +84,39 @@ pub struct Stats {
     pub sessions: AtomicU64,
     /// Unreserves acknowledged.
     pub unreserves_acked: AtomicU64,
+    /// Calls by extension point and result, and their latency.
+    pub by_point: crate::observe::metrics::ExtenderCalls,
+}
+
+/// The index of a request's extension point in
+/// [`crate::observe::metrics::EXTENDER_POINTS`].
+fn point_slot(kind: &request::Kind) -> usize {
+    match kind {
+        request::Kind::PreFilter(_) => 0,
+        request::Kind::Filter(_) => 1,
+        request::Kind::PostFilter(_) => 2,
+        request::Kind::PreScore(_) => 3,
+        request::Kind::Score(_) => 4,
+        request::Kind::NormalizeScore(_) => 5,
+        request::Kind::Reserve(_) => 6,
+        request::Kind::Unreserve(_) => 7,
+        request::Kind::Permit(_) => 8,
+        request::Kind::PreBind(_) => 9,
+        request::Kind::Bind(_) => 10,
+        request::Kind::PostBind(_) => 11,
+    }
+}
+
+/// The index of a call's outcome in
+/// [`crate::observe::metrics::EXTENDER_RESULTS`].
+fn result_slot(r: &Answer) -> usize {
+    match r {
+        Ok(_) => 0,
+        Err(CallError::Remote(_) | CallError::Malformed(_)) => 1,
+        Err(CallError::Timeout(_)) => 2,
+        Err(CallError::Overloaded(_)) => 3,
+        Err(CallError::NotConnected | CallError::Disconnected) => 4,
+    }
 }
 
 type Answer = Result<response::Result, CallError>;
@@ -681,11 +714,18 @@ impl Connection {
     /// Makes one call through the timeout, concurrency limit and load
     /// shedding layers.
     pub async fn call(&self, req: CallRequest) -> Answer {
+        let point = point_slot(&req.kind);
+        let started = std::time::Instant::now();
         let result = match self.stack.clone().ready().await {
             Ok(svc) => svc.call(req).await,
             Err(e) => Err(e),
         };
-        result.map_err(|e| self.classify(e))
+        let result = result.map_err(|e| self.classify(e));
+        self.inner
+            .stats
+            .by_point
+            .record(point, result_slot(&result), started.elapsed());
+        result
     }
 
     fn classify(&self, e: BoxError) -> CallError {

@@ -157,6 +157,9 @@ pub struct CycleState {
     pub skip_filter: PluginMask,
     /// Score plugins (by position) whose PreScore returned `Skip`.
     pub skip_score: PluginMask,
+    /// This cycle records each plugin's execution time (a sampled share
+    /// of cycles, as upstream).
+    pub record_plugin_metrics: bool,
     token: Arc<CycleToken>,
 }
 
@@ -169,6 +172,7 @@ impl Default for CycleState {
             skip_pre_filter: PluginMask::default(),
             skip_filter: PluginMask::default(),
             skip_score: PluginMask::default(),
+            record_plugin_metrics: false,
             token: CycleToken::new(),
         }
     }
@@ -187,6 +191,7 @@ impl Clone for CycleState {
             skip_pre_filter: self.skip_pre_filter,
             skip_filter: self.skip_filter,
             skip_score: self.skip_score,
+            record_plugin_metrics: self.record_plugin_metrics,
             token: self.token.clone(),
         }
     }

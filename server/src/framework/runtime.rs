@@ -30,8 +30,10 @@
 //!   `Skip`. PostBind: informational.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
 
 use parking_lot::Mutex;
 
@@ -53,6 +55,7 @@ use super::waiting_pods::MAX_PERMIT_TIMEOUT;
 use crate::cache::NodeInfo;
 use crate::config::{ConfigError, Placement, PluginRef, Profile};
 use crate::model::{PodInfo, PodRef};
+use crate::observe::metrics::{FrameworkMetrics, Point};
 
 struct PreFilterEntry {
     plugin: Arc<dyn PreFilterPlugin>,
@@ -139,6 +142,8 @@ pub struct Framework {
     filter_cost: WorkCost,
     /// What scoring one node costs.
     score_cost: WorkCost,
+    /// Where this profile's metrics go, once the scheduler attaches them.
+    metrics: OnceLock<FrameworkMetrics>,
 }
 
 impl std::fmt::Debug for Framework {
@@ -527,7 +532,63 @@ impl Framework {
             names,
             filter_cost: WorkCost::default(),
             score_cost: WorkCost::default(),
+            metrics: OnceLock::new(),
         })
+    }
+
+    /// Sets where this profile's metrics go (once; later calls are ignored).
+    pub fn set_metrics(&self, m: FrameworkMetrics) {
+        let _ = self.metrics.set(m);
+    }
+
+    /// The profile's metrics, if attached.
+    pub fn metrics(&self) -> Option<&FrameworkMetrics> {
+        self.metrics.get()
+    }
+
+    /// Starts timing an extension point (not for dry runs, nor without
+    /// metrics).
+    #[inline]
+    pub fn point_timer(&self, state: &CycleState) -> Option<Instant> {
+        (!state.dry_run && self.metrics.get().is_some()).then(Instant::now)
+    }
+
+    /// Records an extension point's duration, if timed.
+    #[inline]
+    pub fn point_done(&self, p: Point, code: Code, started: Option<Instant>) {
+        if let (Some(t), Some(m)) = (started, self.metrics.get()) {
+            m.point(p, code, t.elapsed());
+        }
+    }
+
+    /// Starts timing one plugin, in cycles sampled for plugin metrics.
+    #[inline]
+    fn plugin_timer(&self, state: &CycleState) -> Option<Instant> {
+        state.record_plugin_metrics.then(Instant::now)
+    }
+
+    /// Like [`Framework::plugin_timer`] for the points that run per node
+    /// (Filter, Score, AddPod, RemovePod): in sampled cycles, one node
+    /// evaluation in [`PER_NODE_SAMPLE_EVERY`] per thread is timed, so that
+    /// a sampled cycle over thousands of nodes stays cheap.
+    #[inline]
+    fn per_node_timer(&self, state: &CycleState) -> Option<Instant> {
+        if !state.record_plugin_metrics {
+            return None;
+        }
+        let due = PER_NODE_TICK.with(|t| {
+            let v = t.get().wrapping_add(1);
+            t.set(v);
+            v % PER_NODE_SAMPLE_EVERY == 0
+        });
+        due.then(Instant::now)
+    }
+
+    #[inline]
+    fn plugin_done(&self, p: Point, index: usize, code: Code, started: Option<Instant>) {
+        if let (Some(t), Some(m)) = (started, self.metrics.get()) {
+            m.plugin(p, index, code, t.elapsed());
+        }
     }
 
     /// The profile's scheduler name.
@@ -620,12 +681,30 @@ impl Framework {
         nodes: &[Arc<NodeInfo>],
         record: &mut (dyn FnMut(&'static str, &Status, Option<&PreFilterResult>) + Send),
     ) -> (Option<PreFilterResult>, Status, BTreeSet<&'static str>) {
+        let t = self.point_timer(state);
+        let out = self
+            .pre_filter_plugins(state, pod, nodes, record)
+            .instrument(point_span(Point::PreFilter))
+            .await;
+        self.point_done(Point::PreFilter, out.1.code(), t);
+        out
+    }
+
+    async fn pre_filter_plugins(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        record: &mut (dyn FnMut(&'static str, &Status, Option<&PreFilterResult>) + Send),
+    ) -> (Option<PreFilterResult>, Status, BTreeSet<&'static str>) {
         let mut result: Option<PreFilterResult> = None;
         let mut with_nodes = BTreeSet::new();
         let mut returned = Status::success();
         for (i, entry) in self.pre_filter.iter().enumerate() {
             let name = entry.plugin.name();
+            let t = self.plugin_timer(state);
             let (r, s) = entry.plugin.pre_filter(state, pod, nodes).await;
+            self.plugin_done(Point::PreFilter, i, s.code(), t);
             record(name, &s, r.as_ref());
             if s.is_skip() {
                 state.skip_pre_filter.insert(i);
@@ -700,7 +779,9 @@ impl Framework {
             let Some(ext) = entry.plugin.extensions() else {
                 continue;
             };
+            let t = self.per_node_timer(state);
             let s = ext.add_pod(state, pod, pod_to_add, node);
+            self.plugin_done(Point::PreFilterExtensionAddPod, i, s.code(), t);
             if !s.is_success() {
                 let name = entry.plugin.name();
                 return Status::error(format!(
@@ -728,7 +809,9 @@ impl Framework {
             let Some(ext) = entry.plugin.extensions() else {
                 continue;
             };
+            let t = self.per_node_timer(state);
             let s = ext.remove_pod(state, pod, pod_to_remove, node);
+            self.plugin_done(Point::PreFilterExtensionRemovePod, i, s.code(), t);
             if !s.is_success() {
                 let name = entry.plugin.name();
                 return Status::error(format!(
@@ -748,7 +831,9 @@ impl Framework {
             if state.skip_filter.contains(i) || self.batch_filter.contains(i) {
                 continue;
             }
+            let t = self.per_node_timer(state);
             let s = p.filter(state, pod, node);
+            self.plugin_done(Point::Filter, i, s.code(), t);
             if !s.is_success() {
                 return self.filter_failure(p.name(), s);
             }
@@ -927,11 +1012,34 @@ impl Framework {
         pod: &PodInfo,
         filtered: &NodeToStatus,
     ) -> (Option<PostFilterResult>, Status) {
+        let t = self.point_timer(state);
+        let (r, s) = self
+            .post_filter_plugins(state, pod, filtered)
+            .instrument(point_span(Point::PostFilter))
+            .await;
+        self.point_done(Point::PostFilter, s.code(), t);
+        if let (Some(_), Some(m)) = (t, self.metrics.get()) {
+            m.global.preemption_attempts.inc();
+            if let Some(r) = r.as_ref().filter(|_| s.is_success()) {
+                m.global.preemption_victims.observe(r.victims.len() as u64);
+            }
+        }
+        (r, s)
+    }
+
+    async fn post_filter_plugins(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        filtered: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status) {
         let mut reasons = Vec::new();
         let mut rejector: Option<&'static str> = None;
         let mut last_result: Option<PostFilterResult> = None;
-        for p in &self.post_filter {
+        for (i, p) in self.post_filter.iter().enumerate() {
+            let t = self.plugin_timer(state);
             let (r, s) = p.post_filter(state, pod, filtered, self).await;
+            self.plugin_done(Point::PostFilter, i, s.code(), t);
             if s.is_success() {
                 return (r, s);
             }
@@ -975,8 +1083,26 @@ impl Framework {
         nodes: &[Arc<NodeInfo>],
         record: &mut (dyn FnMut(&'static str, &Status) + Send),
     ) -> Status {
-        for entry in &self.pre_score {
+        let t = self.point_timer(state);
+        let s = self
+            .pre_score_plugins(state, pod, nodes, record)
+            .instrument(point_span(Point::PreScore))
+            .await;
+        self.point_done(Point::PreScore, s.code(), t);
+        s
+    }
+
+    async fn pre_score_plugins(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        record: &mut (dyn FnMut(&'static str, &Status) + Send),
+    ) -> Status {
+        for (i, entry) in self.pre_score.iter().enumerate() {
+            let t = self.plugin_timer(state);
             let s = entry.plugin.pre_score(state, pod, nodes).await;
+            self.plugin_done(Point::PreScore, i, s.code(), t);
             record(entry.plugin.name(), &s);
             if s.is_skip() {
                 if let Some(i) = entry.score_index {
@@ -1002,12 +1128,32 @@ impl Framework {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> Result<ScoreResult, Status> {
+        let t = self.point_timer(state);
+        let r = self
+            .score_plugins(state, pod, nodes)
+            .instrument(point_span(Point::Score))
+            .await;
+        let code = r.as_ref().map_or_else(|s| s.code(), |_| Code::Success);
+        self.point_done(Point::Score, code, t);
+        r
+    }
+
+    async fn score_plugins(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<ScoreResult, Status> {
         let active: Vec<&ScoreEntry> = self
             .score
             .iter()
             .enumerate()
             .filter(|(i, _)| !state.skip_score.contains(*i))
             .map(|(_, e)| e)
+            .collect();
+        // Each active plugin's position among all Score plugins.
+        let slot: Vec<usize> = (0..self.score.len())
+            .filter(|i| !state.skip_score.contains(*i))
             .collect();
         let np = active.len();
         let n = nodes.len();
@@ -1018,7 +1164,11 @@ impl Framework {
                 continue;
             };
             let name = e.plugin.name();
-            let scores = batch.score_nodes(state, pod, nodes).await.map_err(|s| {
+            let t = self.plugin_timer(state);
+            let scores = batch.score_nodes(state, pod, nodes).await;
+            let code = scores.as_ref().map_or_else(|s| s.code(), |_| Code::Success);
+            self.plugin_done(Point::Score, slot[pi], code, t);
+            let scores = scores.map_err(|s| {
                 Status::error(format!(
                     "running Score plugins: plugin {name:?} failed with: {}",
                     s.message()
@@ -1045,7 +1195,11 @@ impl Framework {
                     if e.plugin.as_batch().is_some() {
                         continue;
                     }
-                    match e.plugin.score(state, pod, &nodes[ni]) {
+                    let t = self.per_node_timer(state);
+                    let r = e.plugin.score(state, pod, &nodes[ni]);
+                    let code = r.as_ref().map_or_else(|s| s.code(), |_| Code::Success);
+                    self.plugin_done(Point::Score, slot[pi], code, t);
+                    match r {
                         Ok(v) => row[pi] = v,
                         Err(s) => {
                             let mut f = failure.lock();
@@ -1078,7 +1232,9 @@ impl Framework {
                     score: normalized[ni * np + pi],
                 })
                 .collect();
+            let t = self.plugin_timer(state);
             let s = ext.normalize_score(state, pod, &mut scores);
+            self.plugin_done(Point::ScoreExtensionNormalize, slot[pi], s.code(), t);
             if !s.is_success() {
                 return Err(Status::error(format!(
                     "running Normalize on Score plugins: plugin {:?} failed with: {}",
@@ -1118,8 +1274,20 @@ impl Framework {
 
     /// Runs Reserve plugins until one fails.
     pub async fn run_reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
-        for p in &self.reserve {
+        let t = self.point_timer(state);
+        let s = self
+            .reserve_plugins(state, pod, node)
+            .instrument(point_span(Point::Reserve))
+            .await;
+        self.point_done(Point::Reserve, s.code(), t);
+        s
+    }
+
+    async fn reserve_plugins(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        for (i, p) in self.reserve.iter().enumerate() {
+            let t = self.plugin_timer(state);
             let s = p.reserve(state, pod, node).await;
+            self.plugin_done(Point::Reserve, i, s.code(), t);
             if !s.is_success() {
                 if s.is_rejected() {
                     return s.with_plugin(p.name());
@@ -1137,18 +1305,38 @@ impl Framework {
 
     /// Runs Unreserve on every Reserve plugin, in reverse order.
     pub async fn run_unreserve(&self, state: &CycleState, pod: &PodInfo, node: &str) {
-        for p in self.reserve.iter().rev() {
-            p.unreserve(state, pod, node).await;
+        let t = self.point_timer(state);
+        async {
+            for (i, p) in self.reserve.iter().enumerate().rev() {
+                let t = self.plugin_timer(state);
+                p.unreserve(state, pod, node).await;
+                self.plugin_done(Point::Unreserve, i, Code::Success, t);
+            }
         }
+        .instrument(point_span(Point::Unreserve))
+        .await;
+        self.point_done(Point::Unreserve, Code::Success, t);
     }
 
     /// Runs Permit plugins. A rejection returns at once; if some plugins
     /// asked to wait, the pod is parked among the waiting pods and `Wait` is
     /// returned.
     pub async fn run_permit(&self, state: &CycleState, pod: &PodRef, node: &Arc<str>) -> Status {
+        let t = self.point_timer(state);
+        let s = self
+            .permit_plugins(state, pod, node)
+            .instrument(point_span(Point::Permit))
+            .await;
+        self.point_done(Point::Permit, s.code(), t);
+        s
+    }
+
+    async fn permit_plugins(&self, state: &CycleState, pod: &PodRef, node: &Arc<str>) -> Status {
         let mut waits: Vec<(&'static str, Duration)> = Vec::new();
-        for p in &self.permit {
+        for (i, p) in self.permit.iter().enumerate() {
+            let t = self.plugin_timer(state);
             let (s, timeout) = p.permit(state, pod, node).await;
+            self.plugin_done(Point::Permit, i, s.code(), t);
             if s.is_success() {
                 continue;
             }
@@ -1198,8 +1386,20 @@ impl Framework {
 
     /// Runs PreBind plugins until one fails.
     pub async fn run_pre_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
-        for p in &self.pre_bind {
+        let t = self.point_timer(state);
+        let s = self
+            .pre_bind_plugins(state, pod, node)
+            .instrument(point_span(Point::PreBind))
+            .await;
+        self.point_done(Point::PreBind, s.code(), t);
+        s
+    }
+
+    async fn pre_bind_plugins(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
+        for (i, p) in self.pre_bind.iter().enumerate() {
+            let t = self.plugin_timer(state);
             let s = p.pre_bind(state, pod, node).await;
+            self.plugin_done(Point::PreBind, i, s.code(), t);
             if !s.is_success() {
                 if s.is_rejected() {
                     return s.with_plugin(p.name());
@@ -1218,9 +1418,21 @@ impl Framework {
     /// Runs Bind plugins in order until one does not `Skip`. If all skip, the
     /// last `Skip` is returned (the pod is not bound).
     pub async fn run_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
+        let t = self.point_timer(state);
+        let s = self
+            .bind_plugins(state, pod, node)
+            .instrument(point_span(Point::Bind))
+            .await;
+        self.point_done(Point::Bind, s.code(), t);
+        s
+    }
+
+    async fn bind_plugins(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
         let mut last = Status::skip();
-        for p in &self.bind {
+        for (i, p) in self.bind.iter().enumerate() {
+            let t = self.plugin_timer(state);
             let s = p.bind(state, pod, node).await;
+            self.plugin_done(Point::Bind, i, s.code(), t);
             if s.is_skip() {
                 last = s.with_plugin(p.name());
                 continue;
@@ -1246,10 +1458,34 @@ impl Framework {
 
     /// Runs PostBind plugins (informational).
     pub async fn run_post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) {
-        for p in &self.post_bind {
-            p.post_bind(state, pod, node).await;
+        let t = self.point_timer(state);
+        async {
+            for (i, p) in self.post_bind.iter().enumerate() {
+                let t = self.plugin_timer(state);
+                p.post_bind(state, pod, node).await;
+                self.plugin_done(Point::PostBind, i, Code::Success, t);
+            }
         }
+        .instrument(point_span(Point::PostBind))
+        .await;
+        self.point_done(Point::PostBind, Code::Success, t);
     }
+}
+
+/// In cycles sampled for plugin metrics, one per-node plugin run in this
+/// many (per thread) is timed.
+pub const PER_NODE_SAMPLE_EVERY: u32 = 16;
+
+thread_local! {
+    static PER_NODE_TICK: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A span for one extension point's run: DEBUG, under the `berth::trace`
+/// target, so that it costs one disabled-callsite check unless a tracing
+/// exporter asks for extension points.
+#[inline]
+fn point_span(p: Point) -> tracing::Span {
+    tracing::debug_span!(target: "berth::trace", "extension_point", extension_point = p.label())
 }
 
 /// Adds a Score weight to the running total of weight × 100, failing when

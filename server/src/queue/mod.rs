@@ -50,8 +50,8 @@ use heap::KeyedHeap;
 use nominator::Nominator;
 
 use crate::framework::{
-    ClusterEvent, EventObject, Framework, NominatedPods, NominatingInfo, PodNominator,
-    QueueSortPlugin, QueuedPodInfo, QueueingHint, pod_scheduling_property_changes,
+    ActionType, ClusterEvent, EventObject, EventResource, Framework, NominatedPods, NominatingInfo,
+    PodNominator, QueueSortPlugin, QueuedPodInfo, QueueingHint, pod_scheduling_property_changes,
 };
 use crate::model::{PodInfo, PodRef};
 
@@ -164,7 +164,24 @@ struct Inner {
     next_seq: u64,
     nominator: Nominator,
     closed: bool,
+    /// Pods that entered each queue, by queue and event.
+    incoming: HashMap<(u8, ClusterEvent), u64>,
 }
+
+const INCOMING_ACTIVE: u8 = 0;
+const INCOMING_BACKOFF: u8 = 1;
+const INCOMING_UNSCHEDULABLE: u8 = 2;
+const INCOMING_QUEUES: [&str; 3] = ["active", "backoff", "unschedulable"];
+
+/// A new pending pod (upstream's `PodAdd` label).
+const POD_ADD: ClusterEvent = ClusterEvent {
+    resource: EventResource::WildCard,
+    action: ActionType::ALL,
+    label: Some("PodAdd"),
+};
+/// A pending pod changed in a way no plugin's event names.
+const POD_UPDATE: ClusterEvent =
+    ClusterEvent::new(EventResource::UnscheduledPod, ActionType::UPDATE);
 
 /// The scheduling queue. Shared between the event handlers (add, update,
 /// delete, moves), the scheduling loop (pop, failures) and a timer task
@@ -262,7 +279,7 @@ impl Inner {
 
     /// Runs PreEnqueue; a pod held by a plugin is parked among the
     /// unschedulable pods and `None` is returned.
-    fn pre_enqueue(&mut self, mut q: QueuedPodInfo) -> Option<QueuedPodInfo> {
+    fn pre_enqueue(&mut self, mut q: QueuedPodInfo, event: ClusterEvent) -> Option<QueuedPodInfo> {
         let Some(fw) = self.framework(&q.pod).cloned() else {
             return Some(q);
         };
@@ -276,15 +293,17 @@ impl Inner {
         q.unschedulable_plugins.insert(plugin);
         q.last_failure = Some(Arc::from(s.message()));
         self.insert_unschedulable(q);
+        self.count_incoming(INCOMING_UNSCHEDULABLE, event);
         None
     }
 
     /// Moves a pod into activeQ, through PreEnqueue. Returns whether it got
     /// there.
-    fn move_to_active(&mut self, q: QueuedPodInfo, now: Instant) -> bool {
-        let Some(mut q) = self.pre_enqueue(q) else {
+    fn move_to_active(&mut self, q: QueuedPodInfo, now: Instant, event: ClusterEvent) -> bool {
+        let Some(mut q) = self.pre_enqueue(q, event) else {
             return false;
         };
+        self.count_incoming(INCOMING_ACTIVE, event);
         q.initial_attempt_timestamp.get_or_insert(now);
         self.push_active(q);
         true
@@ -313,21 +332,35 @@ impl Inner {
 
     /// Requeues a pod by strategy. Returns whether it went to activeQ or
     /// backoffQ (somewhere it will be popped from).
-    fn requeue(&mut self, q: QueuedPodInfo, strategy: Strategy, now: Instant) -> bool {
+    fn requeue(
+        &mut self,
+        q: QueuedPodInfo,
+        strategy: Strategy,
+        now: Instant,
+        event: ClusterEvent,
+    ) -> bool {
         match strategy {
             Strategy::Skip => {
                 self.insert_unschedulable(q);
+                self.count_incoming(INCOMING_UNSCHEDULABLE, event);
                 false
             }
-            Strategy::AfterBackoff if is_backing_off(&q, now) => match self.pre_enqueue(q) {
+            Strategy::AfterBackoff if is_backing_off(&q, now) => match self.pre_enqueue(q, event) {
                 Some(q) => {
                     self.push_backoff(q);
+                    self.count_incoming(INCOMING_BACKOFF, event);
                     true
                 }
                 None => false,
             },
-            _ => self.move_to_active(q, now),
+            _ => self.move_to_active(q, now, event),
         }
+    }
+
+    /// Counts a pod entering a queue (scheduler_queue_incoming_pods_total).
+    #[inline]
+    fn count_incoming(&mut self, queue: u8, event: ClusterEvent) {
+        *self.incoming.entry((queue, event)).or_default() += 1;
     }
 
     /// Whether `event` may make `q` schedulable, by the hints of the plugins
@@ -435,7 +468,7 @@ impl Inner {
         let mut activated = false;
         for (uid, strategy) in moves {
             if let Some(q) = self.remove_unschedulable(&uid) {
-                activated |= self.requeue(q, strategy, now);
+                activated |= self.requeue(q, strategy, now, *event);
             }
         }
         if !self.in_flight.is_empty() {
@@ -490,6 +523,7 @@ impl Inner {
             let mut q = q.expect("peeked");
             q.initial_attempt_timestamp.get_or_insert(now);
             self.push_active(q);
+            self.count_incoming(INCOMING_ACTIVE, ClusterEvent::BACKOFF_COMPLETE);
             activated = true;
         }
         let due: Vec<Arc<str>> = self
@@ -503,7 +537,7 @@ impl Inner {
                 q.flush_timestamp = Some(now);
                 let strategy =
                     self.worth_requeuing(&q, &ClusterEvent::UNSCHEDULABLE_TIMEOUT, None, None);
-                activated |= self.requeue(q, strategy, now);
+                activated |= self.requeue(q, strategy, now, ClusterEvent::UNSCHEDULABLE_TIMEOUT);
             }
         }
         activated
@@ -534,6 +568,7 @@ impl SchedulingQueue {
                 next_seq: 0,
                 nominator: Nominator::default(),
                 closed: false,
+                incoming: HashMap::new(),
             }),
             pop_ready: Notify::new(),
             timers_changed: Notify::new(),
@@ -557,7 +592,7 @@ impl SchedulingQueue {
                 return self.update(&pod.clone(), pod);
             }
             inner.nominator.add(&pod, None);
-            inner.move_to_active(QueuedPodInfo::new(pod, now), now)
+            inner.move_to_active(QueuedPodInfo::new(pod, now), now, POD_ADD)
         };
         self.wake(activated);
     }
@@ -595,16 +630,24 @@ impl SchedulingQueue {
             if let Some(mut q) = inner.remove_unschedulable(&uid) {
                 q.pod = new;
                 let mut strategy = Strategy::Skip;
+                let mut why = events.first().copied().unwrap_or(POD_UPDATE);
                 for e in &events {
                     strategy = inner.worth_requeuing(&q, e, Some(&old_obj), Some(&new_obj));
                     if strategy != Strategy::Skip {
+                        why = *e;
                         break;
                     }
                 }
-                inner.requeue(q, strategy, now)
+                if strategy == Strategy::Skip {
+                    // It stays where it was: not an incoming pod.
+                    inner.insert_unschedulable(q);
+                    false
+                } else {
+                    inner.requeue(q, strategy, now, why)
+                }
             } else {
                 inner.nominator.add(&new, None);
-                inner.move_to_active(QueuedPodInfo::new(new, now), now)
+                inner.move_to_active(QueuedPodInfo::new(new, now), now, POD_UPDATE)
             }
         };
         self.wake(activated);
@@ -699,7 +742,7 @@ impl SchedulingQueue {
                     }
                     best
                 };
-                Ok(inner.requeue(q, strategy, now))
+                Ok(inner.requeue(q, strategy, now, ClusterEvent::SCHEDULE_ATTEMPT_FAILURE))
             })();
             inner.done(&uid);
             result?
@@ -744,7 +787,9 @@ impl SchedulingQueue {
                     .remove_unschedulable(&pod.uid)
                     .or_else(|| inner.remove_backoff(&pod.uid));
                 match q {
-                    Some(q) => activated |= inner.move_to_active(q, now),
+                    Some(q) => {
+                        activated |= inner.move_to_active(q, now, ClusterEvent::FORCE_ACTIVATE)
+                    }
                     None if inner.in_flight.contains_key(&pod.uid) => {
                         inner.record(Recorded::Event(
                             ClusterEvent::FORCE_ACTIVATE,
@@ -829,6 +874,20 @@ impl SchedulingQueue {
             gated,
             in_flight: inner.in_flight.len(),
         }
+    }
+
+    /// How many pods entered each queue, by queue (`active`, `backoff`,
+    /// `unschedulable`) and event label, sorted.
+    pub fn incoming_counts(&self) -> Vec<(&'static str, String, u64)> {
+        let mut out: Vec<_> = self
+            .inner
+            .lock()
+            .incoming
+            .iter()
+            .map(|((q, e), n)| (INCOMING_QUEUES[usize::from(*q)], e.label(), *n))
+            .collect();
+        out.sort();
+        out
     }
 
     /// Every pending pod, activeQ first (in pop order), then backoffQ, the

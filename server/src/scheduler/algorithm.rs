@@ -242,7 +242,8 @@ impl Algorithm {
                 )));
         }
         let nodes: &[Arc<NodeInfo>] = restricted.as_deref().unwrap_or(all);
-        let (mut feasible, evaluated) = self.find_nodes_that_pass_filters(
+        let timer = fw.point_timer(state);
+        let passed = self.find_nodes_that_pass_filters(
             fw,
             state,
             pod,
@@ -250,7 +251,14 @@ impl Algorithm {
             all.len(),
             nominated,
             &mut diagnosis,
-        )?;
+        );
+        let code = if passed.is_ok() {
+            Code::Success
+        } else {
+            Code::Error
+        };
+        fw.point_done(crate::observe::metrics::Point::Filter, code, timer);
+        let (mut feasible, evaluated) = passed?;
         run_batch_filters(fw, state, pod, &mut feasible, &mut diagnosis).await?;
         Ok(Feasible {
             nodes: feasible,

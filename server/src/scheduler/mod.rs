@@ -242,6 +242,8 @@ pub(crate) struct Shared {
     pub node_feed: Option<Arc<NodeFeed>>,
     /// Counters and latencies.
     pub metrics: Arc<SchedulerMetrics>,
+    /// kube-scheduler's Prometheus metrics.
+    pub prom: Arc<crate::observe::metrics::Metrics>,
 }
 
 /// A running scheduler's public face.
@@ -336,6 +338,10 @@ impl Scheduler {
         let http_extenders = Arc::new(HttpExtenders::new(&config.http_extenders, &handle)?);
         http_extenders.register(&mut registry, &handle)?;
         let profiles = build_profiles(config, &registry, &handle)?;
+        let prom = Arc::new(crate::observe::metrics::Metrics::default());
+        for fw in profiles.values() {
+            fw.set_metrics(prom.attach(fw));
+        }
         let queue = SchedulingQueue::new(
             QueueConfig {
                 initial_backoff: config.pod_initial_backoff,
@@ -362,6 +368,7 @@ impl Scheduler {
             extenders,
             http_extenders,
             metrics,
+            prom,
         });
         let (synced_tx, synced) = watch::channel(false);
         tokio::spawn(event_handlers::run(
@@ -388,6 +395,16 @@ impl Scheduler {
             schedule_one::Loop::new(loop_shared, algorithm).run().await;
         });
         Ok(Self { shared, synced })
+    }
+
+    /// Whether the cluster's initial state is in the cache.
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// kube-scheduler's metrics, as `/metrics` shows them.
+    pub fn prometheus(&self) -> &Arc<crate::observe::metrics::Metrics> {
+        &self.shared.prom
     }
 
     /// Waits until the cluster's initial state is in the cache.

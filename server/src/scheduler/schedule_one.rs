@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use super::algorithm::{Algorithm, NO_NODES_AVAILABLE, ScheduleError, ScheduleResult};
 use super::{EventKind, SchedulingEvent, Shared};
@@ -16,6 +18,8 @@ use crate::framework::{
     PodEvent, QueuedPodInfo, Status,
 };
 use crate::model::{PodInfo, PodRef};
+use crate::observe::metrics::AttemptResult;
+use crate::observe::telemetry::TRACE_TARGET;
 
 /// Why an attempt failed, with what the requeue and the messages need.
 struct Failure {
@@ -110,6 +114,32 @@ impl Loop {
             return;
         }
 
+        // The attempt's span covers the scheduling cycle; its binding cycle
+        // is a child span; its result is recorded when the attempt ends.
+        let span = tracing::info_span!(
+            target: TRACE_TARGET,
+            "scheduling_cycle",
+            pod = %pod.key(),
+            k8s.namespace.name = %pod.namespace,
+            k8s.pod.name = %pod.name,
+            profile = %fw.profile_name(),
+            attempt = q.attempts,
+            result = Empty,
+            node = Empty,
+        );
+        self.scheduling_cycle(shared, fw, q, pod, span.clone())
+            .instrument(span)
+            .await;
+    }
+
+    async fn scheduling_cycle(
+        &mut self,
+        shared: Arc<Shared>,
+        fw: Arc<Framework>,
+        q: QueuedPodInfo,
+        pod: PodRef,
+        span: tracing::Span,
+    ) {
         let start = Instant::now();
         // Take the handle's reference back first, so that the update below
         // changes the snapshot in place instead of copying it.
@@ -121,13 +151,18 @@ impl Loop {
         shared.handle.set_snapshot(self.snapshot.clone());
         let nominated = shared.handle.nominated_pods();
         let mut state = CycleState::with_snapshot(self.snapshot.clone());
-        let span = tracing::debug_span!("scheduling_cycle", pod = %pod.key(), attempt = q.attempts);
-        let _enter = span.enter();
+        state.record_plugin_metrics = shared.prom.sample_cycle();
 
         let result = self
             .algorithm
             .schedule_pod(&fw, &mut state, &pod, &self.snapshot, &nominated)
             .await;
+        if result.is_ok() {
+            shared
+                .prom
+                .algorithm_duration
+                .observe_duration(start.elapsed());
+        }
         shared
             .next_start_node_index
             .store(self.algorithm.next_start_node_index, Ordering::Relaxed);
@@ -135,7 +170,6 @@ impl Loop {
             Ok(r) => r,
             Err(e) => {
                 let failure = self.on_schedule_error(&fw, &state, &pod, e).await;
-                drop(_enter);
                 failure_handler(&shared, &fw, q, failure, start).await;
                 return;
             }
@@ -145,19 +179,30 @@ impl Loop {
             .await
         {
             Ok(assumed) => {
-                drop(_enter);
                 state.release_snapshot();
                 shared.metrics.record_cycle_found_node(start.elapsed());
                 shared.bindings_in_flight.fetch_add(1, Ordering::SeqCst);
                 let shared = shared.clone();
+                span.record("node", &*result.suggested_host);
+                let binding = tracing::info_span!(
+                    target: TRACE_TARGET,
+                    parent: &span,
+                    "binding_cycle",
+                    node = %result.suggested_host,
+                    result = Empty,
+                );
                 tokio::spawn(async move {
-                    binding_cycle(&shared, &fw, state, q, assumed, result, start).await;
+                    let outcome = binding_cycle(&shared, &fw, state, q, assumed, result, start)
+                        .instrument(binding.clone())
+                        .await;
+                    binding.record("result", outcome);
+                    span.record("result", outcome);
+                    drop((binding, span));
                     shared.bindings_in_flight.fetch_sub(1, Ordering::SeqCst);
                     maybe_report_idle(&shared);
                 });
             }
             Err(failure) => {
-                drop(_enter);
                 failure_handler(&shared, &fw, q, failure, start).await;
             }
         }
@@ -267,7 +312,8 @@ fn record(
 }
 
 /// Waits at Permit, then PreBind, Bind, PostBind. Any failure runs
-/// Unreserve, forgets the assumed pod and requeues it.
+/// Unreserve, forgets the assumed pod and requeues it. Returns the
+/// attempt's result label.
 async fn binding_cycle(
     shared: &Arc<Shared>,
     fw: &Arc<Framework>,
@@ -276,10 +322,16 @@ async fn binding_cycle(
     assumed: PodRef,
     result: ScheduleResult,
     start: Instant,
-) {
+) -> &'static str {
     let host = &result.suggested_host;
     if let Err(failure) = bind_steps(shared, fw, &state, &assumed, host).await {
-        return binding_failure(shared, fw, &state, q, &assumed, host, failure, start).await;
+        let label = if failure.status.is_rejected() {
+            "unschedulable"
+        } else {
+            "error"
+        };
+        binding_failure(shared, fw, &state, q, &assumed, host, failure, start).await;
+        return label;
     }
     shared
         .cache
@@ -301,12 +353,21 @@ async fn binding_cycle(
         pod = %assumed.key(), node = %host, evaluated = result.evaluated_nodes, feasible = result.feasible_nodes,
         attempts = q.attempts, latency_ms = start.elapsed().as_secs_f64() * 1e3, "scheduled"
     );
-    shared.metrics.record_scheduled(start.elapsed());
+    let took = start.elapsed();
+    shared.metrics.record_scheduled(took);
+    if let Some(m) = fw.metrics() {
+        m.profile.attempt(AttemptResult::Scheduled, took);
+    }
+    let first = q.initial_attempt_timestamp.unwrap_or(start);
+    shared
+        .prom
+        .pod_scheduled(q.attempts, Instant::now().saturating_duration_since(first));
     shared.decided.fetch_add(1, Ordering::SeqCst);
     let mut event = SchedulingEvent::new(EventKind::Scheduled, &assumed);
     event.node = Some(host.clone());
     let _ = shared.events.send(event);
     fw.run_post_bind(&state, &assumed, host).await;
+    "scheduled"
 }
 
 /// The steps of a binding cycle that can fail.
@@ -491,9 +552,19 @@ async fn failure_handler(
             tracing::warn!(pod = %pod.key(), error = %e, "error updating pod status");
         }
     }
+    let took = start.elapsed();
     shared
         .metrics
-        .record_failed(start.elapsed(), reason == "Unschedulable");
+        .record_failed(took, reason == "Unschedulable");
+    let result = if reason == "Unschedulable" {
+        AttemptResult::Unschedulable
+    } else {
+        AttemptResult::Error
+    };
+    if let Some(m) = fw.metrics() {
+        m.profile.attempt(result, took);
+    }
+    tracing::Span::current().record("result", result.label());
     tracing::trace!(
         elapsed_ms = start.elapsed().as_secs_f64() * 1e3,
         "attempt done"

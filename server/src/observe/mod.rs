@@ -1,0 +1,66 @@
+//! Observability: Prometheus metrics, health checks and tracing.
+//!
+//! * [`metrics`]: kube-scheduler's metrics with upstream's names, labels
+//!   and buckets, recorded with relaxed atomics into slots resolved at
+//!   start;
+//! * [`health`]: `/healthz`, `/livez` and `/readyz` with named checks
+//!   (others, such as leader election, register theirs);
+//! * [`http`]: the HTTP server for both;
+//! * [`telemetry`]: log formatting and OTLP span export.
+
+pub mod health;
+pub mod http;
+pub mod metrics;
+pub mod prom;
+pub mod telemetry;
+
+use crate::scheduler::Scheduler;
+use prom::Exposition;
+
+/// The whole `/metrics` text for a scheduler.
+pub fn render(scheduler: &Scheduler) -> String {
+    let mut e = Exposition::new();
+    scheduler.prometheus().render(&mut e);
+
+    let c = scheduler.queue_counts();
+    e.family(
+        "scheduler_pending_pods",
+        "gauge",
+        "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated.",
+    );
+    for (q, n) in [
+        ("active", c.active),
+        ("backoff", c.backoff),
+        ("gated", c.gated),
+        ("unschedulable", c.unschedulable),
+    ] {
+        e.sample("scheduler_pending_pods", &[("queue", q)], n as u64);
+    }
+    e.family(
+        "scheduler_queue_incoming_pods_total",
+        "counter",
+        "Number of pods added to scheduling queues by event and queue type.",
+    );
+    for (q, event, n) in scheduler.queue().incoming_counts() {
+        e.sample(
+            "scheduler_queue_incoming_pods_total",
+            &[("event", &event), ("queue", q)],
+            n,
+        );
+    }
+    e.family(
+        "scheduler_goroutines",
+        "gauge",
+        "Number of running goroutines split by the work they do such as binding.",
+    );
+    e.sample(
+        "scheduler_goroutines",
+        &[("operation", "binding")],
+        scheduler.bindings_in_flight() as u64,
+    );
+    metrics::render_extenders(scheduler.extenders().connections(), &mut e);
+    e.finish()
+}
+
+#[cfg(test)]
+mod tests;
