@@ -13,7 +13,9 @@
 //! A point may carry its own pod filter, `POINT=REGEX` (the regular
 //! expression cannot contain a comma): the fault applies only to pods whose
 //! name matches it (unanchored); `--pods REGEX` is the filter of points given
-//! without one (default: every pod). Every other
+//! without one (default: every pod). One point may have several faults for
+//! different pods (`--hang reserve=^a- --garbage reserve=^b-`); the first
+//! given that matches a pod applies (hang, then error, then garbage). Every other
 //! request gets a neutral answer (Filter passes every node, Score gives 0,
 //! PreFilter/PreScore/Reserve/Permit/PreBind succeed, Bind skips, PostFilter
 //! cannot help), and Unreserve is acknowledged unless `unreserve` is one of
@@ -160,8 +162,9 @@ fn parse_spec(s: &str) -> Result<Spec, String> {
 /// The resolved configuration, shared by every session.
 struct Config {
     hello: pb::Hello,
-    /// point -> the fault and the pods it applies to (None: every pod).
-    faults: HashMap<Point, (Fault, Option<Regex>)>,
+    /// point -> the faults and the pods each applies to (None: every pod);
+    /// the first that matches a pod applies.
+    faults: HashMap<Point, Vec<(Fault, Option<Regex>)>>,
 }
 
 impl Config {
@@ -174,14 +177,15 @@ impl Config {
         ] {
             for spec in list {
                 let pods = spec.pods.clone().or_else(|| a.pods.clone());
-                if let Some((other, _)) = faults.insert(spec.point, (fault, pods)) {
+                let rules: &mut Vec<(Fault, Option<Regex>)> = faults.entry(spec.point).or_default();
+                if rules.iter().any(|(_, p)| p.is_none()) {
                     bail!(
-                        "{:?} is given both as --{} and as --{}",
+                        "{:?} already misbehaves for every pod; --{} for it would never apply",
                         spec.point,
-                        other.as_str(),
                         fault.as_str()
                     );
                 }
+                rules.push((fault, pods));
             }
         }
         let declared: Vec<Point> = if a.points.is_empty() {
@@ -205,10 +209,14 @@ impl Config {
     }
 
     fn fault(&self, point: Point, pod_name: &str) -> Fault {
-        match self.faults.get(&point) {
-            Some((f, pods)) if pods.as_ref().is_none_or(|re| re.is_match(pod_name)) => *f,
-            _ => Fault::None,
-        }
+        self.faults
+            .get(&point)
+            .and_then(|rules| {
+                rules
+                    .iter()
+                    .find(|(_, pods)| pods.as_ref().is_none_or(|re| re.is_match(pod_name)))
+            })
+            .map_or(Fault::None, |(f, _)| *f)
     }
 }
 
