@@ -413,6 +413,10 @@ impl Reader {
     }
 
     fn on_cycle_start(&mut self, c: pb::CycleStart) {
+        debug!(
+            cycle = c.cycle_id, pod = %format_args!("{}/{}", c.namespace, c.name), uid = %c.uid,
+            "cycle started cycle={} pod={}/{}", c.cycle_id, c.namespace, c.name
+        );
         let slot = match serde_json::from_slice::<Pod>(&c.pod) {
             Ok(pod) => {
                 let pod = Arc::new(CyclePod::from_parts(
@@ -458,6 +462,9 @@ impl Reader {
             return;
         };
         let (point, kind_name) = point_of(&kind);
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            self.log_request(r.id, r.cycle_id, &kind, kind_name);
+        }
         if !self.shared.points.contains(&point) {
             self.core.respond_error(
                 id,
@@ -786,6 +793,29 @@ impl Reader {
         self.spawn(id, kind_name, cx, permit_running, work);
     }
 
+    /// One debug line per request: its kind, pod and reservation, so that
+    /// an extender's log tells which pods reached it and which reservations
+    /// were undone.
+    fn log_request(&self, id: u64, cycle: u64, kind: &Kind, kind_name: &str) {
+        let pod = match kind {
+            Kind::Unreserve(u) => format!("{}/{}", u.namespace, u.name),
+            _ => match self.cycles.get(&cycle) {
+                Some(Ok(p)) => p.identity().to_string(),
+                _ => String::new(),
+            },
+        };
+        let reservation = match kind {
+            Kind::Reserve(x) => x.reservation_id.as_str(),
+            Kind::Unreserve(x) => x.reservation_id.as_str(),
+            Kind::Permit(x) => x.reservation_id.as_str(),
+            _ => "",
+        };
+        debug!(
+            request = id, cycle, kind = kind_name, pod = %pod, reservation,
+            "request {kind_name} pod={pod} cycle={cycle} reservation={reservation}"
+        );
+    }
+
     fn unserved(&self, id: u64, kind_name: &str) {
         self.core
             .respond_error(id, format!("{kind_name} has no handler in this extender"));
@@ -888,10 +918,17 @@ impl Reader {
                     Reply::Error(pb::Error { message })
                 }
             };
+            let ok = !matches!(result, Reply::Error(_));
             match &permit_running {
                 Some(p) => core.deliver_permit(id, &p.reservation_id, result),
                 None => core.respond(id, result),
             }
+            debug!(
+                request = id,
+                kind = kind_name,
+                ok,
+                "answered {kind_name} ok={ok}"
+            );
         }
         .instrument(span);
         // Registered under the lock the task takes to deregister, so a task

@@ -13,8 +13,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
+use tokio::sync::{mpsc, watch};
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
@@ -27,6 +28,13 @@ pub fn workspace_root() -> PathBuf {
 /// Builds `bin` of `package` with the same profile as the tests and returns
 /// its path.
 fn build_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
+    let dir = build_binaries(package, &format!("--bin={bin}"))?;
+    private_copy(&dir.join(bin), bin)
+}
+
+/// Runs `cargo build -p package SELECT` (`--bin=NAME`, `--bins`) with the
+/// same profile as the tests and returns the directory the binaries are in.
+fn build_binaries(package: &str, select: &str) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     // target/<profile>/deps/<test> -> target/<profile>
     let dir = exe
@@ -42,7 +50,7 @@ fn build_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = std::process::Command::new(cargo);
     cmd.current_dir(workspace_root())
-        .args(["build", "--quiet", "-p", package, "--bin", bin]);
+        .args(["build", "--quiet", "-p", package, select]);
     if profile == "release" {
         cmd.arg("--release");
     }
@@ -50,9 +58,11 @@ fn build_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
         .status()
         .map_err(|e| format!("running cargo build: {e}"))?;
     if !status.success() {
-        return Err(format!("cargo build of {bin} failed: {status}"));
+        return Err(format!(
+            "cargo build -p {package} {select} failed: {status}"
+        ));
     }
-    private_copy(&dir.join(bin), bin)
+    Ok(dir)
 }
 
 /// Copies a freshly built binary to a directory of this checkout's own, so
@@ -94,13 +104,31 @@ pub fn berthctl_path() -> Result<PathBuf> {
 /// A running berthd.
 pub struct Berthd {
     child: Child,
-    logs: Lines<BufReader<ChildStderr>>,
+    /// Its log lines (JSON), read from stderr by a task as they come, so
+    /// that a chatty berthd never blocks on a full pipe while a test waits
+    /// for something else.
+    logs: mpsc::UnboundedReceiver<serde_json::Value>,
     /// The gRPC address it serves on.
     pub addr: String,
     /// Log lines read so far (JSON).
     pub seen: Vec<serde_json::Value>,
-    /// Lines read but not yet matched by a wait.
-    unmatched: std::collections::VecDeque<serde_json::Value>,
+}
+
+/// Reads `stderr` line by line in a task, passing on the JSON ones; the
+/// channel closes when the process closes its stderr.
+fn drain_json_lines(stderr: ChildStderr) -> mpsc::UnboundedReceiver<serde_json::Value> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+                && tx.send(v).is_err()
+            {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// How long a test waits for berthd before declaring it hung.
@@ -123,10 +151,9 @@ impl Berthd {
         let stderr = child.stderr.take().context("berthd stderr")?;
         let mut b = Self {
             child,
-            logs: BufReader::new(stderr).lines(),
+            logs: drain_json_lines(stderr),
             addr: String::new(),
             seen: Vec::new(),
-            unmatched: Default::default(),
         };
         let line = b
             .wait_for(|l| message(l).starts_with("serving gRPC on"))
@@ -145,7 +172,7 @@ impl Berthd {
     ) -> Result<serde_json::Value> {
         let read = async {
             loop {
-                let Some(line) = self.logs.next_line().await? else {
+                let Some(v) = self.logs.recv().await else {
                     let status = self.child.wait().await?;
                     let tail: Vec<String> = self
                         .seen
@@ -158,14 +185,10 @@ impl Berthd {
                         "berthd exited ({status}) before the expected log line; last lines: {tail:#?}"
                     );
                 };
-                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-                    continue;
-                };
                 self.seen.push(v.clone());
                 if pred(&v) {
                     return Ok(v);
                 }
-                self.unmatched.push_back(v);
             }
         };
         tokio::time::timeout(GUARD, read)
@@ -250,4 +273,375 @@ pub fn python_path() -> Result<PathBuf> {
         "Python not found: BERTH_PYTHON is unset and {} does not exist; run tests/run.sh, which creates tests/.venv and installs extenders/python/requirements.txt (grpcio, grpcio-tools, protobuf) from PyPI",
         venv.display()
     )
+}
+
+/// The example binaries of `berth-extender`.
+const EXTENDER_BINARIES: [&str; 5] = [
+    "gpu-share",
+    "volume-prebind",
+    "gang-permit",
+    "quota-core",
+    "faulty",
+];
+
+/// An example extender binary of `berth-extender` (`gpu-share`,
+/// `volume-prebind`, `gang-permit`, `quota-core`, or the `faulty` test
+/// tool), built once per test process with the same profile as the tests.
+pub fn extender_path(name: &str) -> Result<PathBuf> {
+    static PATHS: std::sync::Mutex<Vec<(String, Result<PathBuf, String>)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut built = PATHS
+        .lock()
+        .map_err(|_| anyhow!("a build of {name} panicked"))?;
+    if let Some((_, r)) = built.iter().find(|(n, _)| n == name) {
+        return r.clone().map_err(|e| anyhow!(e));
+    }
+    // One cargo run builds every example (one wait for the shared target
+    // dir's lock rather than one per binary), then each is copied.
+    let all = build_binaries("berth-extender", "--bins");
+    for bin in EXTENDER_BINARIES {
+        let r = all
+            .clone()
+            .and_then(|dir| private_copy(&dir.join(bin), bin));
+        built.push((bin.to_string(), r));
+    }
+    match built.iter().find(|(n, _)| n == name) {
+        Some((_, r)) => r.clone().map_err(|e| anyhow!(e)),
+        None => bail!("{name} is not an example of berth-extender"),
+    }
+}
+
+/// The log lines of an extender, over all its runs.
+#[derive(Default)]
+struct LogBook {
+    /// Every JSON line, each with a top-level `"run"` field: 1 for the first
+    /// process, 2 after the first restart, ...
+    lines: std::sync::Mutex<Vec<serde_json::Value>>,
+    /// The run whose stderr closed last (the process exited).
+    exited: std::sync::Mutex<u64>,
+}
+
+/// A running example extender: started with `--listen 127.0.0.1:0` and JSON
+/// logs (the SDK's per-request lines on: `RUST_LOG=info,berth_extender=debug`),
+/// found through its first stderr line, `listening on ADDR`. Its log lines
+/// are read as they come and kept (from every run), so waits look at the
+/// whole history; [`Extender::restart`] starts it again on the same address,
+/// so that berthd reconnects.
+pub struct Extender {
+    name: String,
+    args: Vec<String>,
+    child: Child,
+    run: u64,
+    /// The address it serves on (the same after a restart).
+    pub addr: std::net::SocketAddr,
+    book: std::sync::Arc<LogBook>,
+    changed: watch::Sender<u64>,
+}
+
+impl Extender {
+    /// Starts example `name` with `args`.
+    pub async fn start(name: &str, args: &[&str]) -> Result<Self> {
+        let (changed, _) = watch::channel(0);
+        let book = std::sync::Arc::<LogBook>::default();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let (child, addr) = spawn_extender(name, &args, "127.0.0.1:0", 1, &book, &changed).await?;
+        Ok(Self {
+            name: name.to_string(),
+            args,
+            child,
+            run: 1,
+            addr,
+            book,
+            changed,
+        })
+    }
+
+    /// The endpoint for berthd's configuration (`http://ADDR`).
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Which run this is (1, then 2 after the first restart, ...).
+    pub fn run(&self) -> u64 {
+        self.run
+    }
+
+    /// Every log line so far, from every run (each with its `"run"`).
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        self.book
+            .lines
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default()
+    }
+
+    /// Waits until `f` holds for the log lines so far (all runs); fails if
+    /// the current run exits first.
+    pub async fn wait_until(
+        &self,
+        what: &str,
+        f: impl Fn(&[serde_json::Value]) -> bool,
+    ) -> Result<()> {
+        let mut rx = self.changed.subscribe();
+        let wait = async {
+            loop {
+                {
+                    let lines = self.book.lines.lock().map_err(|_| anyhow!("poisoned"))?;
+                    if f(&lines) {
+                        return Ok(());
+                    }
+                }
+                let exited = *self.book.exited.lock().map_err(|_| anyhow!("poisoned"))?;
+                if exited == self.run {
+                    bail!(
+                        "{} (run {}) exited before {what}; last lines: {:#?}",
+                        self.name,
+                        self.run,
+                        self.tail(20)
+                    );
+                }
+                rx.changed().await?;
+            }
+        };
+        tokio::time::timeout(GUARD, wait).await.map_err(|_| {
+            anyhow!(
+                "{}: no {what} within {GUARD:?}; last lines: {:#?}",
+                self.name,
+                self.tail(20)
+            )
+        })?
+    }
+
+    /// Waits for a line (of any run) satisfying `pred`, and returns the
+    /// first such line.
+    pub async fn wait_for(
+        &self,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<serde_json::Value> {
+        self.wait_until("the expected line", |l| l.iter().any(&pred))
+            .await?;
+        self.lines()
+            .into_iter()
+            .find(|l| pred(l))
+            .context("the line vanished")
+    }
+
+    /// Waits until `n` lines (of any run) satisfy `pred`.
+    pub async fn wait_count(
+        &self,
+        n: usize,
+        what: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<()> {
+        self.wait_until(&format!("{n} x {what}"), |l| {
+            l.iter().filter(|v| pred(v)).count() >= n
+        })
+        .await
+    }
+
+    fn tail(&self, n: usize) -> Vec<String> {
+        let lines = self.lines();
+        lines
+            .iter()
+            .skip(lines.len().saturating_sub(n))
+            .map(|l| l.to_string())
+            .collect()
+    }
+
+    /// SIGKILL, and waits for the process to be gone (its port is free).
+    pub async fn kill(&mut self) -> Result<()> {
+        self.child.start_kill().ok();
+        tokio::time::timeout(GUARD, self.child.wait()).await??;
+        Ok(())
+    }
+
+    /// Kills the process if it runs, then starts it again with the same
+    /// arguments on the same address.
+    pub async fn restart(&mut self) -> Result<()> {
+        let args = self.args.clone();
+        self.restart_with(&args).await
+    }
+
+    /// [`Extender::restart`] with other arguments.
+    pub async fn restart_with<S: AsRef<str>>(&mut self, args: &[S]) -> Result<()> {
+        self.kill().await?;
+        self.args = args.iter().map(|a| a.as_ref().to_string()).collect();
+        let (child, addr) = spawn_extender(
+            &self.name,
+            &self.args,
+            &self.addr.to_string(),
+            self.run + 1,
+            &self.book,
+            &self.changed,
+        )
+        .await?;
+        self.child = child;
+        self.run += 1;
+        if addr != self.addr {
+            bail!("{} restarted on {addr}, not {}", self.name, self.addr);
+        }
+        Ok(())
+    }
+
+    /// SIGTERM, then waits for the exit status.
+    pub async fn stop(mut self) -> Result<std::process::ExitStatus> {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        Ok(tokio::time::timeout(GUARD, self.child.wait()).await??)
+    }
+}
+
+/// Starts run `run` of extender `name` listening on `listen`, reads the
+/// address from its first line, and starts the task that keeps its lines.
+async fn spawn_extender(
+    name: &str,
+    args: &[String],
+    listen: &str,
+    run: u64,
+    book: &std::sync::Arc<LogBook>,
+    changed: &watch::Sender<u64>,
+) -> Result<(Child, std::net::SocketAddr)> {
+    let mut child = Command::new(extender_path(name)?)
+        .args(["--listen", listen, "--log-format", "json"])
+        .args(args)
+        .env("RUST_LOG", "info,berth_extender=debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {name}"))?;
+    let stderr = child.stderr.take().context("extender stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let first = tokio::time::timeout(GUARD, lines.next_line())
+        .await
+        .map_err(|_| anyhow!("{name} logged nothing within {GUARD:?}"))??
+        .with_context(|| format!("{name} exited without logging"))?;
+    let mut v: serde_json::Value = serde_json::from_str(&first)
+        .with_context(|| format!("{name}'s first line is not JSON: {first}"))?;
+    let addr: std::net::SocketAddr = message(&v)
+        .strip_prefix("listening on ")
+        .with_context(|| format!("{name}'s first line is not 'listening on': {first}"))?
+        .parse()?;
+    v["run"] = run.into();
+    book.lines.lock().map_err(|_| anyhow!("poisoned"))?.push(v);
+    let book = book.clone();
+    let changed = changed.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            v["run"] = run.into();
+            if let Ok(mut l) = book.lines.lock() {
+                l.push(v);
+            }
+            changed.send_modify(|n| *n += 1);
+        }
+        if let Ok(mut e) = book.exited.lock() {
+            *e = run;
+        }
+        changed.send_modify(|n| *n += 1);
+    });
+    Ok((child, addr))
+}
+
+/// Scheduling events from berthd's WatchEvents stream, collected by a task
+/// from the moment [`Events::watch`] returns.
+pub struct Events {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<berth_client::pb::SchedulingEvent>>>,
+    changed: watch::Receiver<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Events {
+    /// Subscribes to every namespace's events.
+    pub async fn watch(client: &mut berth_client::Client) -> Result<Self> {
+        let mut stream = client.watch_events("").await?;
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, changed) = watch::channel(0);
+        let book = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Ok(Some(e)) = stream.message().await {
+                if let Ok(mut s) = book.lock() {
+                    s.push(e);
+                }
+                tx.send_modify(|n| *n += 1);
+            }
+        });
+        Ok(Self {
+            seen,
+            changed,
+            task,
+        })
+    }
+
+    /// The events so far.
+    pub fn all(&self) -> Vec<berth_client::pb::SchedulingEvent> {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// The events so far of type `t` about pod `namespace/name`.
+    pub fn of(
+        &self,
+        t: berth_client::pb::EventType,
+        namespace: &str,
+        name: &str,
+    ) -> Vec<berth_client::pb::SchedulingEvent> {
+        self.all()
+            .into_iter()
+            .filter(|e| {
+                e.r#type == t as i32
+                    && e.pod
+                        .as_ref()
+                        .is_some_and(|p| p.namespace == namespace && p.name == name)
+            })
+            .collect()
+    }
+
+    /// Waits until `f` holds for the events so far.
+    pub async fn wait_until(
+        &self,
+        what: &str,
+        f: impl Fn(&[berth_client::pb::SchedulingEvent]) -> bool,
+    ) -> Result<()> {
+        let mut rx = self.changed.clone();
+        let wait = async {
+            loop {
+                rx.borrow_and_update();
+                if f(&self.all()) {
+                    return Ok(());
+                }
+                if rx.changed().await.is_err() {
+                    bail!("the event stream ended before {what}");
+                }
+            }
+        };
+        tokio::time::timeout(GUARD, wait)
+            .await
+            .map_err(|_| anyhow!("no {what} within {GUARD:?}"))?
+    }
+
+    /// Waits until pod `namespace/name` has at least `n` events of type `t`.
+    pub async fn wait_count(
+        &self,
+        t: berth_client::pb::EventType,
+        namespace: &str,
+        name: &str,
+        n: usize,
+    ) -> Result<()> {
+        self.wait_until(&format!("{n} {t:?} events of {namespace}/{name}"), |_| {
+            self.of(t, namespace, name).len() >= n
+        })
+        .await
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

@@ -195,6 +195,9 @@ impl Reserve for GpuShare {
             // Another pod took the memory since Filter.
             return Ok(Status::unschedulable(NO_FIT));
         };
+        // Written before the lines are logged, so that a reader who saw a
+        // line finds the file already up to date.
+        self.persist(&ledger);
         if let Some(old) = &done.replaced {
             info!(
                 pod = %who, node = %old.node, gpu = old.gpu, mib = old.mib,
@@ -208,7 +211,6 @@ impl Reserve for GpuShare {
             "reserved pod={who} node={} gpu={} mib={mib} used={}/{}",
             r.node, done.gpu, done.used_after, gpus.mib_each
         );
-        self.persist(&ledger);
         Ok(Status::success())
     }
 
@@ -217,6 +219,7 @@ impl Reserve for GpuShare {
     async fn unreserve(&self, _cx: &Context, u: &Unreservation) -> HandlerResult<()> {
         let mut ledger = self.ledger.lock();
         if let Some(a) = ledger.unreserve(&u.pod.uid, &u.id) {
+            self.persist(&ledger);
             let used = ledger.used(&a.node, a.gpu);
             info!(
                 pod = %u.pod, node = %a.node, gpu = a.gpu, mib = a.mib, used,
@@ -224,7 +227,6 @@ impl Reserve for GpuShare {
                 "released pod={} node={} gpu={} mib={} used={used}",
                 u.pod, a.node, a.gpu, a.mib
             );
-            self.persist(&ledger);
         }
         Ok(())
     }
@@ -234,12 +236,12 @@ impl Reserve for GpuShare {
 impl PostBind for GpuShare {
     async fn post_bind(&self, _cx: &Context, pod: &CyclePod, node: &str) -> HandlerResult<()> {
         let mut ledger = self.ledger.lock();
-        if let Some(a) = ledger.commit(pod.uid()) {
-            info!(
-                pod = %pod.identity(), node, gpu = a.gpu, mib = a.mib,
-                "committed pod={} node={node} gpu={}", pod.identity(), a.gpu
-            );
+        if let Some((gpu, mib)) = ledger.commit(pod.uid()).map(|a| (a.gpu, a.mib)) {
             self.persist(&ledger);
+            info!(
+                pod = %pod.identity(), node, gpu, mib,
+                "committed pod={} node={node} gpu={gpu}", pod.identity()
+            );
         }
         Ok(())
     }

@@ -298,15 +298,30 @@ impl RemotePlugin {
         pod: &PodInfo,
         kind: request::Kind,
     ) -> Result<Status, CallError> {
-        let r = self.call(state, pod, kind).await?;
-        Ok(match r {
-            response::Result::PreScore(p) => status_of(p.status),
-            response::Result::Reserve(p) => status_of(p.status),
-            response::Result::PreBind(p) => status_of(p.status),
-            response::Result::Bind(p) => status_of(p.status),
-            response::Result::PostBind(_) => Status::success(),
-            _ => return malformed("an answer of the wrong kind"),
-        })
+        // The answer must be of the request's kind: a PostBind answer to a
+        // Reserve is nonsense, not a success.
+        use request::Kind as K;
+        use response::Result as R;
+        let asked = match &kind {
+            K::PreScore(_) => "PreScore",
+            K::Reserve(_) => "Reserve",
+            K::PreBind(_) => "PreBind",
+            K::Bind(_) => "Bind",
+            K::PostBind(_) => "PostBind",
+            _ => "",
+        };
+        let (answered, status) = match self.call(state, pod, kind).await? {
+            R::PreScore(p) => ("PreScore", status_of(p.status)),
+            R::Reserve(p) => ("Reserve", status_of(p.status)),
+            R::PreBind(p) => ("PreBind", status_of(p.status)),
+            R::Bind(p) => ("Bind", status_of(p.status)),
+            R::PostBind(_) => ("PostBind", Status::success()),
+            _ => ("", Status::success()),
+        };
+        if answered.is_empty() || answered != asked {
+            return malformed("an answer of the wrong kind");
+        }
+        Ok(status)
     }
 }
 
