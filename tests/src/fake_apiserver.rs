@@ -1,6 +1,6 @@
 //! A stand-in Kubernetes API server for tests: an in-process HTTP/1.1
 //! server on 127.0.0.1 that answers as the kube-apiserver v1.36 recorded in
-//! `shared/k8s-api/` answered (status codes, `Status` bodies, list and
+//! `tests/k8s-api/` answered (status codes, `Status` bodies, list and
 //! watch shapes), so berthd's kube mode can be tested without a cluster.
 //!
 //! It keeps objects of any resource by path (`/api/v1/...`,
@@ -127,12 +127,17 @@ pub struct FakeApiServer {
 /// never what a test waits for.
 const GUARD: Duration = Duration::from_secs(60);
 
-/// The directory of the recorded v1.36 traffic (`shared/k8s-api`): the
-/// `BERTH_K8S_RECORDINGS` variable, else the first `shared/k8s-api` found
-/// beside the workspace or one of its ancestors.
+/// The directory of the recorded v1.36 traffic: the `BERTH_K8S_RECORDINGS`
+/// variable, else the copy kept in the repository (`tests/k8s-api`), else
+/// the first `shared/k8s-api` found beside the workspace or one of its
+/// ancestors.
 pub fn recordings_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("BERTH_K8S_RECORDINGS") {
         return Some(PathBuf::from(d));
+    }
+    let kept = crate::workspace_root().join("tests/k8s-api");
+    if kept.join("INDEX.tsv").is_file() {
+        return Some(kept);
     }
     crate::workspace_root()
         .ancestors()
@@ -144,7 +149,7 @@ pub fn recordings_dir() -> Option<PathBuf> {
 /// [`recordings_dir`].
 pub fn recording(name: &str) -> Result<Value> {
     let dir = recordings_dir().ok_or_else(|| {
-        anyhow!("the recorded API traffic (shared/k8s-api) was not found beside the workspace; set BERTH_K8S_RECORDINGS")
+        anyhow!("the recorded API traffic (tests/k8s-api) was not found; set BERTH_K8S_RECORDINGS")
     })?;
     let path = dir.join(format!("{name}.json"));
     let text =

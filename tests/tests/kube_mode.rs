@@ -1,6 +1,6 @@
 //! berthd in kube mode (`--kubeconfig`) against the stand-in API server
 //! (`berth_e2e::fake_apiserver`), which answers as the kube-apiserver v1.36
-//! recorded in `shared/k8s-api/`. What berthd sends is compared with the
+//! recorded in `tests/k8s-api/`. What berthd sends is compared with the
 //! recorded requests and with the events upstream kube-scheduler wrote:
 //! field names and values, not timestamps.
 
