@@ -122,6 +122,13 @@ fn hostname() -> String {
         .unwrap_or_else(|| "berth".to_string())
 }
 
+/// The wall clock, to the microsecond (what a MicroTime keeps), so that a
+/// record written and read back compares equal.
+fn now_micro() -> MicroTime {
+    let now = jiff::Timestamp::now();
+    MicroTime(jiff::Timestamp::from_microsecond(now.as_microsecond()).unwrap_or(now))
+}
+
 /// The election record, as client-go's LeaderElectionRecord (the fields
 /// of a LeaseSpec that matter).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -244,7 +251,7 @@ impl Elector {
     /// process holds the Lease afterwards.
     async fn try_acquire_or_renew(&mut self) -> bool {
         let now = Instant::now();
-        let wall = MicroTime(jiff::Timestamp::now());
+        let wall = now_micro();
         let mut desired = Record {
             holder: self.cfg.identity.clone(),
             lease_duration_seconds: self.lease_duration_seconds(),
@@ -330,7 +337,7 @@ impl Elector {
         if !self.is_leader() || self.lease.is_none() {
             return true;
         }
-        let wall = MicroTime(jiff::Timestamp::now());
+        let wall = now_micro();
         let released = Record {
             holder: String::new(),
             lease_duration_seconds: 1,
