@@ -13,7 +13,8 @@ use anyhow::{Context, Result};
 use berth_server::api::{TlsConfig, TlsFiles};
 use berth_server::cluster::ClusterSource;
 use berth_server::cluster::embedded::{EmbeddedCluster, parse_objects, read_objects};
-use berth_server::config::{self, parse_go_duration};
+use berth_server::config::{self, LeaderElection, parse_go_duration};
+use berth_server::leader::{ElectionConfig, Outcome, default_identity};
 use berth_server::plugins::in_tree_registry;
 use berth_server::scheduler::{Options, Scheduler};
 use clap::{Parser, ValueEnum};
@@ -74,6 +75,88 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+
+    /// A kubeconfig for the Kubernetes API (kube mode). In kube mode berthd
+    /// elects a leader through a Lease before scheduling. Overrides
+    /// clientConnection.kubeconfig.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+
+    /// Elect a leader before scheduling (kube mode only; the embedded
+    /// cluster never elects). Default: leaderElection.leaderElect (true).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    leader_elect: Option<bool>,
+
+    /// How long a standby waits, after it last saw the Lease change, before
+    /// taking it over (Go duration; default 15s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    leader_elect_lease_duration: Option<Duration>,
+
+    /// How long the leader keeps trying to renew before it gives up
+    /// leadership (Go duration; default 10s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    leader_elect_renew_deadline: Option<Duration>,
+
+    /// Time between acquire and renew attempts (Go duration; default 2s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    leader_elect_retry_period: Option<Duration>,
+
+    /// The lock kind; only "leases" is supported.
+    #[arg(long, value_name = "KIND")]
+    leader_elect_resource_lock: Option<String>,
+
+    /// The Lease's name (default "berth", not kube-scheduler's, so that the
+    /// two never take each other's lease).
+    #[arg(long, value_name = "NAME")]
+    leader_elect_resource_name: Option<String>,
+
+    /// The Lease's namespace (default "kube-system").
+    #[arg(long, value_name = "NAMESPACE")]
+    leader_elect_resource_namespace: Option<String>,
+
+    /// On SIGTERM/SIGINT, how long in-flight binding cycles get to bind or
+    /// Unreserve before berthd exits anyway (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    shutdown_timeout: Duration,
+}
+
+impl Args {
+    /// Flags override the configuration file, as upstream's do.
+    fn apply_leader_election(&self, le: &mut LeaderElection) -> Result<()> {
+        if let Some(v) = self.leader_elect {
+            le.leader_elect = v;
+        }
+        if let Some(v) = self.leader_elect_lease_duration {
+            le.lease_duration = v;
+        }
+        if let Some(v) = self.leader_elect_renew_deadline {
+            le.renew_deadline = v;
+        }
+        if let Some(v) = self.leader_elect_retry_period {
+            le.retry_period = v;
+        }
+        if let Some(v) = &self.leader_elect_resource_lock {
+            le.resource_lock = v.clone();
+        }
+        if let Some(v) = &self.leader_elect_resource_name {
+            le.resource_name = v.clone();
+        }
+        if let Some(v) = &self.leader_elect_resource_namespace {
+            le.resource_namespace = v.clone();
+        }
+        le.validate().map_err(|e| anyhow::anyhow!("{e}"))
+    }
+}
+
+/// A kube::Client from a kubeconfig file.
+async fn kube_client(path: &std::path::Path) -> Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+    kube::Client::try_from(config).context("building the Kubernetes client")
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -96,10 +179,11 @@ fn init_logging(format: LogFormat) {
 async fn main() -> Result<()> {
     let args = Args::parse();
     init_logging(args.log_format);
+    let signal = shutdown_signal()?;
 
     let registry = in_tree_registry();
     let known = |name: &str| registry.contains(name);
-    let cfg = match &args.config {
+    let mut cfg = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
@@ -124,6 +208,22 @@ async fn main() -> Result<()> {
         _ => None,
     };
     let source: Arc<dyn ClusterSource> = embedded.clone();
+    args.apply_leader_election(&mut cfg.leader_election)?;
+
+    // Kube mode elects a leader; the embedded cluster never does (always
+    // the leader).
+    let kubeconfig = args
+        .kubeconfig
+        .clone()
+        .or_else(|| cfg.kubeconfig.clone().map(PathBuf::from));
+    let election = match &kubeconfig {
+        Some(path) if cfg.leader_election.leader_elect => {
+            let client = kube_client(path).await?;
+            let ecfg = ElectionConfig::from_config(&cfg.leader_election, default_identity());
+            Some(berth_server::leader::Election::start(client, ecfg))
+        }
+        _ => None,
+    };
 
     // Bind first, so the address is known before scheduling starts.
     let (listener, addr) = berth_server::api::bind(args.listen)
@@ -138,6 +238,7 @@ async fn main() -> Result<()> {
         Options {
             assumed_pod_ttl: args.assumed_pod_ttl,
             seed: args.seed,
+            leader: election.as_ref().map(|e| e.leading()),
         },
     )
     .map_err(|e| match &args.config {
@@ -148,32 +249,103 @@ async fn main() -> Result<()> {
         tracing::info!(profile = %p.scheduler_name, "profile ready");
     }
 
-    let stop = scheduler.clone();
-    berth_server::api::serve(listener, scheduler, embedded, tls, async move {
-        shutdown_signal().await;
-        tracing::info!("shutting down");
-        stop.stop();
-    })
-    .await?;
+    let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(berth_server::api::serve(
+        listener,
+        scheduler.clone(),
+        embedded,
+        tls,
+        async move {
+            let _ = serving_stopped.await;
+        },
+    ));
+    let lost = async {
+        match &election {
+            Some(e) => e.lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    let signal = tokio::select! {
+        s = signal => Some(s),
+        () = lost => None,
+        r = &mut server => {
+            r.context("gRPC server task")??;
+            anyhow::bail!("gRPC server stopped by itself");
+        }
+    };
+    let Some(signal) = signal else {
+        // As kube-scheduler: a replica that lost its lease exits, and its
+        // Deployment restarts it as a standby. In-flight binding cycles get
+        // until the lease could pass to another replica (leaseDuration -
+        // renewDeadline after the last renewal) at most.
+        tracing::error!("leaderelection lost");
+        let le = &cfg.leader_election;
+        let bound = args
+            .shutdown_timeout
+            .min(le.lease_duration.saturating_sub(le.renew_deadline));
+        drain(&scheduler, bound).await;
+        let _ = stop_serving.send(());
+        let _ = server.await;
+        std::process::exit(1);
+    };
+    tracing::info!(signal, "received {signal}: shutting down");
+    drain(&scheduler, args.shutdown_timeout).await;
+    let _ = stop_serving.send(());
+    server.await.context("gRPC server task")??;
+    tracing::info!("gRPC server stopped");
+    if let Some(e) = election {
+        match e.release().await {
+            Outcome::Released => tracing::info!("leader lease released"),
+            Outcome::ReleaseFailed => {
+                tracing::warn!("leader lease not released; it expires by itself")
+            }
+            Outcome::Stopped => tracing::info!("stopped campaigning; no lease held"),
+            Outcome::Lost => {}
+        }
+    }
+    tracing::info!("shutdown complete");
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Stops scheduling and lets in-flight binding cycles end within `bound`.
+async fn drain(scheduler: &Scheduler, bound: Duration) {
+    tracing::info!(in_flight = scheduler.bindings_in_flight(), bound = ?bound, "scheduling stopped; draining binding cycles");
+    let d = scheduler.shutdown(bound).await;
+    if d.unfinished_bindings == 0 && d.cycle_finished {
+        tracing::info!(
+            rejected_waiting = d.rejected_waiting,
+            "binding cycles drained"
+        );
+    } else {
+        tracing::warn!(
+            unfinished = d.unfinished_bindings,
+            cycle_finished = d.cycle_finished,
+            rejected_waiting = d.rejected_waiting,
+            "shutdown bound reached with binding cycles unfinished"
+        );
+    }
+}
+
+/// Registers for SIGTERM and SIGINT now (a signal arriving before the
+/// returned future is polled is not lost) and waits for either, naming it.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = &'static str>> {
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return ctrl_c.await.unwrap_or(()),
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+        let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            }
+        })
     }
     #[cfg(not(unix))]
     {
-        let _ = ctrl_c.await;
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        })
     }
 }
