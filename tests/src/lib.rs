@@ -5,6 +5,8 @@
 //! log lines) rather than for time to pass; the only timeout is a guard
 //! against a hung process.
 
+pub mod fake_apiserver;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::OnceLock;

@@ -1,4 +1,7 @@
-//! `berth.v1.Cluster`: the embedded cluster's objects.
+//! `berth.v1.Cluster`: the cluster's objects. Over the embedded cluster it
+//! reads and writes; over a real cluster (kube mode) it reads and watches
+//! what berth's watchers have seen, and refuses writes: the real cluster is
+//! changed through its Kubernetes API.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,21 +15,106 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::{ApiError, Closing};
+use crate::cache::{KubeObject, ObjectKind};
 use crate::cluster::embedded::{EmbeddedCluster, Kind, SUPPORTED_KINDS, parse_objects};
+use crate::cluster::kube::KubeCluster;
 use crate::cluster::{ClusterChange, ClusterSource, WatchEvent};
+use k8s_openapi::api::core::v1::{Node, Pod};
 
-/// The Cluster service over the embedded store.
+/// The cluster the service shows.
+#[derive(Debug, Clone)]
+pub enum ClusterBackend {
+    /// The embedded store: readable and writable.
+    Embedded(Arc<EmbeddedCluster>),
+    /// A real cluster: readable; writes go through its API server.
+    Kube(Arc<KubeCluster>),
+}
+
+impl From<Arc<EmbeddedCluster>> for ClusterBackend {
+    fn from(c: Arc<EmbeddedCluster>) -> Self {
+        Self::Embedded(c)
+    }
+}
+
+impl From<Arc<KubeCluster>> for ClusterBackend {
+    fn from(c: Arc<KubeCluster>) -> Self {
+        Self::Kube(c)
+    }
+}
+
+/// The answer to writes in kube mode.
+const KUBE_READ_ONLY: &str = "berthd runs against a Kubernetes cluster (--kubeconfig/--in-cluster): its objects are changed through the Kubernetes API (e.g. kubectl), not through berth.v1.Cluster";
+
+impl ClusterBackend {
+    fn embedded(&self) -> Result<&Arc<EmbeddedCluster>, ApiError> {
+        match self {
+            Self::Embedded(c) => Ok(c),
+            Self::Kube(_) => Err(ApiError::FailedPrecondition(KUBE_READ_ONLY.into())),
+        }
+    }
+
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        match self {
+            Self::Embedded(c) => c.nodes(),
+            Self::Kube(c) => c.nodes(),
+        }
+    }
+
+    fn node(&self, name: &str) -> Option<Arc<Node>> {
+        match self {
+            Self::Embedded(c) => c.node(name),
+            Self::Kube(c) => c.node(name),
+        }
+    }
+
+    fn pods(&self) -> Vec<Arc<Pod>> {
+        match self {
+            Self::Embedded(c) => c.pods(),
+            Self::Kube(c) => c.pods(),
+        }
+    }
+
+    fn get_pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        match self {
+            Self::Embedded(c) => c.get_pod(namespace, name),
+            Self::Kube(c) => c.get_pod(namespace, name),
+        }
+    }
+
+    fn objects(&self, kind: ObjectKind) -> Vec<KubeObject> {
+        match self {
+            Self::Embedded(c) => c.objects(kind),
+            Self::Kube(c) => c.objects(kind),
+        }
+    }
+
+    fn object(&self, kind: ObjectKind, namespace: &str, name: &str) -> Option<KubeObject> {
+        match self {
+            Self::Embedded(c) => c.object(kind, namespace, name),
+            Self::Kube(c) => c.object(kind, namespace, name),
+        }
+    }
+
+    fn subscribe(&self) -> tokio::sync::mpsc::UnboundedReceiver<ClusterChange> {
+        match self {
+            Self::Embedded(c) => c.subscribe(),
+            Self::Kube(c) => c.subscribe(),
+        }
+    }
+}
+
+/// The Cluster service.
 #[derive(Debug, Clone)]
 pub struct ClusterApi {
-    cluster: Arc<EmbeddedCluster>,
+    cluster: ClusterBackend,
     closing: Closing,
 }
 
 impl ClusterApi {
     /// The service over `cluster`.
-    pub fn new(cluster: Arc<EmbeddedCluster>) -> Self {
+    pub fn new(cluster: impl Into<ClusterBackend>) -> Self {
         Self {
-            cluster,
+            cluster: cluster.into(),
             closing: Closing::never(),
         }
     }
@@ -91,6 +179,7 @@ impl Cluster for ClusterApi {
         &self,
         req: Request<pb::ApplyRequest>,
     ) -> Result<Response<pb::ApplyResponse>, Status> {
+        let cluster = self.cluster.embedded()?;
         let req = req.into_inner();
         let mut objects: Vec<(String, serde_json::Value)> = req
             .objects
@@ -111,14 +200,13 @@ impl Cluster for ClusterApi {
         }
         // All or nothing: check every object before storing any.
         for (origin, value) in &objects {
-            self.cluster
+            cluster
                 .validate(value.clone())
                 .map_err(|e| ApiError::InvalidArgument(format!("{origin}: {e}")))?;
         }
         let mut applied = Vec::new();
         for (origin, value) in objects {
-            let (k, namespace, name) = self
-                .cluster
+            let (k, namespace, name) = cluster
                 .apply(value)
                 .map_err(|e| ApiError::InvalidArgument(format!("{origin}: {e}")))?;
             applied.push(pb::ObjectReference {
@@ -134,12 +222,13 @@ impl Cluster for ClusterApi {
         &self,
         req: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
+        let cluster = self.cluster.embedded()?;
         let req = req.into_inner();
         let k = kind(&req.kind)?;
         if req.name.is_empty() {
             return Err(ApiError::InvalidArgument("name: Required value".into()).into());
         }
-        if !self.cluster.delete(k, &req.namespace, &req.name) {
+        if !cluster.delete(k, &req.namespace, &req.name) {
             return Err(ApiError::NotFound(format!(
                 "{} {:?} not found",
                 kind_name(k).to_lowercase(),

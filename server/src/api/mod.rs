@@ -11,7 +11,6 @@ mod scheduler;
 mod tls;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use berth_proto::v1::cluster_server::ClusterServer;
 use berth_proto::v1::scheduler_server::SchedulerServer;
@@ -20,12 +19,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 
-pub use cluster::ClusterApi;
+pub use cluster::{ClusterApi, ClusterBackend};
 pub use error::ApiError;
 pub use scheduler::{SchedulerApi, dry_run_response};
 pub use tls::{TlsConfig, TlsError, TlsFiles};
 
-use crate::cluster::embedded::EmbeddedCluster;
 use crate::scheduler::Scheduler;
 
 /// Largest request accepted, in bytes.
@@ -85,7 +83,7 @@ impl Closing {
 pub async fn serve(
     listener: TcpListener,
     scheduler: Scheduler,
-    cluster: Arc<EmbeddedCluster>,
+    cluster: impl Into<ClusterBackend>,
     tls: Option<TlsConfig>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {

@@ -2,7 +2,8 @@
 //!
 //! With no flags it starts on the embedded cluster loaded with the built-in
 //! sample cluster, with kube-scheduler's default profile, and serves gRPC on
-//! 127.0.0.1:50051.
+//! 127.0.0.1:50051. With `--kubeconfig FILE` or `--in-cluster` it schedules
+//! the pods of a real Kubernetes cluster instead.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,9 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use berth_server::api::{TlsConfig, TlsFiles};
+use berth_server::api::{ClusterBackend, TlsConfig, TlsFiles};
 use berth_server::cluster::ClusterSource;
 use berth_server::cluster::embedded::{EmbeddedCluster, parse_objects, read_objects};
+use berth_server::cluster::kube::{self as kube_source, KubeCluster, KubeOptions};
 use berth_server::config::{self, LeaderElection, parse_go_duration};
 use berth_server::leader::{ElectionConfig, Outcome, default_identity};
 use berth_server::plugins::in_tree_registry;
@@ -49,6 +51,17 @@ struct Args {
     #[arg(long)]
     empty_cluster: bool,
 
+    /// Schedule the pods of the Kubernetes cluster this kubeconfig file's
+    /// current context names, instead of the embedded cluster.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["cluster", "empty_cluster", "in_cluster"])]
+    kubeconfig: Option<PathBuf>,
+
+    /// Schedule the pods of the Kubernetes cluster berthd runs in, with its
+    /// pod's service account (KUBERNETES_SERVICE_HOST and the mounted
+    /// token), instead of the embedded cluster.
+    #[arg(long, conflicts_with_all = ["cluster", "empty_cluster"])]
+    in_cluster: bool,
+
     /// How long an assumed pod whose binding finished may stay unconfirmed
     /// before it expires (Go duration; 0s = never, as kube-scheduler).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
@@ -75,12 +88,6 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
-
-    /// A kubeconfig for the Kubernetes API (kube mode). In kube mode berthd
-    /// elects a leader through a Lease before scheduling. Overrides
-    /// clientConnection.kubeconfig.
-    #[arg(long, value_name = "FILE")]
-    kubeconfig: Option<PathBuf>,
 
     /// Elect a leader before scheduling (kube mode only; the embedded
     /// cluster never elects). Default: leaderElection.leaderElect (true).
@@ -148,17 +155,6 @@ impl Args {
     }
 }
 
-/// A kube::Client from a kubeconfig file.
-async fn kube_client(path: &std::path::Path) -> Result<kube::Client> {
-    let kc = kube::config::Kubeconfig::read_from(path)
-        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .with_context(|| format!("loading kubeconfig {}", path.display()))?;
-    kube::Client::try_from(config).context("building the Kubernetes client")
-}
-
 fn parse_duration(s: &str) -> Result<Duration, String> {
     parse_go_duration(s)
 }
@@ -192,12 +188,40 @@ async fn main() -> Result<()> {
         None => config::default_config(&known),
     };
 
-    let objects = match (&args.cluster, args.empty_cluster) {
-        (Some(path), _) => read_objects(path)?,
-        (None, true) => Vec::new(),
-        (None, false) => parse_objects(SAMPLE_CLUSTER, "built-in sample cluster")?,
+    args.apply_leader_election(&mut cfg.leader_election)?;
+    let kube_config = match (&args.kubeconfig, args.in_cluster) {
+        (Some(path), _) => Some(kube_source::config_from_kubeconfig(path).await?),
+        (None, true) => Some(kube_source::config_in_cluster()?),
+        (None, false) => None,
     };
-    let embedded = EmbeddedCluster::from_objects(objects)?;
+    // Kube mode elects a leader (unless leaderElect is off); the embedded
+    // cluster never does: it is always the leader.
+    let election = match &kube_config {
+        Some(config) if cfg.leader_election.leader_elect => {
+            let client = kube_source::client(config.clone())?;
+            let ecfg = ElectionConfig::from_config(&cfg.leader_election, default_identity());
+            Some(berth_server::leader::Election::start(client, ecfg))
+        }
+        _ => None,
+    };
+    let (source, backend): (Arc<dyn ClusterSource>, ClusterBackend) = match kube_config {
+        Some(config) => {
+            let server = config.cluster_url.to_string();
+            tracing::info!(%server, "watching the Kubernetes cluster at {server}");
+            let client = kube_source::client(config)?;
+            let kube = KubeCluster::start(client, KubeOptions::default());
+            (kube.clone(), kube.into())
+        }
+        None => {
+            let objects = match (&args.cluster, args.empty_cluster) {
+                (Some(path), _) => read_objects(path)?,
+                (None, true) => Vec::new(),
+                (None, false) => parse_objects(SAMPLE_CLUSTER, "built-in sample cluster")?,
+            };
+            let embedded = EmbeddedCluster::from_objects(objects)?;
+            (embedded.clone(), embedded.into())
+        }
+    };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(TlsConfig::load(&TlsFiles {
             cert: cert.clone(),
@@ -205,23 +229,6 @@ async fn main() -> Result<()> {
             client_ca: args.tls_client_ca.clone(),
         })?),
         // clap makes each of the two require the other.
-        _ => None,
-    };
-    let source: Arc<dyn ClusterSource> = embedded.clone();
-    args.apply_leader_election(&mut cfg.leader_election)?;
-
-    // Kube mode elects a leader; the embedded cluster never does (always
-    // the leader).
-    let kubeconfig = args
-        .kubeconfig
-        .clone()
-        .or_else(|| cfg.kubeconfig.clone().map(PathBuf::from));
-    let election = match &kubeconfig {
-        Some(path) if cfg.leader_election.leader_elect => {
-            let client = kube_client(path).await?;
-            let ecfg = ElectionConfig::from_config(&cfg.leader_election, default_identity());
-            Some(berth_server::leader::Election::start(client, ecfg))
-        }
         _ => None,
     };
 
@@ -253,7 +260,7 @@ async fn main() -> Result<()> {
     let mut server = tokio::spawn(berth_server::api::serve(
         listener,
         scheduler.clone(),
-        embedded,
+        backend,
         tls,
         async move {
             let _ = serving_stopped.await;

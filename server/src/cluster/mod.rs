@@ -7,8 +7,10 @@
 //!
 //! * [`embedded`]: an in-memory store loaded from Kubernetes YAML (the
 //!   default, so berth runs without a cluster).
+//! * [`kube`]: a real cluster through its API server (kube-rs watchers).
 
 pub mod embedded;
+pub mod kube;
 
 use std::sync::Arc;
 

@@ -1,0 +1,665 @@
+//! The Kubernetes cluster source: a real API server is the source of truth.
+//!
+//! One kube-rs watcher per kind (nodes, pods, namespaces, volumes, claims,
+//! storage classes, CSI nodes, disruption budgets, and the owners default
+//! spreading looks at: services, replica sets, stateful sets, replication
+//! controllers) feeds one reflector, [`Mirror`], that keeps the last object
+//! seen under each key and turns the watchers' events into the same
+//! [`ClusterChange`]s the embedded cluster emits:
+//!
+//! * the first complete listing of every kind is delivered as additions,
+//!   then [`ClusterChange::Synced`];
+//! * after that an applied object is `Added` or `Modified { old, new }`
+//!   (old is the last object seen, an unchanged resourceVersion is not a
+//!   change), a deleted one `Deleted`;
+//! * a relist (a 410 Gone, or a watch that could not resume) is compared
+//!   with what was seen: changed objects come as `Modified`, vanished ones
+//!   as `Deleted`, new ones as `Added`, so nothing is lost or doubled;
+//! * a dropped watch connection resumes from the last resourceVersion.
+//!
+//! Pods are watched as upstream's scheduler watches them: every pod except
+//! the finished ones (`status.phase!=Succeeded,status.phase!=Failed`).
+//! The scheduler queues only unassigned pods whose `spec.schedulerName` is
+//! one of its profiles; assigned pods of every scheduler fill its cache.
+//!
+//! Writes go to the API as upstream's scheduler sends them (see
+//! [`writes`]).
+
+mod events;
+mod writes;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+
+pub use events::{EVENT_BURST, EVENT_REFILL_EVERY};
+
+use super::{ClusterChange, WatchEvent};
+use crate::cache::{KubeObject, ObjectKind};
+
+/// Upstream's field selector for the scheduler's pod informer: finished
+/// pods hold no resources and are never scheduled.
+pub const POD_FIELD_SELECTOR: &str = "status.phase!=Succeeded,status.phase!=Failed";
+
+/// Why the Kubernetes source could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    /// The kubeconfig could not be read or used.
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The in-cluster configuration (service account) is missing or bad.
+    #[error("in-cluster configuration: {0}")]
+    InCluster(String),
+    /// The client could not be built.
+    #[error("building the Kubernetes client: {0}")]
+    Client(String),
+}
+
+/// What the source is told to watch and how it reports.
+#[derive(Debug, Clone)]
+pub struct KubeOptions {
+    /// The name of this replica, for events' `reportingInstance`
+    /// (`<scheduler name>-<identity>`); default: the host name.
+    pub identity: String,
+}
+
+impl Default for KubeOptions {
+    fn default() -> Self {
+        Self {
+            identity: hostname(),
+        }
+    }
+}
+
+/// The machine's host name (`HOSTNAME`, else the kernel's), as upstream
+/// names its event reporting instance.
+pub fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| "berth".into())
+}
+
+/// The configuration for the cluster a kubeconfig file's current context
+/// names.
+pub async fn config_from_kubeconfig(path: &std::path::Path) -> Result<kube::Config, KubeError> {
+    let err = |message: String| KubeError::Kubeconfig {
+        path: path.display().to_string(),
+        message,
+    };
+    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| err(e.to_string()))
+}
+
+/// The configuration from the pod's service account
+/// (`KUBERNETES_SERVICE_HOST` and the mounted token), as a scheduler running
+/// in the cluster uses.
+pub fn config_in_cluster() -> Result<kube::Config, KubeError> {
+    kube::Config::incluster().map_err(|e| KubeError::InCluster(e.to_string()))
+}
+
+/// A client for `config`.
+pub fn client(config: kube::Config) -> Result<kube::Client, KubeError> {
+    kube::Client::try_from(config).map_err(|e| KubeError::Client(e.to_string()))
+}
+
+/// What a watcher watches: the sort order is the order of the initial
+/// delivery (objects pods refer to first, then nodes, then pods).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Res {
+    Object(ObjectKind),
+    Node,
+    Pod,
+}
+
+/// An object as the mirror keeps it.
+#[derive(Debug, Clone)]
+enum Obj {
+    Node(Arc<Node>),
+    Pod(Arc<Pod>),
+    Other(KubeObject),
+}
+
+type Key = (Res, String, String);
+
+impl Obj {
+    fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        match self {
+            Obj::Node(n) => &n.metadata,
+            Obj::Pod(p) => &p.metadata,
+            Obj::Other(o) => o.metadata(),
+        }
+    }
+
+    fn key(&self) -> Key {
+        match self {
+            Obj::Node(n) => (
+                Res::Node,
+                String::new(),
+                n.metadata.name.clone().unwrap_or_default(),
+            ),
+            Obj::Pod(p) => (
+                Res::Pod,
+                p.metadata.namespace.clone().unwrap_or_default(),
+                p.metadata.name.clone().unwrap_or_default(),
+            ),
+            Obj::Other(o) => {
+                let (k, ns, name) = o.key();
+                (Res::Object(k), ns, name)
+            }
+        }
+    }
+
+    fn rv(&self) -> Option<&str> {
+        self.meta().resource_version.as_deref()
+    }
+
+    fn uid(&self) -> Option<&str> {
+        self.meta().uid.as_deref()
+    }
+
+    fn change(e: WatchEvent<Obj>) -> ClusterChange {
+        fn map<T>(e: WatchEvent<Obj>, f: impl Fn(Obj) -> Option<T>) -> Option<WatchEvent<T>> {
+            Some(match e {
+                WatchEvent::Added(o) => WatchEvent::Added(f(o)?),
+                WatchEvent::Modified { old, new } => WatchEvent::Modified {
+                    old: f(old)?,
+                    new: f(new)?,
+                },
+                WatchEvent::Deleted(o) => WatchEvent::Deleted(f(o)?),
+            })
+        }
+        let res = match &e {
+            WatchEvent::Added(o) | WatchEvent::Deleted(o) | WatchEvent::Modified { new: o, .. } => {
+                o.key().0
+            }
+        };
+        // One key always holds one kind, so the maps below cannot fail.
+        let change = match res {
+            Res::Node => map(e, |o| match o {
+                Obj::Node(n) => Some(n),
+                _ => None,
+            })
+            .map(ClusterChange::Node),
+            Res::Pod => map(e, |o| match o {
+                Obj::Pod(p) => Some(p),
+                _ => None,
+            })
+            .map(ClusterChange::Pod),
+            Res::Object(_) => map(e, |o| match o {
+                Obj::Other(x) => Some(x),
+                _ => None,
+            })
+            .map(ClusterChange::Object),
+        };
+        change.unwrap_or(ClusterChange::Synced)
+    }
+}
+
+/// Whether `new` is a later version than `old`, by resourceVersion. They
+/// are opaque strings, but the API server's are integers; anything else is
+/// taken as newer (a change).
+fn newer(old: Option<&str>, new: Option<&str>) -> bool {
+    match (
+        old.and_then(|s| s.parse::<u64>().ok()),
+        new.and_then(|s| s.parse::<u64>().ok()),
+    ) {
+        (Some(o), Some(n)) => n > o,
+        _ => old != new,
+    }
+}
+
+/// The reflector: the last object seen under each key, and who wants to
+/// hear about changes.
+#[derive(Default)]
+struct MirrorState {
+    objects: BTreeMap<Key, Obj>,
+    /// Listings in progress, by watcher.
+    listing: BTreeMap<Res, BTreeMap<Key, Obj>>,
+    /// Watchers whose first listing is complete.
+    listed: BTreeSet<Res>,
+    /// How many watchers there are.
+    watchers: usize,
+    /// Every watcher's first listing has been delivered.
+    synced: bool,
+    subscribers: Vec<mpsc::UnboundedSender<ClusterChange>>,
+}
+
+impl MirrorState {
+    fn emit(&mut self, e: WatchEvent<Obj>) {
+        if !self.synced {
+            return;
+        }
+        let change = Obj::change(e);
+        self.subscribers.retain(|s| s.send(change.clone()).is_ok());
+    }
+
+    fn dump(&self, tx: &mpsc::UnboundedSender<ClusterChange>) {
+        for o in self.objects.values() {
+            let _ = tx.send(Obj::change(WatchEvent::Added(o.clone())));
+        }
+        let _ = tx.send(ClusterChange::Synced);
+    }
+
+    /// An object applied (added or modified).
+    fn apply(&mut self, new: Obj) {
+        let key = new.key();
+        match self.objects.get(&key).cloned() {
+            Some(old) if old.rv() == new.rv() && old.rv().is_some() => {}
+            Some(old) if old.uid() != new.uid() => {
+                // Replaced under the same name: a different object.
+                self.objects.insert(key, new.clone());
+                self.emit(WatchEvent::Deleted(old));
+                self.emit(WatchEvent::Added(new));
+            }
+            Some(old) => {
+                self.objects.insert(key, new.clone());
+                self.emit(WatchEvent::Modified { old, new });
+            }
+            None => {
+                self.objects.insert(key, new.clone());
+                self.emit(WatchEvent::Added(new));
+            }
+        }
+    }
+
+    /// An object deleted (its final state).
+    fn delete(&mut self, last: Obj) {
+        if self.objects.remove(&last.key()).is_some() {
+            self.emit(WatchEvent::Deleted(last));
+        }
+    }
+
+    /// A watcher's listing completed: what it did not list is gone.
+    fn relisted(&mut self, res: Res, listed: BTreeMap<Key, Obj>) {
+        let gone: Vec<Obj> = self
+            .objects
+            .range((res, String::new(), String::new())..)
+            .take_while(|(k, _)| k.0 == res)
+            .filter(|(k, _)| !listed.contains_key(*k))
+            .map(|(_, o)| o.clone())
+            .collect();
+        for o in gone {
+            self.delete(o);
+        }
+        for (_, o) in listed {
+            self.apply(o);
+        }
+        if self.listed.insert(res) && self.listed.len() == self.watchers && !self.synced {
+            self.synced = true;
+            let subs = std::mem::take(&mut self.subscribers);
+            for s in &subs {
+                self.dump(s);
+            }
+            self.subscribers = subs;
+        }
+    }
+
+    fn on_watch_event(&mut self, res: Res, e: watcher::Event<Obj>) {
+        match e {
+            watcher::Event::Init => {
+                self.listing.insert(res, BTreeMap::new());
+            }
+            watcher::Event::InitApply(o) => {
+                self.listing.entry(res).or_default().insert(o.key(), o);
+            }
+            watcher::Event::InitDone => {
+                let listed = self.listing.remove(&res).unwrap_or_default();
+                self.relisted(res, listed);
+            }
+            watcher::Event::Apply(o) => self.apply(o),
+            watcher::Event::Delete(o) => self.delete(o),
+        }
+    }
+}
+
+/// The reflector shared by the watchers, the writes and the readers.
+#[derive(Default)]
+struct Mirror {
+    state: Mutex<MirrorState>,
+}
+
+/// A cluster behind a Kubernetes API server.
+pub struct KubeCluster {
+    client: kube::Client,
+    mirror: Arc<Mirror>,
+    events: events::EventSink,
+}
+
+impl std::fmt::Debug for KubeCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.mirror.state.lock();
+        f.debug_struct("KubeCluster")
+            .field("objects", &s.objects.len())
+            .field("synced", &s.synced)
+            .finish()
+    }
+}
+
+fn spawn_watcher<K>(
+    mirror: Arc<Mirror>,
+    api: Api<K>,
+    config: watcher::Config,
+    res: Res,
+    wrap: fn(K) -> Obj,
+) where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    tokio::spawn(async move {
+        let stream = watcher::watcher(api, config).default_backoff();
+        futures::pin_mut!(stream);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(e) => {
+                    let e = match e {
+                        watcher::Event::Apply(k) => watcher::Event::Apply(wrap(k)),
+                        watcher::Event::Delete(k) => watcher::Event::Delete(wrap(k)),
+                        watcher::Event::Init => watcher::Event::Init,
+                        watcher::Event::InitApply(k) => watcher::Event::InitApply(wrap(k)),
+                        watcher::Event::InitDone => watcher::Event::InitDone,
+                    };
+                    mirror.state.lock().on_watch_event(res, e);
+                }
+                Err(e) => {
+                    tracing::warn!(resource = ?res, error = %e, "watch failed; retrying with backoff");
+                }
+            }
+        }
+    });
+}
+
+impl KubeCluster {
+    /// Starts watching the cluster behind `client`. Must run inside a tokio
+    /// runtime.
+    pub fn start(client: kube::Client, options: KubeOptions) -> Arc<Self> {
+        let mirror = Arc::new(Mirror::default());
+        // Counted before any watcher runs: Synced waits for all of them.
+        mirror.state.lock().watchers = 2 + ObjectKind::ALL.len();
+        // Lists from the watch cache (resourceVersion=0), as informers do.
+        let config = || watcher::Config::default().any_semantic();
+        spawn_watcher(
+            mirror.clone(),
+            Api::<Node>::all(client.clone()),
+            config(),
+            Res::Node,
+            |n| Obj::Node(Arc::new(n)),
+        );
+        spawn_watcher(
+            mirror.clone(),
+            Api::<Pod>::all(client.clone()),
+            config().fields(POD_FIELD_SELECTOR),
+            Res::Pod,
+            |p| Obj::Pod(Arc::new(p)),
+        );
+        macro_rules! objects {
+            ($($kind:ident => $ty:ty),* $(,)?) => {$(
+                spawn_watcher(
+                    mirror.clone(),
+                    Api::<$ty>::all(client.clone()),
+                    config(),
+                    Res::Object(ObjectKind::$kind),
+                    |o| Obj::Other(KubeObject::$kind(Arc::new(o))),
+                );
+            )*};
+        }
+        use k8s_openapi::api::{apps, core, policy, storage};
+        // Every kind of ObjectKind::ALL.
+        objects!(
+            Namespace => core::v1::Namespace,
+            PersistentVolume => core::v1::PersistentVolume,
+            PersistentVolumeClaim => core::v1::PersistentVolumeClaim,
+            StorageClass => storage::v1::StorageClass,
+            CsiNode => storage::v1::CSINode,
+            PodDisruptionBudget => policy::v1::PodDisruptionBudget,
+            Service => core::v1::Service,
+            ReplicaSet => apps::v1::ReplicaSet,
+            StatefulSet => apps::v1::StatefulSet,
+            ReplicationController => core::v1::ReplicationController,
+        );
+        let events = events::EventSink::start(client.clone(), options.identity);
+        Arc::new(Self {
+            client,
+            mirror,
+            events,
+        })
+    }
+
+    /// Whether every watcher has listed its kind once.
+    pub fn is_synced(&self) -> bool {
+        self.mirror.state.lock().synced
+    }
+
+    /// Every node seen, by name.
+    pub fn nodes(&self) -> Vec<Arc<Node>> {
+        let s = self.mirror.state.lock();
+        s.objects
+            .values()
+            .filter_map(|o| match o {
+                Obj::Node(n) => Some(n.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The node named `name`.
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        let s = self.mirror.state.lock();
+        match s.objects.get(&(Res::Node, String::new(), name.to_string())) {
+            Some(Obj::Node(n)) => Some(n.clone()),
+            _ => None,
+        }
+    }
+
+    /// Every (unfinished) pod seen, by namespace and name.
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        let s = self.mirror.state.lock();
+        s.objects
+            .values()
+            .filter_map(|o| match o {
+                Obj::Pod(p) => Some(p.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every object of `kind` seen, by namespace and name.
+    pub fn objects(&self, kind: ObjectKind) -> Vec<KubeObject> {
+        let s = self.mirror.state.lock();
+        s.objects
+            .iter()
+            .filter(|(k, _)| k.0 == Res::Object(kind))
+            .filter_map(|(_, o)| match o {
+                Obj::Other(x) => Some(x.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// One object of `kind` by namespace (empty for cluster-scoped kinds)
+    /// and name.
+    pub fn object(&self, kind: ObjectKind, namespace: &str, name: &str) -> Option<KubeObject> {
+        let ns = if !kind.namespaced() {
+            ""
+        } else if namespace.is_empty() {
+            "default"
+        } else {
+            namespace
+        };
+        let s = self.mirror.state.lock();
+        match s
+            .objects
+            .get(&(Res::Object(kind), ns.to_string(), name.to_string()))
+        {
+            Some(Obj::Other(o)) => Some(o.clone()),
+            _ => None,
+        }
+    }
+
+    fn subscribe_inner(&self) -> mpsc::UnboundedReceiver<ClusterChange> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut s = self.mirror.state.lock();
+        if s.synced {
+            s.dump(&tx);
+        }
+        s.subscribers.push(tx);
+        rx
+    }
+
+    fn get_pod_inner(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        let s = self.mirror.state.lock();
+        match s
+            .objects
+            .get(&(Res::Pod, namespace.to_string(), name.to_string()))
+        {
+            Some(Obj::Pod(p)) => Some(p.clone()),
+            _ => None,
+        }
+    }
+
+    /// Takes a pod read from the API (after a write failed because the
+    /// mirror was behind) into the mirror, unless the mirror already has a
+    /// later version; `None` means the API has no such pod, so a mirrored
+    /// one with `uid` is gone.
+    fn refresh_pod(&self, namespace: &str, name: &str, uid: &str, fresh: Option<Pod>) {
+        let mut s = self.mirror.state.lock();
+        let key = (Res::Pod, namespace.to_string(), name.to_string());
+        let current = s.objects.get(&key).cloned();
+        match (current, fresh) {
+            (Some(cur), None) if cur.uid() == Some(uid) => s.delete(cur),
+            (Some(cur), Some(p)) => {
+                let p = Obj::Pod(Arc::new(p));
+                if cur.uid() != p.uid() || newer(cur.rv(), p.rv()) {
+                    s.apply(p);
+                }
+            }
+            (None, Some(p)) if p.metadata.uid.as_deref() != Some(uid) => {
+                s.apply(Obj::Pod(Arc::new(p)));
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::make_pod;
+
+    fn pod(name: &str, rv: &str) -> Obj {
+        let mut p = make_pod(name).object();
+        p.metadata.resource_version = Some(rv.into());
+        Obj::Pod(Arc::new(p))
+    }
+
+    fn drain(rx: &mut mpsc::UnboundedReceiver<ClusterChange>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(c) = rx.try_recv() {
+            out.push(match c {
+                ClusterChange::Pod(WatchEvent::Added(p)) => format!(
+                    "added {}@{}",
+                    p.metadata.name.as_deref().unwrap_or(""),
+                    p.metadata.resource_version.as_deref().unwrap_or("")
+                ),
+                ClusterChange::Pod(WatchEvent::Modified { old, new }) => format!(
+                    "modified {}@{}->{}",
+                    new.metadata.name.as_deref().unwrap_or(""),
+                    old.metadata.resource_version.as_deref().unwrap_or(""),
+                    new.metadata.resource_version.as_deref().unwrap_or("")
+                ),
+                ClusterChange::Pod(WatchEvent::Deleted(p)) => {
+                    format!("deleted {}", p.metadata.name.as_deref().unwrap_or(""))
+                }
+                ClusterChange::Synced => "synced".into(),
+                other => format!("{other:?}"),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn relists_become_the_differences_and_watch_events_keep_the_old_object() {
+        let mut s = MirrorState {
+            watchers: 1,
+            ..Default::default()
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        s.subscribers.push(tx);
+        s.on_watch_event(Res::Pod, watcher::Event::Init);
+        s.on_watch_event(Res::Pod, watcher::Event::InitApply(pod("a", "1")));
+        s.on_watch_event(Res::Pod, watcher::Event::InitApply(pod("b", "2")));
+        assert!(drain(&mut rx).is_empty(), "nothing before the listing ends");
+        s.on_watch_event(Res::Pod, watcher::Event::InitDone);
+        assert_eq!(drain(&mut rx), ["added a@1", "added b@2", "synced"]);
+
+        s.on_watch_event(Res::Pod, watcher::Event::Apply(pod("a", "3")));
+        s.on_watch_event(Res::Pod, watcher::Event::Apply(pod("a", "3")));
+        assert_eq!(drain(&mut rx), ["modified a@1->3"], "a repeat is no change");
+
+        // A 410 relist: b changed, a vanished, c is new.
+        s.on_watch_event(Res::Pod, watcher::Event::Init);
+        s.on_watch_event(Res::Pod, watcher::Event::InitApply(pod("b", "5")));
+        s.on_watch_event(Res::Pod, watcher::Event::InitApply(pod("c", "6")));
+        s.on_watch_event(Res::Pod, watcher::Event::InitDone);
+        assert_eq!(
+            drain(&mut rx),
+            ["deleted a", "modified b@2->5", "added c@6"]
+        );
+        // The same listing again changes nothing.
+        s.on_watch_event(Res::Pod, watcher::Event::Init);
+        s.on_watch_event(Res::Pod, watcher::Event::InitApply(pod("b", "5")));
+        s.on_watch_event(Res::Pod, watcher::Event::InitApply(pod("c", "6")));
+        s.on_watch_event(Res::Pod, watcher::Event::InitDone);
+        assert!(drain(&mut rx).is_empty());
+
+        s.on_watch_event(Res::Pod, watcher::Event::Delete(pod("c", "7")));
+        s.on_watch_event(Res::Pod, watcher::Event::Delete(pod("c", "7")));
+        assert_eq!(drain(&mut rx), ["deleted c"]);
+    }
+
+    #[test]
+    fn a_pod_replaced_under_its_name_is_a_deletion_and_an_addition() {
+        let mut s = MirrorState {
+            watchers: 1,
+            ..Default::default()
+        };
+        s.on_watch_event(Res::Pod, watcher::Event::Init);
+        s.on_watch_event(Res::Pod, watcher::Event::InitDone);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        s.subscribers.push(tx);
+        s.on_watch_event(Res::Pod, watcher::Event::Apply(pod("a", "1")));
+        let mut p = make_pod("a").uid("other").object();
+        p.metadata.resource_version = Some("2".into());
+        s.on_watch_event(Res::Pod, watcher::Event::Apply(Obj::Pod(Arc::new(p))));
+        assert_eq!(drain(&mut rx), ["added a@1", "deleted a", "added a@2"]);
+    }
+
+    #[test]
+    fn resource_versions_compare_as_numbers() {
+        assert!(newer(Some("9"), Some("10")));
+        assert!(!newer(Some("10"), Some("9")));
+        assert!(!newer(Some("10"), Some("10")));
+        assert!(newer(Some("x"), Some("y")));
+    }
+}

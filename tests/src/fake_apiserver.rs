@@ -1,0 +1,1269 @@
+//! A stand-in Kubernetes API server for tests: an in-process HTTP/1.1
+//! server on 127.0.0.1 that answers as the kube-apiserver v1.36 recorded in
+//! `shared/k8s-api/` answered (status codes, `Status` bodies, list and
+//! watch shapes), so berthd's kube mode can be tested without a cluster.
+//!
+//! It keeps objects of any resource by path (`/api/v1/...`,
+//! `/apis/<group>/<version>/...`) with UIDs and a global resourceVersion,
+//! and serves:
+//!
+//! * discovery (`/version`, `/api`, `/apis`, the group versions) from the
+//!   recordings when they can be found;
+//! * lists (namespace, `fieldSelector`, `limit`/`continue` paging) with the
+//!   list's resourceVersion;
+//! * watches as chunked JSON lines from a resourceVersion (replaying what
+//!   happened since, then live events), a `BOOKMARK` after the replay when
+//!   `allowWatchBookmarks` is set, and an `ERROR` event with a 410 `Status`
+//!   ("too old resource version") for a resourceVersion older than the last
+//!   [`FakeApiServer::compact`];
+//! * create (409 AlreadyExists), get, replace (409 Conflict on a stale
+//!   resourceVersion), status patches (strategic merge with conditions
+//!   merged by type, or merge patch), delete with a UID precondition (a
+//!   bound pod is only marked terminating, as there is no kubelet), and
+//!   `pods/binding` (201, 409 already assigned or stale UID, 404);
+//! * Leases like any other object (create, get, replace with conflicts).
+//!
+//! Tests can drop every watch connection and hold new ones back
+//! ([`FakeApiServer::hold_watches`]), change objects meanwhile, compact the
+//! history (so resuming watchers get 410 Gone and relist), then release
+//! them. Every request is recorded (method, path, query, content type,
+//! body), and tests wait for requests, never for time.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response, StatusCode};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+
+/// One request as the server received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// HTTP method.
+    pub method: String,
+    /// The path, without the query.
+    pub path: String,
+    /// The query parameters, decoded.
+    pub query: BTreeMap<String, String>,
+    /// The Content-Type header.
+    pub content_type: Option<String>,
+    /// The body as JSON (`Null` when empty or not JSON).
+    pub body: Value,
+    /// The status answered.
+    pub status: u16,
+}
+
+/// What happens to a pod just before its binding is handled, to stage the
+/// races a scheduler must survive.
+#[derive(Debug, Clone)]
+pub enum BeforeBinding {
+    /// The pod is deleted (its binding then answers 404).
+    Delete,
+    /// Another scheduler binds it to this node first (409 already
+    /// assigned).
+    BindTo(String),
+}
+
+/// Where a resource lives: `api/v1/pods`, `apis/coordination.k8s.io/v1/leases`.
+type Resource = String;
+/// (resource, namespace, name).
+type Key = (Resource, String, String);
+
+struct Change {
+    rv: u64,
+    resource: Resource,
+    namespace: String,
+    kind: &'static str,
+    object: Value,
+    old: Option<Value>,
+}
+
+struct Watcher {
+    resource: Resource,
+    namespace: Option<String>,
+    selector: Vec<FieldTerm>,
+    tx: mpsc::UnboundedSender<Bytes>,
+}
+
+#[derive(Default)]
+struct State {
+    rv: u64,
+    uid: u64,
+    objects: BTreeMap<Key, Value>,
+    history: Vec<Change>,
+    /// Watches from before this resourceVersion get 410 Gone.
+    compacted: u64,
+    watchers: Vec<Watcher>,
+    requests: Vec<Recorded>,
+    before_binding: BTreeMap<(String, String), BeforeBinding>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Bumped on each recorded request.
+    recorded: watch::Sender<usize>,
+    /// True while new watches are held back.
+    held: watch::Sender<bool>,
+    discovery: BTreeMap<String, Value>,
+}
+
+/// The stand-in API server; stops when dropped.
+pub struct FakeApiServer {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// How long a wait for a request may take before the test fails; a guard,
+/// never what a test waits for.
+const GUARD: Duration = Duration::from_secs(60);
+
+/// The directory of the recorded v1.36 traffic (`shared/k8s-api`): the
+/// `BERTH_K8S_RECORDINGS` variable, else the first `shared/k8s-api` found
+/// beside the workspace or one of its ancestors.
+pub fn recordings_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("BERTH_K8S_RECORDINGS") {
+        return Some(PathBuf::from(d));
+    }
+    crate::workspace_root()
+        .ancestors()
+        .map(|a| a.join("shared/k8s-api"))
+        .find(|d| d.join("INDEX.tsv").is_file())
+}
+
+/// One recorded request/response pair (`<name>.json`) from
+/// [`recordings_dir`].
+pub fn recording(name: &str) -> Result<Value> {
+    let dir = recordings_dir().ok_or_else(|| {
+        anyhow!("the recorded API traffic (shared/k8s-api) was not found beside the workspace; set BERTH_K8S_RECORDINGS")
+    })?;
+    let path = dir.join(format!("{name}.json"));
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+fn load_discovery(dir: Option<&Path>) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    let Some(dir) = dir else { return out };
+    let Ok(index) = std::fs::read_to_string(dir.join("INDEX.tsv")) else {
+        return out;
+    };
+    for line in index.lines() {
+        let cols: Vec<&str> = line.split('\t').collect();
+        if cols.len() < 3 || !cols[0].starts_with("discovery") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(dir.join(format!("{}.json", cols[0]))) else {
+            continue;
+        };
+        if let Ok(v) = serde_json::from_str::<Value>(&text) {
+            out.insert(cols[2].to_string(), v["response"]["body"].clone());
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Paths and resources
+
+/// A request path taken apart.
+#[derive(Debug, Clone)]
+struct Target {
+    /// `api/v1` or `apis/<group>/<version>`.
+    group_version: String,
+    plural: String,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+impl Target {
+    fn parse(path: &str) -> Option<Self> {
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (gv, rest) = match *segs.first()? {
+            "api" if segs.len() >= 2 => (format!("api/{}", segs[1]), &segs[2..]),
+            "apis" if segs.len() >= 3 => (format!("apis/{}/{}", segs[1], segs[2]), &segs[3..]),
+            _ => return None,
+        };
+        let (namespace, rest) = if rest.len() >= 3 && rest[0] == "namespaces" {
+            (Some(rest[1].to_string()), &rest[2..])
+        } else {
+            (None, rest)
+        };
+        Some(Self {
+            group_version: gv,
+            plural: rest.first()?.to_string(),
+            namespace,
+            name: rest.get(1).map(|s| s.to_string()),
+            subresource: rest.get(2).map(|s| s.to_string()),
+        })
+    }
+
+    fn resource(&self) -> Resource {
+        format!("{}/{}", self.group_version, self.plural)
+    }
+
+    fn group(&self) -> &str {
+        match self.group_version.split('/').collect::<Vec<_>>()[..] {
+            ["apis", g, _] => g,
+            _ => "",
+        }
+    }
+
+    fn api_version(&self) -> String {
+        match self.group_version.split('/').collect::<Vec<_>>()[..] {
+            ["apis", g, v] => format!("{g}/{v}"),
+            [_, v] => v.to_string(),
+            _ => String::new(),
+        }
+    }
+
+    /// `pods` or `leases.coordination.k8s.io`, as messages name resources.
+    fn qualified(&self) -> String {
+        match self.group() {
+            "" => self.plural.clone(),
+            g => format!("{}.{g}", self.plural),
+        }
+    }
+}
+
+fn kind_of(plural: &str) -> String {
+    match plural {
+        "pods" => "Pod",
+        "nodes" => "Node",
+        "namespaces" => "Namespace",
+        "persistentvolumes" => "PersistentVolume",
+        "persistentvolumeclaims" => "PersistentVolumeClaim",
+        "storageclasses" => "StorageClass",
+        "csinodes" => "CSINode",
+        "poddisruptionbudgets" => "PodDisruptionBudget",
+        "services" => "Service",
+        "replicasets" => "ReplicaSet",
+        "statefulsets" => "StatefulSet",
+        "replicationcontrollers" => "ReplicationController",
+        "leases" => "Lease",
+        "events" => "Event",
+        other => return other.trim_end_matches('s').to_string(),
+    }
+    .to_string()
+}
+
+/// A `Status` body as the API server writes it.
+fn status_body(code: u16, reason: &str, message: &str, details: Value) -> Value {
+    let mut v = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": if code < 300 { "Success" } else { "Failure" },
+        "code": code,
+    });
+    if code >= 300 {
+        v["message"] = json!(message);
+        v["reason"] = json!(reason);
+        v["details"] = details;
+    }
+    v
+}
+
+fn details(t: &Target, name: &str, kind: Option<&str>) -> Value {
+    let mut d = json!({"name": name});
+    if !t.group().is_empty() {
+        d["group"] = json!(t.group());
+    }
+    d["kind"] = json!(kind.map_or(t.plural.clone(), str::to_string));
+    d
+}
+
+fn not_found(t: &Target, name: &str) -> (u16, Value) {
+    (
+        404,
+        status_body(
+            404,
+            "NotFound",
+            &format!("{} {name:?} not found", t.qualified()),
+            details(t, name, None),
+        ),
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Field selectors
+
+#[derive(Debug, Clone)]
+struct FieldTerm {
+    path: String,
+    value: String,
+    equal: bool,
+}
+
+fn parse_selector(s: &str) -> Vec<FieldTerm> {
+    s.split(',')
+        .filter(|t| !t.is_empty())
+        .filter_map(|t| {
+            if let Some((p, v)) = t.split_once("!=") {
+                Some(FieldTerm {
+                    path: p.into(),
+                    value: v.into(),
+                    equal: false,
+                })
+            } else if let Some((p, v)) = t.split_once("==").or_else(|| t.split_once('=')) {
+                Some(FieldTerm {
+                    path: p.into(),
+                    value: v.into(),
+                    equal: true,
+                })
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+fn field(obj: &Value, path: &str) -> String {
+    let mut v = obj;
+    for part in path.split('.') {
+        v = &v[part];
+    }
+    v.as_str().unwrap_or("").to_string()
+}
+
+fn matches(obj: &Value, selector: &[FieldTerm]) -> bool {
+    selector
+        .iter()
+        .all(|t| (field(obj, &t.path) == t.value) == t.equal)
+}
+
+// ---------------------------------------------------------------------------
+// Patches
+
+fn merge_patch(target: &mut Value, patch: &Value, strategic: bool) {
+    let Some(p) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    for (k, v) in p {
+        if v.is_null() {
+            if let Some(o) = target.as_object_mut() {
+                o.remove(k);
+            }
+            continue;
+        }
+        if strategic && k == "conditions" && v.is_array() {
+            let list = target[k.as_str()].as_array().cloned().unwrap_or_default();
+            let mut list = list;
+            for c in v.as_array().into_iter().flatten() {
+                match list.iter_mut().find(|x| x["type"] == c["type"]) {
+                    Some(x) => merge_patch(x, c, true),
+                    None => list.push(c.clone()),
+                }
+            }
+            target[k.as_str()] = Value::Array(list);
+            continue;
+        }
+        match target.get_mut(k.as_str()) {
+            Some(t) if v.is_object() => merge_patch(t, v, strategic),
+            _ => {
+                let mut nv = json!({});
+                if v.is_object() {
+                    merge_patch(&mut nv, v, strategic);
+                } else {
+                    nv = v.clone();
+                }
+                target[k.as_str()] = nv;
+            }
+        }
+    }
+}
+
+fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    // Civil date from days since the epoch (proleptic Gregorian).
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
+}
+
+// ---------------------------------------------------------------------------
+// The store
+
+impl State {
+    fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    fn record_change(&mut self, t: &Target, kind: &'static str, object: Value, old: Option<Value>) {
+        let rv = self.rv;
+        let change = Change {
+            rv,
+            resource: t.resource(),
+            namespace: t.namespace.clone().unwrap_or_default(),
+            kind,
+            object,
+            old,
+        };
+        self.watchers.retain(|w| match watch_line(w, &change) {
+            Some(line) => w.tx.send(line).is_ok(),
+            None => !w.tx.is_closed(),
+        });
+        self.history.push(change);
+    }
+
+    fn key(t: &Target, name: &str) -> Key {
+        (
+            t.resource(),
+            t.namespace.clone().unwrap_or_default(),
+            name.to_string(),
+        )
+    }
+
+    fn create(&mut self, t: &Target, mut obj: Value) -> (u16, Value) {
+        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        if name.is_empty() {
+            return (
+                422,
+                status_body(422, "Invalid", "metadata.name: Required value", json!({})),
+            );
+        }
+        let key = Self::key(t, &name);
+        if self.objects.contains_key(&key) {
+            return (
+                409,
+                status_body(
+                    409,
+                    "AlreadyExists",
+                    &format!("{} {name:?} already exists", t.qualified()),
+                    details(t, &name, None),
+                ),
+            );
+        }
+        let rv = self.next_rv();
+        self.uid += 1;
+        obj["apiVersion"] = json!(t.api_version());
+        obj["kind"] = json!(kind_of(&t.plural));
+        let meta = &mut obj["metadata"];
+        if meta["uid"].as_str().is_none_or(str::is_empty) {
+            meta["uid"] = json!(format!("00000000-0000-4000-8000-{:012x}", self.uid));
+        }
+        meta["resourceVersion"] = json!(rv.to_string());
+        meta["creationTimestamp"] = json!(now_rfc3339());
+        if let Some(ns) = &t.namespace {
+            meta["namespace"] = json!(ns);
+        }
+        if t.plural == "pods" && obj["status"]["phase"].is_null() {
+            obj["status"]["phase"] = json!("Pending");
+        }
+        self.objects.insert(key, obj.clone());
+        self.record_change(t, "ADDED", obj.clone(), None);
+        (201, obj)
+    }
+
+    fn replace(&mut self, t: &Target, name: &str, mut obj: Value) -> (u16, Value) {
+        let key = Self::key(t, name);
+        let Some(old) = self.objects.get(&key).cloned() else {
+            return not_found(t, name);
+        };
+        let want = obj["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        if !want.is_empty() && want != old["metadata"]["resourceVersion"].as_str().unwrap_or("") {
+            return (
+                409,
+                status_body(
+                    409,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on {} {name:?}: the object has been modified; please apply your changes to the latest version and try again",
+                        t.qualified()
+                    ),
+                    details(t, name, None),
+                ),
+            );
+        }
+        let rv = self.next_rv();
+        obj["apiVersion"] = old["apiVersion"].clone();
+        obj["kind"] = old["kind"].clone();
+        obj["metadata"]["uid"] = old["metadata"]["uid"].clone();
+        obj["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        if let Some(ns) = &t.namespace {
+            obj["metadata"]["namespace"] = json!(ns);
+        }
+        self.objects.insert(key, obj.clone());
+        self.record_change(t, "MODIFIED", obj.clone(), Some(old));
+        (200, obj)
+    }
+
+    fn modify(&mut self, t: &Target, name: &str, f: impl FnOnce(&mut Value)) -> (u16, Value) {
+        let key = Self::key(t, name);
+        let Some(old) = self.objects.get(&key).cloned() else {
+            return not_found(t, name);
+        };
+        let mut obj = old.clone();
+        f(&mut obj);
+        let rv = self.next_rv();
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        self.objects.insert(key, obj.clone());
+        self.record_change(t, "MODIFIED", obj.clone(), Some(old));
+        (200, obj)
+    }
+
+    fn remove(&mut self, t: &Target, name: &str) -> Option<Value> {
+        let obj = self.objects.remove(&Self::key(t, name))?;
+        let rv = self.next_rv();
+        let mut last = obj.clone();
+        last["metadata"]["resourceVersion"] = json!(rv.to_string());
+        self.record_change(t, "DELETED", last.clone(), Some(obj));
+        Some(last)
+    }
+
+    fn delete(&mut self, t: &Target, name: &str, options: &Value) -> (u16, Value) {
+        let key = Self::key(t, name);
+        let Some(obj) = self.objects.get(&key).cloned() else {
+            return not_found(t, name);
+        };
+        let actual = obj["metadata"]["uid"].as_str().unwrap_or("");
+        if let Some(want) = options["preconditions"]["uid"].as_str()
+            && want != actual
+        {
+            return (
+                409,
+                status_body(
+                    409,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on {} {name:?}: Precondition failed: UID in precondition: {want}, UID in object meta: {actual}",
+                        t.qualified()
+                    ),
+                    details(t, name, None),
+                ),
+            );
+        }
+        let bound = !obj["spec"]["nodeName"].as_str().unwrap_or("").is_empty();
+        if t.plural == "pods" && bound && options["gracePeriodSeconds"].as_i64() != Some(0) {
+            // No kubelet: the pod is only marked terminating.
+            return self.modify(t, name, |p| {
+                p["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+                p["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+            });
+        }
+        match self.remove(t, name) {
+            Some(last) => (200, last),
+            None => not_found(t, name),
+        }
+    }
+
+    fn bind(&mut self, t: &Target, name: &str, binding: &Value) -> (u16, Value) {
+        let ns = t.namespace.clone().unwrap_or_default();
+        if let Some(action) = self.before_binding.remove(&(ns, name.to_string())) {
+            match action {
+                BeforeBinding::Delete => {
+                    self.remove(t, name);
+                }
+                BeforeBinding::BindTo(node) => {
+                    let uid = self
+                        .objects
+                        .get(&Self::key(t, name))
+                        .map(|p| p["metadata"]["uid"].clone())
+                        .unwrap_or(Value::Null);
+                    let other =
+                        json!({"metadata": {"name": name, "uid": uid}, "target": {"name": node}});
+                    self.bind(t, name, &other);
+                }
+            }
+        }
+        let key = Self::key(t, name);
+        let Some(pod) = self.objects.get(&key).cloned() else {
+            return not_found(t, name);
+        };
+        let actual = pod["metadata"]["uid"].as_str().unwrap_or("");
+        if let Some(want) = binding["metadata"]["uid"].as_str()
+            && want != actual
+        {
+            return (
+                409,
+                status_body(
+                    409,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on pods {name:?}: StorageError: invalid object, Code: 4, Key: /registry/pods/{}/{name}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {want}, UID in object meta: {actual}",
+                        t.namespace.as_deref().unwrap_or("")
+                    ),
+                    json!({"name": name, "kind": "pods"}),
+                ),
+            );
+        }
+        if let Some(node) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+            return (
+                409,
+                status_body(
+                    409,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on pods/binding {name:?}: pod {name} is already assigned to node {node:?}"
+                    ),
+                    json!({"name": name, "kind": "pods/binding"}),
+                ),
+            );
+        }
+        let node = binding["target"]["name"].as_str().unwrap_or("").to_string();
+        self.modify(t, name, |p| {
+            p["spec"]["nodeName"] = json!(node);
+            merge_patch(
+                &mut p["status"],
+                &json!({"conditions": [{"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now_rfc3339()}]}),
+                true,
+            );
+        });
+        (201, status_body(201, "", "", Value::Null))
+    }
+
+    fn list(&self, t: &Target, query: &BTreeMap<String, String>) -> Value {
+        let selector = parse_selector(query.get("fieldSelector").map_or("", String::as_str));
+        let resource = t.resource();
+        let items: Vec<Value> = self
+            .objects
+            .iter()
+            .filter(|((r, ns, _), _)| {
+                *r == resource && t.namespace.as_ref().is_none_or(|want| want == ns)
+            })
+            .map(|(_, o)| o)
+            .filter(|o| matches(o, &selector))
+            .map(|o| {
+                let mut o = o.clone();
+                if let Some(m) = o.as_object_mut() {
+                    m.remove("apiVersion");
+                    m.remove("kind");
+                }
+                o
+            })
+            .collect();
+        let start: usize = query
+            .get("continue")
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let limit: usize = query
+            .get("limit")
+            .and_then(|l| l.parse().ok())
+            .filter(|l| *l > 0)
+            .unwrap_or(usize::MAX);
+        let page: Vec<Value> = items.iter().skip(start).take(limit).cloned().collect();
+        let mut meta = json!({"resourceVersion": self.rv.to_string()});
+        let next = start.saturating_add(page.len());
+        if next < items.len() {
+            meta["continue"] = json!(next.to_string());
+            meta["remainingItemCount"] = json!(items.len() - next);
+        }
+        json!({
+            "kind": format!("{}List", kind_of(&t.plural)),
+            "apiVersion": t.api_version(),
+            "metadata": meta,
+            "items": page,
+        })
+    }
+}
+
+/// The watch line `change` makes for `w`, if any: objects entering or
+/// leaving the selector are ADDED or DELETED, as the API server sends them.
+fn watch_line(w: &Watcher, c: &Change) -> Option<Bytes> {
+    if w.resource != c.resource || w.namespace.as_ref().is_some_and(|n| *n != c.namespace) {
+        return None;
+    }
+    let now = matches(&c.object, &w.selector);
+    let before = c.old.as_ref().is_some_and(|o| matches(o, &w.selector));
+    let kind = match (c.kind, before, now) {
+        ("DELETED", true, _) => "DELETED",
+        ("DELETED", false, _) => return None,
+        ("ADDED", _, true) => "ADDED",
+        ("MODIFIED", true, true) => "MODIFIED",
+        ("MODIFIED", false, true) => "ADDED",
+        ("MODIFIED", true, false) => "DELETED",
+        _ => return None,
+    };
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": c.object})).ok()?;
+    line.push(b'\n');
+    Some(Bytes::from(line))
+}
+
+// ---------------------------------------------------------------------------
+// HTTP
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn json_response(status: u16, body: &Value) -> Response<Body> {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    Response::builder()
+        .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header("Content-Type", "application/json")
+        .body(Full::new(Bytes::from(bytes)).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn parse_query(q: Option<&str>) -> BTreeMap<String, String> {
+    q.unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (decode(k), decode(v)),
+            None => (decode(p), String::new()),
+        })
+        .collect()
+}
+
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    let query = parse_query(req.uri().query());
+    let content_type = req
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut rec = Recorded {
+        method: method.clone(),
+        path: path.clone(),
+        query: query.clone(),
+        content_type,
+        body: body.clone(),
+        status: 0,
+    };
+    let watching =
+        method == "GET" && matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
+    if watching {
+        rec.status = 200;
+        record(&shared, rec);
+        return Ok(start_watch(shared, &path, &query).await);
+    }
+    let (status, out) = answer(
+        &shared,
+        &method,
+        &path,
+        &query,
+        rec.content_type.as_deref(),
+        &body,
+    );
+    rec.status = status;
+    record(&shared, rec);
+    Ok(json_response(status, &out))
+}
+
+fn record(shared: &Shared, rec: Recorded) {
+    let n = {
+        let mut s = shared.state.lock();
+        s.requests.push(rec);
+        s.requests.len()
+    };
+    shared.recorded.send_replace(n);
+}
+
+fn answer(
+    shared: &Shared,
+    method: &str,
+    path: &str,
+    query: &BTreeMap<String, String>,
+    content_type: Option<&str>,
+    body: &Value,
+) -> (u16, Value) {
+    if method == "GET"
+        && let Some(d) = shared.discovery.get(path)
+    {
+        return (200, d.clone());
+    }
+    let Some(t) = Target::parse(path) else {
+        return (
+            404,
+            status_body(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+                json!({}),
+            ),
+        );
+    };
+    let mut s = shared.state.lock();
+    match (method, t.name.clone(), t.subresource.as_deref()) {
+        ("GET", None, _) => (200, s.list(&t, query)),
+        ("GET", Some(name), _) => match s.objects.get(&State::key(&t, &name)) {
+            Some(o) => (200, o.clone()),
+            None => not_found(&t, &name),
+        },
+        ("POST", None, _) => s.create(&t, body.clone()),
+        ("POST", Some(name), Some("binding")) => s.bind(&t, &name, body),
+        ("PUT", Some(name), None | Some("status")) => s.replace(&t, &name, body.clone()),
+        ("PATCH", Some(name), None | Some("status")) => {
+            let strategic = content_type.is_some_and(|c| c.contains("strategic-merge-patch"));
+            let body = body.clone();
+            s.modify(&t, &name, |o| merge_patch(o, &body, strategic))
+        }
+        ("DELETE", Some(name), None) => s.delete(&t, &name, body),
+        _ => (
+            405,
+            status_body(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+                json!({}),
+            ),
+        ),
+    }
+}
+
+async fn start_watch(
+    shared: Arc<Shared>,
+    path: &str,
+    query: &BTreeMap<String, String>,
+) -> Response<Body> {
+    // Held: wait until released (the connection stays open meanwhile).
+    let mut held = shared.held.subscribe();
+    let _ = held.wait_for(|h| !*h).await;
+    let Some(t) = Target::parse(path) else {
+        return json_response(404, &status_body(404, "NotFound", "not found", json!({})));
+    };
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    {
+        let mut s = shared.state.lock();
+        let from: u64 = query
+            .get("resourceVersion")
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(s.rv);
+        let selector = parse_selector(query.get("fieldSelector").map_or("", String::as_str));
+        if from < s.compacted && from != 0 {
+            let status = status_body(
+                410,
+                "Expired",
+                &format!("too old resource version: {from} ({})", s.compacted),
+                json!({}),
+            );
+            let mut line =
+                serde_json::to_vec(&json!({"type": "ERROR", "object": status})).unwrap_or_default();
+            line.push(b'\n');
+            let _ = tx.send(Bytes::from(line));
+            drop(tx);
+        } else {
+            let w = Watcher {
+                resource: t.resource(),
+                namespace: t.namespace.clone(),
+                selector,
+                tx,
+            };
+            let from = if from == 0 { s.rv } else { from };
+            for c in s.history.iter().filter(|c| c.rv > from) {
+                if let Some(line) = watch_line(&w, c) {
+                    let _ = w.tx.send(line);
+                }
+            }
+            if matches!(
+                query.get("allowWatchBookmarks").map(String::as_str),
+                Some("true" | "1")
+            ) {
+                let bookmark = json!({"type": "BOOKMARK", "object": {
+                    "kind": kind_of(&t.plural), "apiVersion": t.api_version(),
+                    "metadata": {"resourceVersion": s.rv.to_string()},
+                }});
+                let mut line = serde_json::to_vec(&bookmark).unwrap_or_default();
+                line.push(b'\n');
+                let _ = w.tx.send(Bytes::from(line));
+            }
+            s.watchers.push(w);
+        }
+    }
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        let b = rx.recv().await?;
+        Some((Ok::<_, Infallible>(Frame::data(b)), rx))
+    });
+    Response::builder()
+        .status(200)
+        .header("Content-Type", "application/json")
+        .header("Transfer-Encoding", "chunked")
+        .body(BodyExt::boxed(StreamBody::new(stream)))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+impl FakeApiServer {
+    /// Starts the server on a free loopback port. Must run in a tokio
+    /// runtime.
+    pub async fn start() -> Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            recorded: watch::channel(0).0,
+            held: watch::channel(false).0,
+            discovery: load_discovery(recordings_dir().as_deref()),
+        });
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = shared.clone();
+        tokio::spawn(async move {
+            loop {
+                let conn = tokio::select! {
+                    c = listener.accept() => c,
+                    _ = &mut stopped => break,
+                };
+                let Ok((stream, _)) = conn else { continue };
+                let shared = server.clone();
+                tokio::spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |req| handle(shared.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Self {
+            shared,
+            addr,
+            _stop: stop,
+        })
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Writes a kubeconfig pointing at this server to `path`.
+    pub fn write_kubeconfig(&self, path: &Path) -> Result<()> {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\ncurrent-context: fake\n",
+            self.url()
+        );
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// Creates an object at `collection` (e.g. `/api/v1/nodes`,
+    /// `/api/v1/namespaces/default/pods`) as a POST would; the stored object.
+    pub fn create(&self, collection: &str, obj: Value) -> Result<Value> {
+        let t = Target::parse(collection).ok_or_else(|| anyhow!("bad path {collection}"))?;
+        let (status, out) = self.shared.state.lock().create(&t, obj);
+        if status != 201 {
+            return Err(anyhow!("create at {collection}: {status} {out}"));
+        }
+        Ok(out)
+    }
+
+    /// The object at `path` (e.g. `/api/v1/namespaces/default/pods/p`).
+    pub fn get(&self, path: &str) -> Option<Value> {
+        let t = Target::parse(path)?;
+        let name = t.name.clone()?;
+        self.shared
+            .state
+            .lock()
+            .objects
+            .get(&State::key(&t, &name))
+            .cloned()
+    }
+
+    /// Deletes the object at `path` at once (a pod's kubelet finished it),
+    /// with a DELETED watch event.
+    pub fn delete_now(&self, path: &str) -> Result<Value> {
+        let t = Target::parse(path).ok_or_else(|| anyhow!("bad path {path}"))?;
+        let name = t.name.clone().ok_or_else(|| anyhow!("no name in {path}"))?;
+        self.shared
+            .state
+            .lock()
+            .remove(&t, &name)
+            .ok_or_else(|| anyhow!("{path} not found"))
+    }
+
+    /// Stages a race for the next binding of `namespace/name`.
+    pub fn before_binding(&self, namespace: &str, name: &str, action: BeforeBinding) {
+        self.shared
+            .state
+            .lock()
+            .before_binding
+            .insert((namespace.into(), name.into()), action);
+    }
+
+    /// Ends every open watch connection and holds new watch requests open
+    /// without answering until [`Self::release_watches`].
+    pub fn hold_watches(&self) {
+        self.shared.held.send_replace(true);
+        self.shared.state.lock().watchers.clear();
+    }
+
+    /// Answers the held watch requests (and new ones) again.
+    pub fn release_watches(&self) {
+        self.shared.held.send_replace(false);
+    }
+
+    /// Ends every open watch connection (watchers resume from their last
+    /// resourceVersion).
+    pub fn drop_watches(&self) {
+        self.shared.state.lock().watchers.clear();
+    }
+
+    /// Forgets the history: a watch from an older resourceVersion than the
+    /// current one gets `410 Gone` and must relist.
+    pub fn compact(&self) {
+        let mut s = self.shared.state.lock();
+        s.compacted = s.rv + 1;
+        s.history.clear();
+    }
+
+    /// How many watch connections are open.
+    pub fn open_watches(&self) -> usize {
+        let mut s = self.shared.state.lock();
+        s.watchers.retain(|w| !w.tx.is_closed());
+        s.watchers.len()
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared.state.lock().requests.clone()
+    }
+
+    /// The requests with `method` whose path ends with `suffix`.
+    pub fn requests_to(&self, method: &str, suffix: &str) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == method && r.path.ends_with(suffix))
+            .collect()
+    }
+
+    /// Waits until a request satisfying `pred` has been received; returns
+    /// the first such one. Fails after a guard of a minute.
+    pub async fn wait_for_request(&self, pred: impl Fn(&Recorded) -> bool) -> Result<Recorded> {
+        let mut rx = self.shared.recorded.subscribe();
+        let wait = async {
+            loop {
+                if let Some(r) = self.shared.state.lock().requests.iter().find(|r| pred(r)) {
+                    return Ok(r.clone());
+                }
+                if rx.changed().await.is_err() {
+                    return Err(anyhow!("server gone"));
+                }
+            }
+        };
+        tokio::time::timeout(GUARD, wait)
+            .await
+            .map_err(|_| anyhow!("no matching request within {GUARD:?}"))?
+    }
+
+    /// Waits until `n` requests satisfying `pred` have been received.
+    pub async fn wait_for_requests(
+        &self,
+        n: usize,
+        pred: impl Fn(&Recorded) -> bool,
+    ) -> Result<Vec<Recorded>> {
+        let mut rx = self.shared.recorded.subscribe();
+        let wait = async {
+            loop {
+                let found: Vec<Recorded> = self
+                    .shared
+                    .state
+                    .lock()
+                    .requests
+                    .iter()
+                    .filter(|r| pred(r))
+                    .cloned()
+                    .collect();
+                if found.len() >= n {
+                    return Ok(found);
+                }
+                if rx.changed().await.is_err() {
+                    return Err(anyhow!("server gone"));
+                }
+            }
+        };
+        tokio::time::timeout(GUARD, wait)
+            .await
+            .map_err(|_| anyhow!("fewer than {n} matching requests within {GUARD:?}"))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_name_resources() {
+        let t = Target::parse("/api/v1/namespaces/default/pods/p/binding").unwrap();
+        assert_eq!(
+            (
+                t.resource().as_str(),
+                t.namespace.as_deref(),
+                t.name.as_deref(),
+                t.subresource.as_deref()
+            ),
+            ("api/v1/pods", Some("default"), Some("p"), Some("binding"))
+        );
+        let t =
+            Target::parse("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases").unwrap();
+        assert_eq!(t.qualified(), "leases.coordination.k8s.io");
+        assert_eq!(t.api_version(), "coordination.k8s.io/v1");
+        let t = Target::parse("/api/v1/namespaces/kube-system").unwrap();
+        assert_eq!(
+            (t.plural.as_str(), t.name.as_deref()),
+            ("namespaces", Some("kube-system"))
+        );
+    }
+
+    #[test]
+    fn selectors_and_queries_decode() {
+        let q = parse_query(Some(
+            "fieldSelector=status.phase%21%3DSucceeded%2Cspec.nodeName%3D&watch=true",
+        ));
+        let sel = parse_selector(&q["fieldSelector"]);
+        let pod = json!({"status": {"phase": "Pending"}, "spec": {}});
+        assert!(matches(&pod, &sel));
+        let bound = json!({"status": {"phase": "Pending"}, "spec": {"nodeName": "n"}});
+        assert!(!matches(&bound, &sel));
+    }
+
+    #[test]
+    fn strategic_patches_merge_conditions_by_type() {
+        let mut pod = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]}});
+        merge_patch(
+            &mut pod,
+            &json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}),
+            true,
+        );
+        assert_eq!(pod["status"]["conditions"][0]["type"], "Ready");
+        assert_eq!(pod["status"]["conditions"][1]["reason"], "Unschedulable");
+        merge_patch(
+            &mut pod,
+            &json!({"status": {"nominatedNodeName": "n2"}}),
+            false,
+        );
+        assert_eq!(pod["status"]["nominatedNodeName"], "n2");
+        merge_patch(
+            &mut pod,
+            &json!({"status": {"nominatedNodeName": null}}),
+            false,
+        );
+        assert!(pod["status"].get("nominatedNodeName").is_none());
+    }
+
+    /// The stand-in answers the recorded requests with the recorded
+    /// status codes and `Status` bodies.
+    #[test]
+    fn answers_match_the_recorded_api_server() {
+        let mut s = State::default();
+        let pods = Target::parse("/api/v1/namespaces/default/pods").unwrap();
+        let rec = recording("pod-create").unwrap();
+        let (code, pod) = s.create(&pods, rec["request"]["body"].clone());
+        assert_eq!(code, rec["response"]["status"].as_u64().unwrap() as u16);
+        let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+        let uid = pod["metadata"]["uid"].clone();
+        let target =
+            Target::parse(&format!("/api/v1/namespaces/default/pods/{name}/binding")).unwrap();
+
+        let bind = |node: &str, uid: &Value| {
+            json!({"apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "namespace": "default", "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+        };
+        let ok = recording("binding-ok").unwrap();
+        assert_eq!(
+            s.bind(&target, &name, &bind("cap-node-1", &uid)),
+            (201, ok["response"]["body"].clone())
+        );
+
+        let again = recording("binding-again-conflict").unwrap();
+        let (code, body) = s.bind(&target, &name, &bind("cap-node-1", &uid));
+        assert_eq!(code, 409);
+        let want = again["response"]["body"]
+            .to_string()
+            .replace("cap-pod-1", &name);
+        assert_eq!(body.to_string(), want);
+
+        let missing = recording("binding-missing-pod").unwrap();
+        let t = Target::parse("/api/v1/namespaces/default/pods/missing/binding").unwrap();
+        assert_eq!(
+            s.bind(&t, "missing", &missing["request"]["body"]),
+            (404, missing["response"]["body"].clone())
+        );
+
+        // Leases: create, create again, renew, renew with a stale version.
+        let leases =
+            Target::parse("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases").unwrap();
+        let created = recording("lease-create").unwrap();
+        let (code, lease) = s.create(&leases, created["request"]["body"].clone());
+        assert_eq!(code, 201);
+        assert_eq!(lease["spec"], created["response"]["body"]["spec"]);
+        let exists = recording("lease-create-exists").unwrap();
+        assert_eq!(
+            s.create(&leases, exists["request"]["body"].clone()),
+            (409, exists["response"]["body"].clone())
+        );
+        let lease_t =
+            Target::parse("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/berth")
+                .unwrap();
+        let mut renew = lease.clone();
+        renew["spec"]["renewTime"] = json!("2026-11-21T00:00:05.000000Z");
+        let (code, renewed) = s.replace(&lease_t, "berth", renew.clone());
+        assert_eq!(code, 200);
+        assert_ne!(
+            renewed["metadata"]["resourceVersion"],
+            lease["metadata"]["resourceVersion"]
+        );
+        let stale = recording("lease-renew-stale").unwrap();
+        assert_eq!(
+            s.replace(&lease_t, "berth", renew),
+            (409, stale["response"]["body"].clone())
+        );
+    }
+
+    #[test]
+    fn dates_are_rfc3339() {
+        let s = now_rfc3339();
+        assert_eq!(s.len(), 20, "{s}");
+        assert!(s.starts_with("20") && s.ends_with('Z'));
+    }
+}
