@@ -142,7 +142,7 @@ async fn only_the_leader_binds_and_a_standby_takes_over_a_killed_leader() -> Res
         fake.create(PODS, pod(p))?;
     }
     for p in ["p1", "p2", "p3"] {
-        a.wait_for(|l| is_scheduled(l, p)).await?;
+        logged(&mut a, |l| is_scheduled(l, p)).await?;
     }
 
     // A dies without releasing. B takes over when the Lease has not changed
@@ -179,7 +179,7 @@ async fn only_the_leader_binds_and_a_standby_takes_over_a_killed_leader() -> Res
         fake.create(PODS, pod(p))?;
     }
     for p in ["p4", "p5"] {
-        b.wait_for(|l| is_scheduled(l, p)).await?;
+        logged(&mut b, |l| is_scheduled(l, p)).await?;
     }
     for p in ["p1", "p2", "p3", "p4", "p5"] {
         assert_eq!(bindings(&fake, p), [201], "bindings of {p}");
