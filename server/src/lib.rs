@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod config;
 pub mod extender;
 pub mod framework;
+pub mod leader;
 pub mod model;
 pub mod observe;
 pub mod plugins;

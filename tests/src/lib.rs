@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::{mpsc, watch};
@@ -217,6 +217,34 @@ impl Berthd {
         }
         let status = tokio::time::timeout(GUARD, self.child.wait()).await??;
         Ok(status)
+    }
+
+    /// Sends `signal` (as the `kill` command names it: TERM, INT, KILL).
+    pub fn signal(&self, signal: &str) -> Result<()> {
+        let pid = self.child.id().context("berthd already exited")?;
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .context("running kill")?;
+        ensure!(status.success(), "kill -{signal} {pid}: {status}");
+        Ok(())
+    }
+
+    /// Reads the log lines left until berthd exits; returns its exit status
+    /// and those lines (the ones no wait has read yet).
+    pub async fn wait_exit(mut self) -> Result<(std::process::ExitStatus, Vec<serde_json::Value>)> {
+        let read = async {
+            let mut rest = Vec::new();
+            while let Some(v) = self.logs.recv().await {
+                self.seen.push(v.clone());
+                rest.push(v);
+            }
+            let status = self.child.wait().await?;
+            Ok::<_, anyhow::Error>((status, rest))
+        };
+        tokio::time::timeout(GUARD, read)
+            .await
+            .map_err(|_| anyhow!("berthd did not exit within {GUARD:?}"))?
     }
 }
 

@@ -16,7 +16,8 @@ use berth_server::api::{ClusterBackend, TlsConfig, TlsFiles};
 use berth_server::cluster::ClusterSource;
 use berth_server::cluster::embedded::{EmbeddedCluster, parse_objects, read_objects};
 use berth_server::cluster::kube::{self as kube_source, KubeCluster, KubeOptions};
-use berth_server::config::{self, parse_go_duration};
+use berth_server::config::{self, LeaderElection, parse_go_duration};
+use berth_server::leader::{ElectionConfig, Outcome, default_identity};
 use berth_server::observe::health::{HealthChecks, Scope};
 use berth_server::observe::telemetry::{self, TraceConfig};
 use berth_server::plugins::in_tree_registry;
@@ -113,6 +114,71 @@ struct Args {
     /// Which spans to export.
     #[arg(long, value_enum, default_value = "info")]
     trace_level: TraceLevel,
+
+    /// Elect a leader before scheduling (kube mode only; the embedded
+    /// cluster never elects). Default: leaderElection.leaderElect (true).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    leader_elect: Option<bool>,
+
+    /// How long a standby waits, after it last saw the Lease change, before
+    /// taking it over (Go duration; default 15s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    leader_elect_lease_duration: Option<Duration>,
+
+    /// How long the leader keeps trying to renew before it gives up
+    /// leadership (Go duration; default 10s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    leader_elect_renew_deadline: Option<Duration>,
+
+    /// Time between acquire and renew attempts (Go duration; default 2s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    leader_elect_retry_period: Option<Duration>,
+
+    /// The lock kind; only "leases" is supported.
+    #[arg(long, value_name = "KIND")]
+    leader_elect_resource_lock: Option<String>,
+
+    /// The Lease's name (default "berth", not kube-scheduler's, so that the
+    /// two never take each other's lease).
+    #[arg(long, value_name = "NAME")]
+    leader_elect_resource_name: Option<String>,
+
+    /// The Lease's namespace (default "kube-system").
+    #[arg(long, value_name = "NAMESPACE")]
+    leader_elect_resource_namespace: Option<String>,
+
+    /// On SIGTERM/SIGINT, how long in-flight binding cycles get to bind or
+    /// Unreserve before berthd exits anyway (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    shutdown_timeout: Duration,
+}
+
+impl Args {
+    /// Flags override the configuration file, as upstream's do.
+    fn apply_leader_election(&self, le: &mut LeaderElection) -> Result<()> {
+        if let Some(v) = self.leader_elect {
+            le.leader_elect = v;
+        }
+        if let Some(v) = self.leader_elect_lease_duration {
+            le.lease_duration = v;
+        }
+        if let Some(v) = self.leader_elect_renew_deadline {
+            le.renew_deadline = v;
+        }
+        if let Some(v) = self.leader_elect_retry_period {
+            le.retry_period = v;
+        }
+        if let Some(v) = &self.leader_elect_resource_lock {
+            le.resource_lock = v.clone();
+        }
+        if let Some(v) = &self.leader_elect_resource_name {
+            le.resource_name = v.clone();
+        }
+        if let Some(v) = &self.leader_elect_resource_namespace {
+            le.resource_namespace = v.clone();
+        }
+        le.validate().map_err(|e| anyhow::anyhow!("{e}"))
+    }
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -139,10 +205,11 @@ async fn main() -> Result<()> {
     if let Some(endpoint) = args.otlp_endpoint.as_deref().filter(|e| !e.is_empty()) {
         tracing::info!(endpoint, "exporting trace spans over OTLP");
     }
+    let signal = shutdown_signal()?;
 
     let registry = in_tree_registry();
     let known = |name: &str| registry.contains(name);
-    let cfg = match &args.config {
+    let mut cfg = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
@@ -151,10 +218,21 @@ async fn main() -> Result<()> {
         None => config::default_config(&known),
     };
 
+    args.apply_leader_election(&mut cfg.leader_election)?;
     let kube_config = match (&args.kubeconfig, args.in_cluster) {
         (Some(path), _) => Some(kube_source::config_from_kubeconfig(path).await?),
         (None, true) => Some(kube_source::config_in_cluster()?),
         (None, false) => None,
+    };
+    // Kube mode elects a leader (unless leaderElect is off); the embedded
+    // cluster never does: it is always the leader.
+    let election = match &kube_config {
+        Some(config) if cfg.leader_election.leader_elect => {
+            let client = kube_source::client(config.clone())?;
+            let ecfg = ElectionConfig::from_config(&cfg.leader_election, default_identity());
+            Some(berth_server::leader::Election::start(client, ecfg))
+        }
+        _ => None,
     };
     let (source, backend): (Arc<dyn ClusterSource>, ClusterBackend) = match kube_config {
         Some(config) => {
@@ -207,6 +285,7 @@ async fn main() -> Result<()> {
         Options {
             assumed_pod_ttl: args.assumed_pod_ttl,
             seed: args.seed,
+            leader: election.as_ref().map(|e| e.leading()),
         },
     )
     .map_err(|e| match &args.config {
@@ -257,35 +336,109 @@ async fn main() -> Result<()> {
         ));
     }
 
-    let stop = scheduler.clone();
-    berth_server::api::serve(listener, scheduler, backend, tls, async move {
-        shutdown_signal().await;
-        tracing::info!("shutting down");
+    let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(berth_server::api::serve(
+        listener,
+        scheduler.clone(),
+        backend,
+        tls,
+        async move {
+            let _ = serving_stopped.await;
+        },
+    ));
+    let lost = async {
+        match &election {
+            Some(e) => e.lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    let signal = tokio::select! {
+        s = signal => Some(s),
+        () = lost => None,
+        r = &mut server => {
+            r.context("gRPC server task")??;
+            anyhow::bail!("gRPC server stopped by itself");
+        }
+    };
+    let Some(signal) = signal else {
+        // As kube-scheduler: a replica that lost its lease exits, and its
+        // Deployment restarts it as a standby. In-flight binding cycles get
+        // until the lease could pass to another replica (leaseDuration -
+        // renewDeadline after the last renewal) at most.
+        tracing::error!("leaderelection lost");
         stopping.store(true, Ordering::SeqCst);
-        stop.stop();
-    })
-    .await?;
+        let le = &cfg.leader_election;
+        let bound = args
+            .shutdown_timeout
+            .min(le.lease_duration.saturating_sub(le.renew_deadline));
+        drain(&scheduler, bound).await;
+        let _ = stop_serving.send(());
+        let _ = server.await;
+        let _ = http_stop.send(());
+        telemetry.shutdown();
+        std::process::exit(1);
+    };
+    tracing::info!(signal, "received {signal}: shutting down");
+    stopping.store(true, Ordering::SeqCst);
+    drain(&scheduler, args.shutdown_timeout).await;
+    let _ = stop_serving.send(());
+    server.await.context("gRPC server task")??;
+    tracing::info!("gRPC server stopped");
+    if let Some(e) = election {
+        match e.release().await {
+            Outcome::Released => tracing::info!("leader lease released"),
+            Outcome::ReleaseFailed => {
+                tracing::warn!("leader lease not released; it expires by itself")
+            }
+            Outcome::Stopped => tracing::info!("stopped campaigning; no lease held"),
+            Outcome::Lost => {}
+        }
+    }
     let _ = http_stop.send(());
     telemetry.shutdown();
+    tracing::info!("shutdown complete");
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Stops scheduling and lets in-flight binding cycles end within `bound`.
+async fn drain(scheduler: &Scheduler, bound: Duration) {
+    tracing::info!(in_flight = scheduler.bindings_in_flight(), bound = ?bound, "scheduling stopped; draining binding cycles");
+    let d = scheduler.shutdown(bound).await;
+    if d.unfinished_bindings == 0 && d.cycle_finished {
+        tracing::info!(
+            rejected_waiting = d.rejected_waiting,
+            "binding cycles drained"
+        );
+    } else {
+        tracing::warn!(
+            unfinished = d.unfinished_bindings,
+            cycle_finished = d.cycle_finished,
+            rejected_waiting = d.rejected_waiting,
+            "shutdown bound reached with binding cycles unfinished"
+        );
+    }
+}
+
+/// Registers for SIGTERM and SIGINT now (a signal arriving before the
+/// returned future is polled is not lost) and waits for either, naming it.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = &'static str>> {
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return ctrl_c.await.unwrap_or(()),
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+        let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            }
+        })
     }
     #[cfg(not(unix))]
     {
-        let _ = ctrl_c.await;
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        })
     }
 }

@@ -166,6 +166,66 @@ pub struct LeaderElection {
     pub resource_namespace: String,
 }
 
+impl LeaderElection {
+    /// Checks the settings as upstream does (component-base's validation,
+    /// plus client-go's check that the renew deadline outlasts a jittered
+    /// retry). Nothing is checked when `leaderElect` is false. Used after
+    /// flags override the file, too.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.leader_elect {
+            return Ok(());
+        }
+        let go = crate::framework::go_duration;
+        for (field, d) in [
+            ("leaseDuration", self.lease_duration),
+            ("renewDeadline", self.renew_deadline),
+            ("retryPeriod", self.retry_period),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::invalid(
+                    format!("leaderElection.{field}"),
+                    go(d),
+                    "must be greater than zero",
+                ));
+            }
+        }
+        if self.lease_duration <= self.renew_deadline {
+            return Err(ConfigError::invalid(
+                "leaderElection.leaseDuration",
+                go(self.lease_duration),
+                "LeaseDuration must be greater than RenewDeadline",
+            ));
+        }
+        if self.renew_deadline <= self.retry_period.mul_f64(crate::leader::JITTER_FACTOR) {
+            return Err(ConfigError::invalid(
+                "leaderElection.renewDeadline",
+                go(self.renew_deadline),
+                "renewDeadline must be greater than retryPeriod*JitterFactor (1.2)",
+            ));
+        }
+        if self.resource_lock != "leases" {
+            return Err(ConfigError::invalid(
+                "leaderElection.resourceLock",
+                &self.resource_lock,
+                "resourceLock value must be \"leases\"",
+            ));
+        }
+        for (field, v) in [
+            ("resourceName", &self.resource_name),
+            ("resourceNamespace", &self.resource_namespace),
+        ] {
+            if v.is_empty() {
+                return Err(ConfigError::invalid(
+                    format!("leaderElection.{field}"),
+                    "",
+                    &format!("{field} is required"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for LeaderElection {
     fn default() -> Self {
         Self {
@@ -488,22 +548,7 @@ fn resolve_leader_election(raw: RawLeaderElection) -> Result<LeaderElection, Con
     if let Some(n) = raw.resource_namespace.filter(|n| !n.is_empty()) {
         le.resource_namespace = n;
     }
-    if le.leader_elect {
-        if le.lease_duration <= le.renew_deadline {
-            return Err(ConfigError::invalid(
-                "leaderElection.leaseDuration",
-                crate::framework::go_duration(le.lease_duration),
-                "LeaseDuration must be greater than RenewDeadline",
-            ));
-        }
-        if le.retry_period.is_zero() {
-            return Err(ConfigError::invalid(
-                "leaderElection.retryPeriod",
-                "0s",
-                "must be greater than zero",
-            ));
-        }
-    }
+    le.validate()?;
     Ok(le)
 }
 

@@ -233,6 +233,22 @@ fn errors_name_the_field_path() {
             "leaderElection.leaseDuration: invalid duration \"forever\"",
         ),
         (
+            &format!("{HEADER}leaderElection:\n  renewDeadline: 15s\n"),
+            "leaderElection.leaseDuration: Invalid value: 15s: LeaseDuration must be greater than RenewDeadline",
+        ),
+        (
+            &format!("{HEADER}leaderElection:\n  retryPeriod: 0s\n"),
+            "leaderElection.retryPeriod: Invalid value: 0s: must be greater than zero",
+        ),
+        (
+            &format!("{HEADER}leaderElection:\n  renewDeadline: 0s\n"),
+            "leaderElection.renewDeadline: Invalid value: 0s: must be greater than zero",
+        ),
+        (
+            &format!("{HEADER}leaderElection:\n  retryPeriod: 9s\n"),
+            "leaderElection.renewDeadline: Invalid value: 10s: renewDeadline must be greater than retryPeriod*JitterFactor (1.2)",
+        ),
+        (
             &format!("{HEADER}leaderElection:\n  resourceLock: endpoints\n"),
             "leaderElection.resourceLock: Invalid value: endpoints: resourceLock value must be \"leases\"",
         ),
@@ -330,4 +346,30 @@ fn http_extenders_are_pinned_in_every_profile_at_their_verbs() {
         // The profile's own sets are untouched.
         assert!(p.plugins.get(ExtensionPoint::Filter).enabled.is_empty());
     }
+}
+
+#[test]
+fn leader_election_defaults_are_upstreams_with_berths_lease_name() {
+    let c = parse_ok(HEADER);
+    let le = &c.leader_election;
+    assert!(le.leader_elect);
+    assert_eq!(
+        (le.lease_duration, le.renew_deadline, le.retry_period),
+        (
+            Duration::from_secs(15),
+            Duration::from_secs(10),
+            Duration::from_secs(2)
+        )
+    );
+    assert_eq!(le.resource_lock, "leases");
+    assert_eq!(le.resource_name, "berth");
+    assert_eq!(le.resource_namespace, "kube-system");
+}
+
+#[test]
+fn leader_election_is_not_validated_when_off() {
+    let c = parse_ok(&format!(
+        "{HEADER}leaderElection:\n  leaderElect: false\n  renewDeadline: 20s\n"
+    ));
+    assert!(!c.leader_election.leader_elect);
 }

@@ -359,6 +359,7 @@ async fn start(yaml: &str, nodes: Vec<NodeBuilder>, pods: Vec<PodBuilder>) -> En
         Options {
             assumed_pod_ttl: Duration::ZERO,
             seed: Some(1),
+            leader: None,
         },
     )
     .unwrap();

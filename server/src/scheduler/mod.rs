@@ -205,6 +205,10 @@ pub struct Options {
     pub assumed_pod_ttl: Duration,
     /// Seed for tie-breaking (None: from the clock).
     pub seed: Option<u64>,
+    /// Leadership: the loop pops pods only while this is true, and stops
+    /// popping the moment it turns false (None: always the leader, as in
+    /// the embedded cluster mode).
+    pub leader: Option<watch::Receiver<bool>>,
 }
 
 impl Default for Options {
@@ -212,9 +216,24 @@ impl Default for Options {
         Self {
             assumed_pod_ttl: Duration::ZERO,
             seed: None,
+            leader: None,
         }
     }
 }
+
+/// What [`Scheduler::shutdown`] left behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drained {
+    /// Whether the scheduling cycle running at the time finished in time.
+    pub cycle_finished: bool,
+    /// Pods waiting at Permit that were rejected (and so Unreserved).
+    pub rejected_waiting: usize,
+    /// Binding cycles still running when the bound ran out (0: all done).
+    pub unfinished_bindings: usize,
+}
+
+/// The message pods waiting at Permit are rejected with on shutdown.
+pub const SHUTDOWN_REJECT_MESSAGE: &str = "scheduler is shutting down";
 
 /// State shared by the loop, the binding tasks and the event handlers.
 pub(crate) struct Shared {
@@ -226,6 +245,10 @@ pub(crate) struct Shared {
     pub events: broadcast::Sender<SchedulingEvent>,
     /// Binding cycles not finished yet.
     pub bindings_in_flight: AtomicUsize,
+    /// Notified whenever a binding cycle ends.
+    pub binding_done: tokio::sync::Notify,
+    /// Held by the loop while it runs a scheduling cycle.
+    pub cycle: tokio::sync::Mutex<()>,
     /// Decisions made, for the idle summary.
     pub decided: AtomicU64,
     pub last_summary: AtomicU64,
@@ -359,6 +382,8 @@ impl Scheduler {
             handle,
             events,
             bindings_in_flight: AtomicUsize::new(0),
+            binding_done: tokio::sync::Notify::new(),
+            cycle: tokio::sync::Mutex::new(()),
             decided: AtomicU64::new(0),
             last_summary: AtomicU64::new(0),
             summary_lock: Mutex::new(()),
@@ -386,13 +411,16 @@ impl Scheduler {
         let algorithm = Algorithm::new(config.percentage_of_nodes_to_score, rng);
         let mut ready = synced.clone();
         let loop_shared = shared.clone();
+        let leader = options.leader.clone();
         tokio::spawn(async move {
             // Like kube-scheduler's WaitForCacheSync: schedule only once the
             // cache holds the cluster as it was at start.
             if ready.wait_for(|s| *s).await.is_err() {
                 return;
             }
-            schedule_one::Loop::new(loop_shared, algorithm).run().await;
+            schedule_one::Loop::new(loop_shared, algorithm)
+                .run(leader)
+                .await;
         });
         Ok(Self { shared, synced })
     }
@@ -472,6 +500,42 @@ impl Scheduler {
     /// Stops popping pods.
     pub fn stop(&self) {
         self.shared.queue.close();
+    }
+
+    /// Stops scheduling for good and drains, within `bound`: no more pods
+    /// are popped, the scheduling cycle under way finishes, pods waiting at
+    /// Permit are rejected (so their Unreserve runs; nothing new can come
+    /// to allow them), and the binding cycles in flight are given until the
+    /// bound to bind or Unreserve.
+    pub async fn shutdown(&self, bound: Duration) -> Drained {
+        let deadline = tokio::time::Instant::now() + bound;
+        self.stop();
+        let cycle_finished = tokio::time::timeout_at(deadline, self.shared.cycle.lock())
+            .await
+            .is_ok();
+        let waiting = self.shared.handle.waiting_pods().list();
+        for w in &waiting {
+            tracing::info!(pod = %w.pod().key(), node = %w.node(), "rejecting pod waiting at Permit: {SHUTDOWN_REJECT_MESSAGE}");
+            w.reject(None, SHUTDOWN_REJECT_MESSAGE);
+        }
+        loop {
+            let done = self.shared.binding_done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            let left = self.bindings_in_flight();
+            if left == 0 {
+                break;
+            }
+            tokio::select! {
+                _ = done => {}
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        Drained {
+            cycle_finished,
+            rejected_waiting: waiting.len(),
+            unfinished_bindings: self.bindings_in_flight(),
+        }
     }
 }
 

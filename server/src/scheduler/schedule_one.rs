@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -78,13 +79,47 @@ impl Loop {
         }
     }
 
-    pub async fn run(mut self) {
+    /// Pops and schedules pods until the queue closes; with `leader`,
+    /// only while it says so.
+    pub async fn run(mut self, mut leader: Option<watch::Receiver<bool>>) {
         loop {
             maybe_report_idle(&self.shared);
-            let Some(q) = self.shared.queue.pop().await else {
+            let popped = match leader.as_mut() {
+                None => self.shared.queue.pop().await,
+                Some(l) => {
+                    if !*l.borrow_and_update() {
+                        tracing::info!("not the leader: scheduling waits for leadership");
+                        if l.wait_for(|leading| *leading).await.is_err() {
+                            tracing::info!("leadership gone; scheduling loop stops");
+                            return;
+                        }
+                        tracing::info!("leading: scheduling starts");
+                        continue;
+                    }
+                    // Leadership first: once it is lost, nothing more is
+                    // popped (pop takes a pod only when it returns, so
+                    // dropping it loses nothing).
+                    tokio::select! {
+                        biased;
+                        _ = l.wait_for(|leading| !*leading) => {
+                            tracing::warn!("leadership lost: scheduling stops popping pods");
+                            continue;
+                        }
+                        q = self.shared.queue.pop() => q,
+                    }
+                }
+            };
+            let Some(q) = popped else {
                 tracing::info!("scheduling queue closed; scheduling loop stops");
                 return;
             };
+            let shared = self.shared.clone();
+            let _cycle = shared.cycle.lock().await;
+            if shared.queue.is_closed() {
+                // Shutting down: the pod stays unscheduled.
+                tracing::info!("scheduling queue closed; scheduling loop stops");
+                return;
+            }
             self.schedule_one(q).await;
         }
     }
@@ -199,6 +234,7 @@ impl Loop {
                     span.record("result", outcome);
                     drop((binding, span));
                     shared.bindings_in_flight.fetch_sub(1, Ordering::SeqCst);
+                    shared.binding_done.notify_waiters();
                     maybe_report_idle(&shared);
                 });
             }

@@ -96,6 +96,7 @@ struct Setup {
     yaml: String,
     probe: (Status, (Status, Duration), Status),
     ttl: Duration,
+    leader: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Default for Setup {
@@ -108,6 +109,7 @@ impl Default for Setup {
                 Status::skip(),
             ),
             ttl: Duration::ZERO,
+            leader: None,
         }
     }
 }
@@ -145,6 +147,7 @@ async fn start(setup: Setup, nodes: Vec<NodeBuilder>, pods: Vec<PodBuilder>) -> 
         Options {
             assumed_pod_ttl: setup.ttl,
             seed: Some(1),
+            leader: setup.leader,
         },
     )
     .unwrap();
@@ -508,6 +511,7 @@ async fn an_assumed_pod_never_confirmed_expires_after_its_ttl() {
                 Status::success(),
             ),
             ttl: Duration::from_secs(30),
+            leader: None,
         },
         vec![make_node("n1").cpu("2")],
         vec![make_pod("ghost").req_cpu("2")],
@@ -1135,4 +1139,140 @@ async fn the_room_a_nomination_holds_is_not_given_to_lower_priority_pods() {
         .await;
     let s = fw.run_filter_with_nominated_pods(&st, &late, &empty_n2, &nominated);
     assert_eq!(s.message(), "Insufficient cpu");
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_the_leader_pops_and_it_stops_at_once_when_leadership_is_lost() {
+    let (leading, rx) = tokio::sync::watch::channel(false);
+    let mut env = start(
+        Setup {
+            leader: Some(rx),
+            ..Default::default()
+        },
+        vec![make_node("n1").cpu("4")],
+        vec![make_pod("a").req_cpu("1"), make_pod("b").req_cpu("1")],
+    )
+    .await;
+    // A standby: a minute passes and nothing is popped.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let c = env.scheduler.queue_counts();
+    assert_eq!((c.active, c.in_flight), (2, 0));
+    assert!(env.node_of("a").is_none() && env.node_of("b").is_none());
+
+    leading.send_replace(true);
+    let mut got = vec![env.next().await, env.next().await];
+    got.sort_by_key(|d| format!("{d:?}"));
+    assert_eq!(got, [scheduled("a", "n1"), scheduled("b", "n1")]);
+
+    // Lost: a pod arriving afterwards is never popped.
+    leading.send_replace(false);
+    env.cluster
+        .apply_pod(make_pod("c").req_cpu("1").object())
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let c = env.scheduler.queue_counts();
+    assert_eq!((c.active, c.in_flight), (1, 0));
+    assert!(env.node_of("c").is_none());
+
+    // Leading again (a library user may re-elect): it goes on.
+    leading.send_replace(true);
+    assert_eq!(env.next().await, scheduled("c", "n1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_rejects_pods_waiting_at_permit_so_they_unreserve() {
+    let mut env = start(
+        Setup {
+            yaml: with_probe(),
+            probe: (
+                Status::success(),
+                (Status::code_only(Code::Wait), Duration::from_secs(600)),
+                Status::skip(),
+            ),
+            ..Default::default()
+        },
+        vec![make_node("n1").cpu("2")],
+        vec![make_pod("p").req_cpu("1")],
+    )
+    .await;
+    while env.scheduler.handle().waiting_pods().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(env.scheduler.bindings_in_flight(), 1);
+    let start = Instant::now();
+    let drained = env.scheduler.shutdown(Duration::from_secs(30)).await;
+    assert_eq!(
+        drained,
+        Drained {
+            cycle_finished: true,
+            rejected_waiting: 1,
+            unfinished_bindings: 0
+        }
+    );
+    // Nothing waited out a timer: the rejection ends the binding cycle.
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(env.calls.unreserve.load(Ordering::SeqCst), 1);
+    match env.next().await {
+        Decision::Failed { message, .. } => assert_eq!(
+            message,
+            "0/1 nodes are available: 1 scheduler is shutting down."
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(env.node_of("p").is_none());
+    assert!(env.scheduler.queue().is_closed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_gives_a_stuck_binding_only_the_bound() {
+    // A Bind that never answers.
+    struct Stuck;
+    impl Plugin for Stuck {
+        fn name(&self) -> &'static str {
+            "Stuck"
+        }
+        crate::extension_points!(bind);
+    }
+    #[async_trait]
+    impl BindPlugin for Stuck {
+        async fn bind(&self, _: &CycleState, _: &PodInfo, _: &str) -> Status {
+            std::future::pending().await
+        }
+    }
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(make_node("n1").cpu("2").object())
+        .unwrap();
+    cluster
+        .apply_pod(make_pod("p").req_cpu("1").object())
+        .unwrap();
+    let mut registry = in_tree_registry();
+    registry
+        .register("Stuck", |_: NoArgs, _| Ok(Stuck))
+        .unwrap();
+    let yaml = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint: {disabled: [{name: DefaultBinder}]}
+    bind: {enabled: [{name: Stuck}]}
+";
+    let cfg = config::parse(yaml, &|n| registry.contains(n)).unwrap();
+    let scheduler = Scheduler::start(&cfg, &registry, cluster.clone(), Options::default()).unwrap();
+    scheduler.wait_synced().await;
+    while scheduler.bindings_in_flight() == 0 {
+        tokio::task::yield_now().await;
+    }
+    let start = Instant::now();
+    let drained = scheduler.shutdown(Duration::from_secs(30)).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(30));
+    assert_eq!(
+        drained,
+        Drained {
+            cycle_finished: true,
+            rejected_waiting: 0,
+            unfinished_bindings: 1
+        }
+    );
 }
