@@ -30,19 +30,6 @@ fn build_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
     private_copy(&dir.join(bin), bin)
 }
 
-/// Makes cargo build (and so link to `target/<profile>/NAME` again) each
-/// example of `berth-extender`: in a target directory shared by several
-/// checkouts, that path holds whichever checkout linked last, and cargo
-/// does not link it again for a checkout whose build is fresh.
-fn touch_examples() {
-    for bin in EXTENDER_BINARIES {
-        let main = workspace_root().join(format!("extenders/examples/{bin}/main.rs"));
-        if let Ok(f) = std::fs::File::options().append(true).open(&main) {
-            let _ = f.set_modified(std::time::SystemTime::now());
-        }
-    }
-}
-
 /// Runs `cargo build -p package SELECT` (`--bin=NAME`, `--bins`) with the
 /// same profile as the tests and returns the directory the binaries are in.
 fn build_binaries(package: &str, select: &str) -> Result<PathBuf, String> {
@@ -315,7 +302,6 @@ pub fn extender_path(name: &str) -> Result<PathBuf> {
     }
     // One cargo run builds every example (one wait for the shared target
     // dir's lock rather than one per binary), then each is copied.
-    touch_examples();
     let all = build_binaries("berth-extender", "--bins");
     for bin in EXTENDER_BINARIES {
         let r = all
