@@ -76,8 +76,14 @@ fn private_copy(built: &Path, bin: &str) -> Result<PathBuf, String> {
     let dir = std::env::temp_dir().join(format!("berth-e2e-bin-{:016x}", h.finish()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let tmp = dir.join(format!("{bin}.{}.tmp", std::process::id()));
-    std::fs::copy(built, &tmp)
-        .map_err(|e| format!("copying {} to {}: {e}", built.display(), tmp.display()))?;
+    let _ = std::fs::remove_file(&tmp);
+    // A hard link costs no disk space and keeps this build's file even when
+    // cargo later replaces `built` with another checkout's; a copy where
+    // linking is not possible (another filesystem).
+    if std::fs::hard_link(built, &tmp).is_err() {
+        std::fs::copy(built, &tmp)
+            .map_err(|e| format!("copying {} to {}: {e}", built.display(), tmp.display()))?;
+    }
     let dest = dir.join(bin);
     std::fs::rename(&tmp, &dest)
         .map_err(|e| format!("renaming {} to {}: {e}", tmp.display(), dest.display()))?;
