@@ -136,8 +136,12 @@ impl PyExtender {
                 self.seen.join("\n")
             )
         };
-        tokio::time::timeout(GUARD, read).await.map_err(|_| {
-            anyhow!("the Python extender did not log the expected line within {GUARD:?}")
+        let waited = tokio::time::timeout(GUARD, read).await;
+        waited.map_err(|_| {
+            anyhow!(
+                "the Python extender did not log the expected line within {GUARD:?}; it said:\n{}",
+                self.seen.join("\n")
+            )
         })?
     }
 

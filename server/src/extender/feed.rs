@@ -28,6 +28,9 @@ pub struct NodeFeed {
 struct Inner {
     nodes: BTreeMap<String, Arc<[u8]>>,
     subscribers: Vec<UnboundedSender<SchedulerMessage>>,
+    /// Whether the cluster's initial listing has been applied: until then
+    /// `NodesSynced` is held back, since the nodes are still arriving.
+    synced: bool,
 }
 
 impl std::fmt::Debug for NodeFeed {
@@ -49,6 +52,10 @@ fn upsert(name: &str, json: &[u8]) -> SchedulerMessage {
         name: name.to_string(),
         node: json.to_vec(),
     }))
+}
+
+fn nodes_synced(n: usize) -> SchedulerMessage {
+    message(Message::NodesSynced(NodesSynced { nodes: n as u32 }))
 }
 
 impl Inner {
@@ -106,8 +113,10 @@ impl NodeFeed {
         }
     }
 
-    /// Queues every current node and `NodesSynced` on `tx`, then every
-    /// later change, until `tx` closes.
+    /// Queues every current node on `tx`, then `NodesSynced` (at once if
+    /// the cluster's initial listing has been applied, else when
+    /// [`NodeFeed::mark_synced`] is called), and every later change, until
+    /// `tx` closes.
     pub fn subscribe(&self, tx: UnboundedSender<SchedulerMessage>) {
         let mut inner = self.inner.lock();
         for (name, json) in &inner.nodes {
@@ -115,12 +124,23 @@ impl NodeFeed {
                 return;
             }
         }
-        let synced = message(Message::NodesSynced(NodesSynced {
-            nodes: inner.nodes.len() as u32,
-        }));
-        if tx.send(synced).is_ok() {
-            inner.subscribers.push(tx);
+        if inner.synced && tx.send(nodes_synced(inner.nodes.len())).is_err() {
+            return;
         }
+        inner.subscribers.push(tx);
+    }
+
+    /// The cluster's initial listing has been applied: streams that
+    /// subscribed before get `NodesSynced` now, later ones on subscribing.
+    /// Called once, before the scheduler starts scheduling.
+    pub fn mark_synced(&self) {
+        let mut inner = self.inner.lock();
+        if inner.synced {
+            return;
+        }
+        inner.synced = true;
+        let n = inner.nodes.len();
+        inner.publish(|| nodes_synced(n));
     }
 
     /// How many nodes the feed holds.
@@ -158,6 +178,7 @@ mod tests {
         let n1 = Arc::new(make_node("n1").object());
         let n2 = Arc::new(make_node("n2").object());
         feed.apply(&WatchEvent::Added(n1.clone()));
+        feed.mark_synced();
         let (tx, mut first) = tokio::sync::mpsc::unbounded_channel();
         feed.subscribe(tx);
         assert_eq!(kinds(&mut first), ["upsert n1", "synced 1"]);
@@ -184,5 +205,20 @@ mod tests {
         drop(rx);
         feed.apply(&WatchEvent::Added(Arc::new(make_node("n3").object())));
         assert_eq!(feed.inner.lock().subscribers.len(), 0);
+    }
+
+    #[test]
+    fn a_stream_that_subscribes_before_the_cluster_is_listed_gets_nodes_synced_after_it() {
+        let feed = NodeFeed::new();
+        feed.apply(&WatchEvent::Added(Arc::new(make_node("n1").object())));
+        let (tx, mut early) = tokio::sync::mpsc::unbounded_channel();
+        feed.subscribe(tx);
+        assert_eq!(kinds(&mut early), ["upsert n1"]);
+        feed.apply(&WatchEvent::Added(Arc::new(make_node("n2").object())));
+        feed.mark_synced();
+        assert_eq!(kinds(&mut early), ["upsert n2", "synced 2"]);
+        // Only once.
+        feed.mark_synced();
+        assert!(kinds(&mut early).is_empty());
     }
 }

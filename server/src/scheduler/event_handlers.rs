@@ -40,6 +40,10 @@ pub(crate) async fn run(
             ClusterChange::Pod(e) => on_pod(&shared, e),
             ClusterChange::Object(e) => on_object(&shared, e),
             ClusterChange::Synced => {
+                // Before the scheduler may send an extender any request.
+                if let Some(feed) = &shared.node_feed {
+                    feed.mark_synced();
+                }
                 let (nodes, pods) = {
                     let c = shared.cache.lock();
                     (c.node_count(), c.pod_count())
