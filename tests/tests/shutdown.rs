@@ -143,36 +143,53 @@ async fn sigterm_rejects_pods_waiting_at_permit_so_they_unreserve() -> Result<()
         }
     }
     berthd.signal("TERM")?;
-    // Their binding cycles end as rejected, now, not in 10 minutes.
-    let mut failed = Vec::new();
+    // Nothing binds. (The event stream may end, with the gRPC server, before
+    // it carries the failures: the log below is the record.)
     while let Some(e) = events.next().await {
         let Ok(e) = e else { break };
         ensure!(e.r#type() != EventType::Scheduled, "{e:?}");
-        if e.r#type() == EventType::Failed {
-            failed.push((e.pod.context("pod")?.name, e.message));
-        }
     }
-    failed.sort();
-    let msg = "0/1 nodes are available: 1 scheduler is shutting down.";
-    assert_eq!(
-        failed,
-        [
-            ("g-0".to_string(), msg.to_string()),
-            ("g-1".to_string(), msg.to_string())
-        ]
-    );
     let (status, lines) = berthd.wait_exit().await?;
     ensure!(status.success(), "exit {status}: {:#?}", messages(&lines));
+    // Their binding cycles end as rejected, now, not in 10 minutes.
+    let msg = "0/1 nodes are available: 1 scheduler is shutting down.";
+    let mut failed: Vec<(String, String)> = lines
+        .iter()
+        .filter_map(|l| {
+            let text = message(l).strip_prefix("unschedulable: ")?;
+            Some((l["fields"]["pod"].as_str()?.to_string(), text.to_string()))
+        })
+        .collect();
+    // Both fail: the one shutdown rejects first, and the other either by the
+    // shutdown too or, if Coscheduling got there first, because a member of
+    // its group failed (upstream's coscheduling rejects the whole group).
+    failed.sort();
+    let pods: Vec<&str> = failed.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(pods, ["default/g-0", "default/g-1"]);
+    let shut = failed.iter().filter(|(_, m)| m == msg).count();
+    assert!(shut >= 1, "{failed:?}");
+    for (pod, m) in &failed {
+        let sibling = if pod == "default/g-0" { "g-1" } else { "g-0" };
+        let group = format!(
+            "0/1 nodes are available: 1 rejected: member default/{sibling} of pod group default/g failed."
+        );
+        assert!(m == msg || *m == group, "{pod}: {m}");
+    }
     let drained = lines
         .iter()
         .find(|l| message(l) == "binding cycles drained")
         .context("no 'binding cycles drained'")?;
-    assert_eq!(drained["fields"]["rejected_waiting"], 2);
+    // The shutdown may also reject a pod that the group's failure is
+    // rejecting at the same moment: the first rejection is the one it gets.
+    let rejected_waiting = drained["fields"]["rejected_waiting"]
+        .as_u64()
+        .context("rejected_waiting")? as usize;
+    assert!((shut..=2).contains(&rejected_waiting), "{rejected_waiting}");
     let rejected = lines
         .iter()
         .filter(|l| message(l) == "rejecting pod waiting at Permit: scheduler is shutting down")
         .count();
-    assert_eq!(rejected, 2);
+    assert_eq!(rejected, rejected_waiting);
     Ok(())
 }
 
