@@ -127,14 +127,16 @@ async fn run(file: &str) -> Result<()> {
         if last.is_empty() {
             break;
         }
-        // Nothing ready, backing off or in flight: no further idle point
-        // would come without a new event, so the scenario has settled.
+        // Nothing ready, backing off or in flight, and no preemptor waiting
+        // for its victims' deletions (which move it when they arrive): no
+        // further idle point would come without a new event, so the
+        // scenario has settled.
         let queue = client.get_queue("").await?;
         let moving = queue.iter().any(|p| {
             matches!(
                 p.queue(),
                 QueueName::Active | QueueName::Backoff | QueueName::InFlight
-            )
+            ) || !p.nominated_node_name.is_empty()
         });
         if !moving {
             break;
