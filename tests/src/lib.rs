@@ -51,15 +51,46 @@ fn build_binaries(package: &str, select: &str) -> Result<PathBuf, String> {
     let mut cmd = std::process::Command::new(cargo);
     cmd.current_dir(workspace_root())
         .args(["build", "--quiet", "-p", package, select]);
+    // cargo gave this test process the variables it sets for a crate
+    // (CARGO_MANIFEST_DIR, CARGO_PKG_NAME, ...). Build scripts such as
+    // ring's ask to rerun when those change, so passing them on would
+    // rebuild ring and everything above it here, and again at the next
+    // plain `cargo test`: half a minute per test binary and a second copy
+    // of the TLS stack on disk.
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        if key == "OUT_DIR"
+            || key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_BIN_")
+            || key.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                key,
+                "CARGO_CRATE_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+            )
+        {
+            cmd.env_remove(key);
+        }
+    }
     if profile == "release" {
         cmd.arg("--release");
     }
-    let status = cmd
-        .status()
+    // cargo's own words go into the error: the test harness does not show
+    // a child's stderr beside the failure, and "exit status: 101" alone
+    // does not say whether the code, the disk or the lock was at fault.
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
         .map_err(|e| format!("running cargo build: {e}"))?;
-    if !status.success() {
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = stderr.lines().collect();
+        let tail = lines[lines.len().saturating_sub(40)..].join("\n");
         return Err(format!(
-            "cargo build -p {package} {select} failed: {status}"
+            "cargo build -p {package} {select} failed: {}\n{tail}",
+            out.status
         ));
     }
     Ok(dir)
