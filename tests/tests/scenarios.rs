@@ -122,15 +122,16 @@ async fn run(file: &str) -> Result<()> {
             last.push(format!("({e})"));
             break;
         }
-        let pods = client.list("Pod", "").await?;
-        last = unmet(&objects, &pods);
-        if last.is_empty() {
-            break;
-        }
-        // Nothing ready, backing off or in flight, and no preemptor waiting
-        // for its victims' deletions (which move it when they arrive): no
-        // further idle point would come without a new event, so the
-        // scenario has settled.
+        // The queue first, the pods after: the scheduler may move between
+        // the two reads, and a queue that was settled before the listing
+        // makes the listing final. (The other order raced: a preemptor was
+        // bound between an unbound listing and a queue without it, and the
+        // runner took the scenario for settled with the preemptor unbound.)
+        //
+        // Settled means nothing ready, backing off or in flight, and no
+        // preemptor waiting for its victims' deletions (which move it when
+        // they arrive): no further idle point would come without a new
+        // event.
         let queue = client.get_queue("").await?;
         let moving = queue.iter().any(|p| {
             matches!(
@@ -138,11 +139,30 @@ async fn run(file: &str) -> Result<()> {
                 QueueName::Active | QueueName::Backoff | QueueName::InFlight
             ) || !p.nominated_node_name.is_empty()
         });
+        let pods = client.list("Pod", "").await?;
+        last = unmet(&objects, &pods);
+        if last.is_empty() {
+            break;
+        }
         if !moving {
             break;
         }
     }
-    berthd.stop().await?;
+    if !last.is_empty() {
+        // The test harness shows a failing test's stdout: the queue and
+        // berthd's whole log say what the scheduler did and in which order.
+        for p in client.get_queue("").await? {
+            println!("queue: {p:?}");
+        }
+        berthd.signal("TERM")?;
+        let seen = berthd.seen.clone();
+        let (_, rest) = berthd.wait_exit().await?;
+        for line in seen.iter().chain(&rest) {
+            println!("{line}");
+        }
+    } else {
+        berthd.stop().await?;
+    }
     std::fs::remove_dir_all(&dir).ok();
     if !last.is_empty() {
         bail!("{}: {}", Path::new(file).display(), last.join("; "));

@@ -91,7 +91,8 @@ pub enum QueueName {
     Unschedulable,
     /// Among the unschedulable pods, held by a PreEnqueue plugin.
     Gated,
-    /// Being scheduled.
+    /// Popped: in its scheduling cycle, or in its binding cycle until it
+    /// is bound or requeued.
     InFlight,
 }
 
@@ -159,6 +160,11 @@ struct Inner {
     /// Pods being scheduled: their pod and the sequence number of their
     /// marker in `recorded`.
     in_flight: HashMap<Arc<str>, (QueuedPodInfo, u64)>,
+    /// Pods past Permit, in PreBind, Bind or PostBind: no longer tracked
+    /// for events (as upstream, which calls Done there), but still listed
+    /// as in flight until their binding cycle ends, so that a pod is never
+    /// in neither the queue nor the cluster's bound pods.
+    binding: HashMap<Arc<str>, QueuedPodInfo>,
     /// Events received while pods were in flight, after their markers.
     recorded: VecDeque<(u64, Recorded)>,
     next_seq: u64,
@@ -477,10 +483,9 @@ impl Inner {
         activated
     }
 
-    fn done(&mut self, uid: &str) {
-        let Some((_, seq)) = self.in_flight.remove(uid) else {
-            return;
-        };
+    fn done(&mut self, uid: &str) -> Option<QueuedPodInfo> {
+        self.binding.remove(uid);
+        let (q, seq) = self.in_flight.remove(uid)?;
         if let Ok(i) = self.recorded.binary_search_by_key(&seq, |(s, _)| *s) {
             self.recorded[i].1 = Recorded::Done;
         }
@@ -491,6 +496,7 @@ impl Inner {
         ) {
             self.recorded.pop_front();
         }
+        Some(q)
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -564,6 +570,7 @@ impl SchedulingQueue {
                 unschedulable: HashMap::new(),
                 flush_at: BTreeSet::new(),
                 in_flight: HashMap::new(),
+                binding: HashMap::new(),
                 recorded: VecDeque::new(),
                 next_seq: 0,
                 nominator: Nominator::default(),
@@ -757,6 +764,23 @@ impl SchedulingQueue {
         self.inner.lock().done(uid);
     }
 
+    /// Ends the in-flight tracking of a pod whose binding cycle goes on past
+    /// Permit; [`SchedulingQueue::list`] shows it in flight until
+    /// [`SchedulingQueue::binding_finished`] or [`SchedulingQueue::done`], or
+    /// until it is queued again.
+    pub fn binding_started(&self, uid: &str) {
+        let mut inner = self.inner.lock();
+        if let Some(q) = inner.done(uid) {
+            inner.binding.insert(q.pod.uid.clone(), q);
+        }
+    }
+
+    /// The binding cycle of a pod handed over by
+    /// [`SchedulingQueue::binding_started`] ended.
+    pub fn binding_finished(&self, uid: &str) {
+        self.inner.lock().binding.remove(uid);
+    }
+
     /// A cluster event: moves the unschedulable pods it may help. `pre_check`
     /// narrows the candidates.
     pub fn move_all_to_active_or_backoff(
@@ -934,7 +958,9 @@ impl SchedulingQueue {
             inner
                 .in_flight
                 .values()
-                .map(|(q, _)| entry(QueueName::InFlight, q)),
+                .map(|(q, _)| q)
+                .chain(inner.binding.values())
+                .map(|q| entry(QueueName::InFlight, q)),
         );
         out
     }

@@ -320,3 +320,36 @@ async fn closing_ends_pop() {
     q.close();
     assert!(waiter.await.unwrap().is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_binding_pod_stays_listed_in_flight_until_bound_or_requeued() {
+    let q = queue();
+    let listed = |q: &SchedulingQueue| -> Vec<(String, QueueName)> {
+        q.list()
+            .into_iter()
+            .map(|e| (e.info.pod.name.to_string(), e.queue))
+            .collect()
+    };
+    q.add(pod(make_pod("bound")));
+    q.add(pod(make_pod("retried")));
+    let bound = q.pop().await.unwrap();
+    let retried = q.pop().await.unwrap();
+    q.binding_started(&bound.pod.uid);
+    q.binding_started(&retried.pod.uid);
+    // Past Permit no event is recorded for them, but they are still in
+    // flight for whoever asks.
+    assert_eq!(q.counts().in_flight, 0);
+    let mut both = listed(&q);
+    both.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        both,
+        [
+            ("bound".to_string(), QueueName::InFlight),
+            ("retried".to_string(), QueueName::InFlight)
+        ]
+    );
+    q.binding_finished(&bound.pod.uid);
+    // A failed bind requeues the pod: it is listed once, in its new queue.
+    fail(&q, retried, &[]);
+    assert_eq!(listed(&q), [("retried".to_string(), QueueName::Backoff)]);
+}

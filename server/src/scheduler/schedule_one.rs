@@ -369,6 +369,8 @@ async fn binding_cycle(
         binding_failure(shared, fw, &state, q, &assumed, host, failure, start).await;
         return label;
     }
+    // Bound in the cluster: no longer pending.
+    shared.queue.binding_finished(&assumed.uid);
     shared
         .cache
         .lock()
@@ -423,8 +425,9 @@ async fn bind_steps(
         });
     }
     // From here the pod cannot come back as unschedulable through events
-    // seen while it was in flight.
-    shared.queue.done(&assumed.uid);
+    // seen while it was in flight (GetQueue still lists it in flight until
+    // it is bound or requeued).
+    shared.queue.binding_started(&assumed.uid);
     let s = fw.run_pre_bind(state, assumed, host).await;
     if !s.is_success() {
         return Err(Failure::from_status(s));
