@@ -121,6 +121,12 @@ impl Loop {
                 return;
             }
             self.schedule_one(q).await;
+            drop(_cycle);
+            // With pods ready, pop never waits, so without this the loop
+            // would keep its worker thread for as long as the queue is full
+            // and the binding cycle it just spawned (left in that worker's
+            // next-task slot) would wait for another worker to steal it.
+            tokio::task::yield_now().await;
         }
     }
 
