@@ -21,30 +21,6 @@ use serde_json::Value;
 mod support;
 use support::*;
 
-/// Three plain nodes, 4 cpu each.
-const THREE_NODES: &str = r#"
-apiVersion: v1
-kind: Node
-metadata: {name: n1}
-status:
-  allocatable: {cpu: "4", memory: 16Gi, pods: "50"}
-  conditions: [{type: Ready, status: "True"}]
----
-apiVersion: v1
-kind: Node
-metadata: {name: n2}
-status:
-  allocatable: {cpu: "4", memory: 16Gi, pods: "50"}
-  conditions: [{type: Ready, status: "True"}]
----
-apiVersion: v1
-kind: Node
-metadata: {name: n3}
-status:
-  allocatable: {cpu: "4", memory: 16Gi, pods: "50"}
-  conditions: [{type: Ready, status: "True"}]
-"#;
-
 /// The profile's plugin lists: faulty at every point a pod crosses up to
 /// binding (Filter and Score batched, Reserve/Unreserve, Permit, PreBind).
 const PLUGINS: &str = "    filter: {enabled: [{name: faulty}]}\n    \
@@ -129,7 +105,7 @@ fn plain(name: &str) -> Value {
 async fn a_non_ignorable_extender_misbehaving_fails_the_attempt_and_unreserves_it() -> Result<()> {
     let faulty = start_point_faulty().await?;
     let cfg = faulty_config(&faulty.endpoint(), "300ms", false);
-    let mut s = start("points-strict", THREE_NODES, &cfg, &["faulty"]).await?;
+    let mut s = start("points-strict", &plain_nodes(3), &cfg, &["faulty"]).await?;
     let mut pods: Vec<Value> = POINT_FAULTS.iter().map(|(p, _, _)| plain(p)).collect();
     pods.push(plain("fine"));
     s.apply(&pods).await?;
@@ -144,15 +120,13 @@ async fn a_non_ignorable_extender_misbehaving_fails_the_attempt_and_unreserves_i
             failure.contains(&want),
             "{name}: {failure:?} lacks {want:?}"
         );
-        let line = berthd_line(&mut s.berthd, |l| {
-            extender_line(
-                l,
-                "extender failed",
-                "faulty",
-                point,
-                &format!("default/{name}"),
-            )
-        })
+        let line = extender_line(
+            &mut s.berthd,
+            "extender failed",
+            "faulty",
+            point,
+            &format!("default/{name}"),
+        )
         .await?;
         assert_eq!(field(&line, "error"), error, "{name}");
         let (reason, condition) = s.condition("default", name).await?;
@@ -209,7 +183,7 @@ async fn a_non_ignorable_extender_misbehaving_fails_the_attempt_and_unreserves_i
 async fn an_ignorable_extender_misbehaving_is_skipped_and_every_pod_binds() -> Result<()> {
     let faulty = start_point_faulty().await?;
     let cfg = faulty_config(&faulty.endpoint(), "300ms", true);
-    let mut s = start("points-lenient", THREE_NODES, &cfg, &["faulty"]).await?;
+    let mut s = start("points-lenient", &plain_nodes(3), &cfg, &["faulty"]).await?;
     let mut pods: Vec<Value> = POINT_FAULTS.iter().map(|(p, _, _)| plain(p)).collect();
     pods.push(plain("fine"));
     s.apply(&pods).await?;
@@ -218,15 +192,13 @@ async fn an_ignorable_extender_misbehaving_is_skipped_and_every_pod_binds() -> R
     for (name, _, _) in POINT_FAULTS {
         s.bound("default", name).await?;
         let (point, error) = expected_error(name);
-        let line = berthd_line(&mut s.berthd, |l| {
-            extender_line(
-                l,
-                "ignorable extender skipped",
-                "faulty",
-                point,
-                &format!("default/{name}"),
-            )
-        })
+        let line = extender_line(
+            &mut s.berthd,
+            "ignorable extender skipped",
+            "faulty",
+            point,
+            &format!("default/{name}"),
+        )
         .await?;
         assert_eq!(field(&line, "error"), error, "{name}");
     }
@@ -276,7 +248,7 @@ async fn a_non_ignorable_extender_killed_mid_cycle_gets_its_unreserves_after_a_r
     // The 30s timeout never expires: the kill ends the call.
     let mut faulty = Extender::start("faulty", &["--hang", "preBind=^slow-"]).await?;
     let cfg = faulty_config(&faulty.endpoint(), "30s", false);
-    let mut s = start("kill-strict", THREE_NODES, &cfg, &["faulty"]).await?;
+    let mut s = start("kill-strict", &plain_nodes(3), &cfg, &["faulty"]).await?;
     s.apply(&[plain("slow-0")]).await?;
     faulty
         .wait_for(|l| {
@@ -344,7 +316,7 @@ async fn a_non_ignorable_extender_killed_mid_cycle_gets_its_unreserves_after_a_r
 async fn an_ignorable_extender_killed_mid_cycle_is_skipped_and_reconnected() -> Result<()> {
     let mut faulty = Extender::start("faulty", &["--hang", "preBind=^slow-"]).await?;
     let cfg = faulty_config(&faulty.endpoint(), "30s", true);
-    let mut s = start("kill-lenient", THREE_NODES, &cfg, &["faulty"]).await?;
+    let mut s = start("kill-lenient", &plain_nodes(3), &cfg, &["faulty"]).await?;
     s.apply(&[plain("slow-0")]).await?;
     faulty
         .wait_for(|l| {
@@ -353,29 +325,25 @@ async fn an_ignorable_extender_killed_mid_cycle_is_skipped_and_reconnected() -> 
         .await?;
     faulty.kill().await?;
     s.bound("default", "slow-0").await?;
-    let line = berthd_line(&mut s.berthd, |l| {
-        extender_line(
-            l,
-            "ignorable extender skipped",
-            "faulty",
-            "PreBind",
-            "default/slow-0",
-        )
-    })
+    let line = extender_line(
+        &mut s.berthd,
+        "ignorable extender skipped",
+        "faulty",
+        "PreBind",
+        "default/slow-0",
+    )
     .await?;
     assert_eq!(field(&line, "error"), "the stream broke");
 
     s.apply(&[plain("during-0")]).await?;
     s.bound("default", "during-0").await?;
-    let line = berthd_line(&mut s.berthd, |l| {
-        extender_line(
-            l,
-            "ignorable extender skipped",
-            "faulty",
-            "Filter",
-            "default/during-0",
-        )
-    })
+    let line = extender_line(
+        &mut s.berthd,
+        "ignorable extender skipped",
+        "faulty",
+        "Filter",
+        "default/during-0",
+    )
     .await?;
     assert_eq!(field(&line, "error"), "not connected");
 
@@ -426,7 +394,7 @@ async fn an_unacknowledged_unreserve_is_re_sent_until_a_restarted_extender_answe
     )
     .await?;
     let cfg = faulty_config(&faulty.endpoint(), "300ms", false);
-    let mut s = start("unreserve-restart", THREE_NODES, &cfg, &["faulty"]).await?;
+    let mut s = start("unreserve-restart", &plain_nodes(3), &cfg, &["faulty"]).await?;
     s.apply(&[plain("doomed-0")]).await?;
     s.failed("default", "doomed-0", 1).await?;
     faulty

@@ -246,7 +246,7 @@ async fn volume_prebind_failure_retries_the_pod_and_unreserves_each_attempt() ->
             vol.endpoint()
         ),
     );
-    let mut s = start("volume", TWO_NODES, &cfg, &["volume-prebind"]).await?;
+    let mut s = start("volume", &plain_nodes(2), &cfg, &["volume-prebind"]).await?;
     let sized =
         |name: &str, size: &str| annotated(pod("default", name), "example.com/volume-size", size);
     s.apply(&[
@@ -332,7 +332,7 @@ async fn gang_permit_holds_a_group_until_complete_and_rejects_an_incomplete_one(
             gang.endpoint()
         ),
     );
-    let mut s = start("gang", TWO_NODES, &cfg, &["gang-permit"]).await?;
+    let mut s = start("gang", &plain_nodes(2), &cfg, &["gang-permit"]).await?;
     let member = |group: &str, name: &str, min: &str| {
         annotated(
             labelled(pod("default", name), "pod-group.example.com/name", group),
@@ -430,7 +430,7 @@ async fn quota_core_admits_within_quota_and_leaves_other_pods_alone() -> Result<
             core.endpoint()
         ),
     );
-    let mut s = start("quota", TWO_NODES, &cfg, &["quota-core"]).await?;
+    let mut s = start("quota", &plain_nodes(2), &cfg, &["quota-core"]).await?;
     let app = |ns: &str, name: &str, cpu: &str| {
         with_cpu(
             labelled(pod(ns, name), "quota-core.example.com/app", "batch"),

@@ -288,22 +288,19 @@ pub fn count(lines: &[Value], prefix: &str) -> usize {
         .count()
 }
 
-/// Two plain nodes, 4 cpu each.
-pub const TWO_NODES: &str = r#"
-apiVersion: v1
-kind: Node
-metadata: {name: n1}
-status:
-  allocatable: {cpu: "4", memory: 16Gi, pods: "50"}
-  conditions: [{type: Ready, status: "True"}]
----
-apiVersion: v1
-kind: Node
-metadata: {name: n2}
-status:
-  allocatable: {cpu: "4", memory: 16Gi, pods: "50"}
-  conditions: [{type: Ready, status: "True"}]
-"#;
+/// Cluster YAML of `count` plain Ready nodes `n1`..`nN`, 4 cpu each.
+pub fn plain_nodes(count: usize) -> String {
+    (1..=count)
+        .map(|i| {
+            format!(
+                "apiVersion: v1\nkind: Node\nmetadata: {{name: n{i}}}\nstatus:\n  \
+                 allocatable: {{cpu: \"4\", memory: 16Gi, pods: \"50\"}}\n  \
+                 conditions: [{{type: Ready, status: \"True\"}}]\n"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
 
 /// Whether at some point of the log the pod had at least `min`
 /// reservations and every one of them had been undone (checked line by
@@ -347,11 +344,20 @@ pub async fn berthd_line(berthd: &mut Berthd, pred: impl Fn(&Value) -> bool) -> 
     berthd.wait_for(pred).await
 }
 
-/// Whether a berthd line is `msg` about extender `ext`, point `point` and
-/// pod `pod` (`ns/name`).
-pub fn extender_line(l: &Value, msg: &str, ext: &str, point: &str, pod: &str) -> bool {
-    message(l) == msg
-        && field(l, "extender") == ext
-        && field(l, "point") == point
-        && field(l, "pod") == pod
+/// berthd's line `msg` about extender `ext`, point `point` and pod `pod`
+/// (`ns/name`), seen or still to come.
+pub async fn extender_line(
+    berthd: &mut Berthd,
+    msg: &str,
+    ext: &str,
+    point: &str,
+    pod: &str,
+) -> Result<Value> {
+    berthd_line(berthd, |l| {
+        message(l) == msg
+            && field(l, "extender") == ext
+            && field(l, "point") == point
+            && field(l, "pod") == pod
+    })
+    .await
 }
