@@ -37,6 +37,7 @@ use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 use super::feed::NodeFeed;
 use crate::config::ExtenderConfig;
 use crate::framework::{CycleToken, ExtensionPoint, Handle};
+use crate::metrics::ExtenderMetrics;
 use crate::model::PodInfo;
 
 /// The first reconnect delay.
@@ -80,16 +81,12 @@ pub struct Stats {
     pub failures: AtomicU64,
     /// Failures skipped because the extender is ignorable.
     pub skipped: AtomicU64,
-    /// Streams opened (handshakes completed).
-    pub sessions: AtomicU64,
     /// Unreserves acknowledged.
     pub unreserves_acked: AtomicU64,
-    /// Calls by extension point and result, and their latency.
-    pub by_point: crate::observe::metrics::ExtenderCalls,
 }
 
 /// The index of a request's extension point in
-/// [`crate::observe::metrics::EXTENDER_POINTS`].
+/// [`crate::metrics::EXTENDER_POINTS`].
 fn point_slot(kind: &request::Kind) -> usize {
     match kind {
         request::Kind::PreFilter(_) => 0,
@@ -108,7 +105,7 @@ fn point_slot(kind: &request::Kind) -> usize {
 }
 
 /// The index of a call's outcome in
-/// [`crate::observe::metrics::EXTENDER_RESULTS`].
+/// [`crate::metrics::EXTENDER_RESULTS`].
 fn result_slot(r: &Answer) -> usize {
     match r {
         Ok(_) => 0,
@@ -173,6 +170,7 @@ struct Inner {
     /// Pods waiting at Permit on this extender: reservation id -> pod UID.
     waiting: Mutex<HashMap<String, Arc<str>>>,
     stats: Stats,
+    metrics: ExtenderMetrics,
     connected: tokio::sync::watch::Sender<u64>,
     /// The outbox's length, for whoever waits for it to drain.
     outbox_len: tokio::sync::watch::Sender<usize>,
@@ -400,6 +398,7 @@ impl Inner {
             entry.2 = false;
         }
         self.outbox_len.send_replace(outbox.len());
+        self.metrics.pending_unreserves.set(outbox.len() as u64);
         drop(outbox);
         if !acked {
             tracing::warn!(extender = self.name, reservation = %id, "Unreserve not acknowledged; will re-send");
@@ -433,6 +432,7 @@ impl Inner {
             let mut current = self.session.write();
             if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, session)) {
                 *current = None;
+                self.metrics.connected.set(0);
             }
         }
         let pending: Vec<Pending> = session.pending.lock().drain().map(|(_, p)| p).collect();
@@ -572,7 +572,9 @@ impl Inner {
             self.feed.subscribe(tx);
         }
         *self.session.write() = Some(session.clone());
-        let n = self.stats.sessions.fetch_add(1, Ordering::Relaxed) + 1;
+        self.metrics.sessions.inc();
+        self.metrics.connected.set(1);
+        let n = self.metrics.sessions.get();
         self.connected.send_replace(n);
         tracing::info!(
             extender = self.name,
@@ -639,6 +641,7 @@ impl Connection {
             unreserve_kick: Notify::new(),
             waiting: Mutex::new(HashMap::new()),
             stats: Stats::default(),
+            metrics: ExtenderMetrics::default(),
             connected,
             outbox_len,
             cfg,
@@ -701,6 +704,11 @@ impl Connection {
         &self.inner.stats
     }
 
+    /// What `/metrics` shows of this extender.
+    pub fn metrics(&self) -> &ExtenderMetrics {
+        &self.inner.metrics
+    }
+
     /// The extender's declaration on the current stream.
     pub fn hello(&self) -> Option<Hello> {
         self.inner.current().map(|s| s.hello.clone())
@@ -722,8 +730,8 @@ impl Connection {
         };
         let result = result.map_err(|e| self.classify(e));
         self.inner
-            .stats
-            .by_point
+            .metrics
+            .calls
             .record(point, result_slot(&result), started.elapsed());
         result
     }
@@ -745,6 +753,7 @@ impl Connection {
     /// Counts a failure that was skipped (ignorable extender).
     pub fn note_skipped(&self) {
         self.inner.stats.skipped.fetch_add(1, Ordering::Relaxed);
+        self.inner.metrics.skipped.inc();
     }
 
     /// Queues an Unreserve until acknowledged and makes a first attempt,
@@ -755,6 +764,10 @@ impl Connection {
             let mut outbox = self.inner.unreserves.lock();
             outbox.insert(id.clone(), (cycle, req.clone(), true));
             self.inner.outbox_len.send_replace(outbox.len());
+            self.inner
+                .metrics
+                .pending_unreserves
+                .set(outbox.len() as u64);
         }
         self.inner.waiting.lock().remove(&id);
         let Some(session) = self.inner.current() else {

@@ -54,8 +54,8 @@ use super::types::{
 use super::waiting_pods::MAX_PERMIT_TIMEOUT;
 use crate::cache::NodeInfo;
 use crate::config::{ConfigError, Placement, PluginRef, Profile};
+use crate::metrics::{FrameworkMetrics, Metrics, Point};
 use crate::model::{PodInfo, PodRef};
-use crate::observe::metrics::{FrameworkMetrics, Point};
 
 struct PreFilterEntry {
     plugin: Arc<dyn PreFilterPlugin>,
@@ -541,6 +541,15 @@ impl Framework {
         let _ = self.metrics.set(m);
     }
 
+    /// Resolves this profile's label sets in `metrics` and records there
+    /// from now on (once; later calls are ignored).
+    pub fn attach_metrics(&self, metrics: &Arc<Metrics>) {
+        let m = metrics.attach(self.profile_name(), &|p| {
+            self.plugin_names(metric_point_plugins(p)).to_vec()
+        });
+        self.set_metrics(m);
+    }
+
     /// The profile's metrics, if attached.
     pub fn metrics(&self) -> Option<&FrameworkMetrics> {
         self.metrics.get()
@@ -557,7 +566,7 @@ impl Framework {
     #[inline]
     pub fn point_done(&self, p: Point, code: Code, started: Option<Instant>) {
         if let (Some(t), Some(m)) = (started, self.metrics.get()) {
-            m.point(p, code, t.elapsed());
+            m.point(p, code as usize, t.elapsed());
         }
     }
 
@@ -587,7 +596,7 @@ impl Framework {
     #[inline]
     fn plugin_done(&self, p: Point, index: usize, code: Code, started: Option<Instant>) {
         if let (Some(t), Some(m)) = (started, self.metrics.get()) {
-            m.plugin(p, index, code, t.elapsed());
+            m.plugin(p, index, code as usize, t.elapsed());
         }
     }
 
@@ -1480,12 +1489,30 @@ thread_local! {
     static PER_NODE_TICK: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
+/// The extension point whose plugin list a metrics point runs.
+fn metric_point_plugins(p: Point) -> ExtensionPoint {
+    match p {
+        Point::PreFilter | Point::PreFilterExtensionAddPod | Point::PreFilterExtensionRemovePod => {
+            ExtensionPoint::PreFilter
+        }
+        Point::Filter => ExtensionPoint::Filter,
+        Point::PostFilter => ExtensionPoint::PostFilter,
+        Point::PreScore => ExtensionPoint::PreScore,
+        Point::Score | Point::ScoreExtensionNormalize => ExtensionPoint::Score,
+        Point::PreBind => ExtensionPoint::PreBind,
+        Point::Bind => ExtensionPoint::Bind,
+        Point::PostBind => ExtensionPoint::PostBind,
+        Point::Reserve | Point::Unreserve => ExtensionPoint::Reserve,
+        Point::Permit => ExtensionPoint::Permit,
+    }
+}
+
 /// A span for one extension point's run: DEBUG, under the `berth::trace`
 /// target, so that it costs one disabled-callsite check unless a tracing
 /// exporter asks for extension points.
 #[inline]
 fn point_span(p: Point) -> tracing::Span {
-    tracing::debug_span!(target: "berth::trace", "extension_point", extension_point = p.label())
+    tracing::debug_span!(target: super::TRACE_TARGET, "extension_point", extension_point = p.label())
 }
 
 /// Adds a Score weight to the running total of weight × 100, failing when

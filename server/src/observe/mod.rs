@@ -1,8 +1,8 @@
 //! Observability: Prometheus metrics, health checks and tracing.
 //!
-//! * [`metrics`]: kube-scheduler's metrics with upstream's names, labels
-//!   and buckets, recorded with relaxed atomics into slots resolved at
-//!   start;
+//! * the metrics themselves live below every layer that records them, in
+//!   [`crate::metrics`] (re-exported here as [`metrics`] and [`prom`]); this
+//!   module renders them as `/metrics`;
 //! * [`health`]: `/healthz`, `/livez` and `/readyz` with named checks
 //!   (others, such as leader election, register theirs);
 //! * [`http`]: the HTTP server for both;
@@ -10,9 +10,12 @@
 
 pub mod health;
 pub mod http;
-pub mod metrics;
-pub mod prom;
 pub mod telemetry;
+
+/// The metrics, recorded below this layer (see [`crate::metrics`]).
+pub use crate::metrics;
+/// The Prometheus instruments and exposition (see [`crate::metrics::prom`]).
+pub use crate::metrics::prom;
 
 use crate::scheduler::Scheduler;
 use prom::Exposition;
@@ -58,7 +61,13 @@ pub fn render(scheduler: &Scheduler) -> String {
         &[("operation", "binding")],
         scheduler.bindings_in_flight() as u64,
     );
-    metrics::render_extenders(scheduler.extenders().connections(), &mut e);
+    let extenders: Vec<(&str, &metrics::ExtenderMetrics)> = scheduler
+        .extenders()
+        .connections()
+        .iter()
+        .map(|c| (c.name(), c.metrics()))
+        .collect();
+    metrics::render_extenders(&extenders, &mut e);
     e.finish()
 }
 

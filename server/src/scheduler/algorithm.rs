@@ -257,7 +257,7 @@ impl Algorithm {
         } else {
             Code::Error
         };
-        fw.point_done(crate::observe::metrics::Point::Filter, code, timer);
+        fw.point_done(crate::metrics::Point::Filter, code, timer);
         let (mut feasible, evaluated) = passed?;
         run_batch_filters(fw, state, pod, &mut feasible, &mut diagnosis).await?;
         Ok(Feasible {

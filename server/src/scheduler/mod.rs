@@ -266,7 +266,7 @@ pub(crate) struct Shared {
     /// Counters and latencies.
     pub metrics: Arc<SchedulerMetrics>,
     /// kube-scheduler's Prometheus metrics.
-    pub prom: Arc<crate::observe::metrics::Metrics>,
+    pub prom: Arc<crate::metrics::Metrics>,
 }
 
 /// A running scheduler's public face.
@@ -361,9 +361,9 @@ impl Scheduler {
         let http_extenders = Arc::new(HttpExtenders::new(&config.http_extenders, &handle)?);
         http_extenders.register(&mut registry, &handle)?;
         let profiles = build_profiles(config, &registry, &handle)?;
-        let prom = Arc::new(crate::observe::metrics::Metrics::default());
+        let prom = Arc::new(crate::metrics::Metrics::default());
         for fw in profiles.values() {
-            fw.set_metrics(prom.attach(fw));
+            fw.attach_metrics(&prom);
         }
         let queue = SchedulingQueue::new(
             QueueConfig {
@@ -431,7 +431,7 @@ impl Scheduler {
     }
 
     /// kube-scheduler's metrics, as `/metrics` shows them.
-    pub fn prometheus(&self) -> &Arc<crate::observe::metrics::Metrics> {
+    pub fn prometheus(&self) -> &Arc<crate::metrics::Metrics> {
         &self.shared.prom
     }
 
