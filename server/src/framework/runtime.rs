@@ -33,12 +33,13 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use tracing::Instrument;
 
 use parking_lot::Mutex;
 
 use super::ExtensionPoint;
-use super::cycle_state::{CycleState, PluginMask};
+use super::cycle_state::{CycleState, PluginMask, PrefetchedScores};
 use super::events::{
     ActionType, ClusterEvent, ClusterEventWithHint, EventResource, wildcard_registrations,
 };
@@ -102,6 +103,30 @@ pub enum FilterVerdict {
     NotEvaluated,
 }
 
+/// Batch Filter calls sent ahead of the per-node plugins, with a cycle's
+/// candidates ([`Framework::start_batch_filters`]).
+pub struct BatchFiltersAhead {
+    calls: Vec<AheadCall>,
+    /// How many nodes were sent.
+    sent: usize,
+}
+
+struct AheadCall {
+    filter_index: usize,
+    /// The plugin's Score position, when its scores were asked for.
+    score_index: Option<usize>,
+    call: BatchFilterCall,
+}
+
+impl std::fmt::Debug for BatchFiltersAhead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchFiltersAhead")
+            .field("calls", &self.calls.len())
+            .field("sent", &self.sent)
+            .finish()
+    }
+}
+
 /// Scores of the feasible nodes, as computed by [`Framework::run_score`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScoreResult {
@@ -128,6 +153,10 @@ pub struct Framework {
     filter: Vec<Arc<dyn FilterPlugin>>,
     /// Filter plugins (by position) that judge nodes in batches.
     batch_filter: PluginMask,
+    /// Per Filter plugin: the position among the Score plugins of the same
+    /// batch plugin when its Filter call may bring its scores (it scores in
+    /// this profile, and has no PreScore here to run first).
+    fused_score: Vec<Option<usize>>,
     post_filter: Vec<Arc<dyn PostFilterPlugin>>,
     pre_score: Vec<PreScoreEntry>,
     score: Vec<ScoreEntry>,
@@ -442,6 +471,20 @@ impl Framework {
             }
         }
         let score_names: Vec<&'static str> = score.iter().map(|s| s.plugin.name()).collect();
+        let pre_score_names: Vec<&'static str> = list(ExtensionPoint::PreScore)
+            .iter()
+            .map(|(p, _)| p.name())
+            .collect();
+        let fused_score = filter
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let j = score_names.iter().position(|n| *n == p.name())?;
+                let batch_scores = score[j].plugin.as_batch().is_some();
+                (batch_filter.contains(i) && batch_scores && !pre_score_names.contains(&p.name()))
+                    .then_some(j)
+            })
+            .collect();
 
         // Event registrations of the plugins that can reject pods.
         let mut events: Vec<PluginEvents> = Vec::new();
@@ -500,6 +543,7 @@ impl Framework {
                 .collect(),
             filter,
             batch_filter,
+            fused_score,
             post_filter: typed(ExtensionPoint::PostFilter)
                 .map(|p| p.as_post_filter().expect("checked"))
                 .collect(),
@@ -959,6 +1003,205 @@ impl Framework {
         Ok(())
     }
 
+    /// Sends the batch Filter plugins' calls for `window` (the cycle's
+    /// candidates, in evaluation order) now, before the per-node plugins
+    /// run, asking for the scores of plugins that also score in this
+    /// profile without a PreScore. [`Framework::finish_batch_filters`]
+    /// awaits them. `None` when no batch plugin can be asked ahead.
+    pub fn start_batch_filters(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        window: NodeWindow<'_>,
+    ) -> Option<BatchFiltersAhead> {
+        if self.batch_filter.is_empty() || window.is_empty() {
+            return None;
+        }
+        let mut calls = Vec::new();
+        for (i, p) in self.filter.iter().enumerate() {
+            if !self.batch_filter.contains(i) || state.skip_filter.contains(i) {
+                continue;
+            }
+            let Some(batch) = p.as_batch() else {
+                continue;
+            };
+            let score = self.fused_score[i];
+            if let Some(call) = batch.start_filter_nodes(state, pod, window, score.is_some()) {
+                calls.push(AheadCall {
+                    filter_index: i,
+                    score_index: score,
+                    call,
+                });
+            }
+        }
+        (!calls.is_empty()).then_some(BatchFiltersAhead {
+            calls,
+            sent: window.len(),
+        })
+    }
+
+    /// Runs the batch Filter plugins on `nodes` (those the per-node plugins
+    /// kept), as [`Framework::run_batch_filters`] does, using the calls
+    /// `ahead` sent: `offsets[k]` is the position of `nodes[k]` in the
+    /// window sent; a node past the window is judged by a second call with
+    /// such nodes only. The result (kept nodes, rejections, errors) is that
+    /// of `run_batch_filters` on `nodes`: each plugin only counts for the
+    /// nodes the plugins before it kept. Scores that came along are kept in
+    /// `state` for [`Framework::run_score`] on the nodes kept.
+    pub async fn finish_batch_filters(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        ahead: Option<BatchFiltersAhead>,
+        nodes: &mut Vec<Arc<NodeInfo>>,
+        offsets: &[usize],
+        reject: &mut (dyn FnMut(&'static str, &Arc<NodeInfo>, Status) + Send),
+    ) -> Result<(), Status> {
+        state.prefetched_scores = None;
+        let Some(mut ahead) = ahead else {
+            return self.run_batch_filters(state, pod, nodes, reject).await;
+        };
+        let mut offsets = offsets.to_vec();
+        // Per Score plugin, a raw score per node of `nodes`.
+        let mut fused: Vec<(usize, Vec<i64>)> = Vec::new();
+        for (i, p) in self.filter.iter().enumerate() {
+            if !self.batch_filter.contains(i) || state.skip_filter.contains(i) || nodes.is_empty() {
+                continue;
+            }
+            let Some(batch) = p.as_batch() else {
+                continue;
+            };
+            let name = p.name();
+            let wraps = p.wraps_errors();
+            let failure = |s: Status| {
+                if wraps || s.is_rejected() {
+                    self.filter_failure(name, s)
+                } else {
+                    Status::error(s.message()).with_plugin(name)
+                }
+            };
+            let bad_count = |got: usize, want: usize| {
+                Status::error(format!(
+                    "running {name:?} filter plugin: {got} verdicts for {want} nodes"
+                ))
+                .with_plugin(name)
+            };
+            let early = ahead
+                .calls
+                .iter()
+                .position(|c| c.filter_index == i)
+                .map(|at| ahead.calls.swap_remove(at));
+            let (statuses, scores) = match early {
+                None => (
+                    batch
+                        .filter_nodes(state, pod, nodes)
+                        .await
+                        .map_err(failure)?,
+                    None,
+                ),
+                Some(c) => {
+                    let answer = c.call.await.map_err(failure)?;
+                    if answer.statuses.len() != ahead.sent {
+                        return Err(bad_count(answer.statuses.len(), ahead.sent));
+                    }
+                    let beyond: Vec<Arc<NodeInfo>> = nodes
+                        .iter()
+                        .zip(&offsets)
+                        .filter(|(_, o)| **o >= ahead.sent)
+                        .map(|(n, _)| n.clone())
+                        .collect();
+                    let rest = if beyond.is_empty() {
+                        None
+                    } else {
+                        let call = batch.start_filter_nodes(
+                            state,
+                            pod,
+                            NodeWindow::of(&beyond),
+                            c.score_index.is_some(),
+                        );
+                        let rest = match call {
+                            Some(call) => call.await.map_err(failure)?,
+                            None => BatchFilterAnswer {
+                                statuses: batch
+                                    .filter_nodes(state, pod, &beyond)
+                                    .await
+                                    .map_err(failure)?,
+                                scores: None,
+                            },
+                        };
+                        if rest.statuses.len() != beyond.len() {
+                            return Err(bad_count(rest.statuses.len(), beyond.len()));
+                        }
+                        Some(rest)
+                    };
+                    let mut statuses = Vec::with_capacity(nodes.len());
+                    let mut scores = c.score_index.and_then(|j| {
+                        let complete = answer.scores.is_some()
+                            && rest.as_ref().is_none_or(|r| r.scores.is_some());
+                        complete.then(|| (j, Vec::with_capacity(nodes.len())))
+                    });
+                    let mut next_beyond = 0;
+                    for &o in &offsets {
+                        let (s, v) = if o < ahead.sent {
+                            (
+                                answer.statuses[o].clone(),
+                                answer.scores.as_ref().and_then(|v| v.get(o).copied()),
+                            )
+                        } else {
+                            let r = rest.as_ref().expect("nodes beyond the window were asked");
+                            let k = next_beyond;
+                            next_beyond += 1;
+                            (
+                                r.statuses[k].clone(),
+                                r.scores.as_ref().and_then(|v| v.get(k).copied()),
+                            )
+                        };
+                        statuses.push(s);
+                        if let Some((_, out)) = scores.as_mut() {
+                            out.push(v.unwrap_or(0));
+                        }
+                    }
+                    (statuses, scores)
+                }
+            };
+            if statuses.len() != nodes.len() {
+                return Err(bad_count(statuses.len(), nodes.len()));
+            }
+            if let Some(s) = scores {
+                fused.push(s);
+            }
+            let mut kept = 0;
+            for (k, s) in statuses.into_iter().enumerate() {
+                if s.is_success() {
+                    nodes.swap(kept, k);
+                    offsets.swap(kept, k);
+                    for (_, v) in &mut fused {
+                        v.swap(kept, k);
+                    }
+                    kept += 1;
+                    continue;
+                }
+                let s = failure(s);
+                if s.code() == Code::Error {
+                    return Err(s);
+                }
+                reject(name, &nodes[k], s);
+            }
+            nodes.truncate(kept);
+            offsets.truncate(kept);
+            for (_, v) in &mut fused {
+                v.truncate(kept);
+            }
+        }
+        if !fused.is_empty() && !nodes.is_empty() {
+            state.prefetched_scores = Some(Arc::new(PrefetchedScores {
+                nodes: nodes.iter().map(|n| Arc::as_ptr(n) as usize).collect(),
+                scores: fused,
+            }));
+        }
+        Ok(())
+    }
+
     /// The Score plugins and their weights, in order.
     pub fn score_weights(&self) -> Vec<(&'static str, i64)> {
         self.score
@@ -1167,31 +1410,38 @@ impl Framework {
         let np = active.len();
         let n = nodes.len();
         let mut raw = vec![0i64; n * np];
-        // Batch plugins first: one call each for all nodes.
+        // Scores that came with the batch Filter calls, if they are for
+        // exactly these nodes.
+        let prefetched = state.prefetched_scores.as_ref().filter(|p| {
+            p.nodes.len() == n
+                && p.nodes
+                    .iter()
+                    .zip(nodes)
+                    .all(|(a, b)| *a == Arc::as_ptr(b) as usize)
+        });
+        // Batch plugins first: one call each for all nodes, sent now (the
+        // first poll puts a remote request on its way) and awaited after
+        // the per-node plugins ran, so that the two overlap.
+        type Scores = Result<Vec<i64>, Status>;
+        type BatchScores<'f> =
+            std::pin::Pin<Box<dyn std::future::Future<Output = Scores> + Send + 'f>>;
+        // (position, timer, the call, its answer if it came at once)
+        type Started<'f> = (usize, Option<Instant>, BatchScores<'f>, Option<Scores>);
+        let mut batches: Vec<Started<'_>> = Vec::new();
         for (pi, e) in active.iter().enumerate() {
             let Some(batch) = e.plugin.as_batch() else {
                 continue;
             };
-            let name = e.plugin.name();
             let t = self.plugin_timer(state);
-            let scores = batch.score_nodes(state, pod, nodes).await;
-            let code = scores.as_ref().map_or_else(|s| s.code(), |_| Code::Success);
-            self.plugin_done(Point::Score, slot[pi], code, t);
-            let scores = scores.map_err(|s| {
-                Status::error(format!(
-                    "running Score plugins: plugin {name:?} failed with: {}",
-                    s.message()
-                ))
-            })?;
-            if scores.len() != n {
-                return Err(Status::error(format!(
-                    "running Score plugins: plugin {name:?} returned {} scores for {n} nodes",
-                    scores.len()
-                )));
-            }
-            for (ni, v) in scores.into_iter().enumerate() {
-                raw[ni * np + pi] = v;
-            }
+            let early = prefetched
+                .and_then(|p| p.scores.iter().find(|(j, _)| *j == slot[pi]))
+                .map(|(_, v)| v.clone());
+            let mut f = match early {
+                Some(v) => batch.score_prefetched(state, pod, nodes, v),
+                None => batch.score_nodes(state, pod, nodes),
+            };
+            let done = (&mut f).now_or_never();
+            batches.push((pi, t, f, done));
         }
         let per_node = active.iter().any(|e| e.plugin.as_batch().is_none());
         let failure: Mutex<Option<Status>> = Mutex::new(None);
@@ -1224,6 +1474,31 @@ impl Framework {
                     }
                 }
             });
+        }
+        for (pi, t, f, done) in batches {
+            let e = active[pi];
+            let name = e.plugin.name();
+            let scores = match done {
+                Some(r) => r,
+                None => f.await,
+            };
+            let code = scores.as_ref().map_or_else(|s| s.code(), |_| Code::Success);
+            self.plugin_done(Point::Score, slot[pi], code, t);
+            let scores = scores.map_err(|s| {
+                Status::error(format!(
+                    "running Score plugins: plugin {name:?} failed with: {}",
+                    s.message()
+                ))
+            })?;
+            if scores.len() != n {
+                return Err(Status::error(format!(
+                    "running Score plugins: plugin {name:?} returned {} scores for {n} nodes",
+                    scores.len()
+                )));
+            }
+            for (ni, v) in scores.into_iter().enumerate() {
+                raw[ni * np + pi] = v;
+            }
         }
         if let Some(s) = failure.into_inner() {
             return Err(s);

@@ -418,6 +418,10 @@ impl Scheduler {
             if ready.wait_for(|s| *s).await.is_err() {
                 return;
             }
+            // And, with remote extenders, once each has said Hello and been
+            // sent the nodes (or its startupTimeout passed): the first
+            // cycles must not run without them.
+            loop_shared.extenders.wait_started().await;
             schedule_one::Loop::new(loop_shared, algorithm)
                 .run(leader)
                 .await;
