@@ -599,16 +599,36 @@ struct Session {
     pending: Mutex<HashMap<u64, Pending>>,
     ended: Mutex<Recent<u64, Ended>>,
     cycles: Mutex<HashSet<u64>>,
+    /// Cycles that ended, whose CycleEnd goes with the next message (or
+    /// the flusher's, shortly after).
+    ended_cycles: Mutex<Vec<u64>>,
     closed: AtomicBool,
 }
 
 impl Session {
     fn send(&self, m: scheduler_message::Message) -> Result<(), CallError> {
+        self.flush_cycle_ends();
         self.tx
             .send(SchedulerMessage { message: Some(m) })
             .map_err(|_| CallError::Disconnected)
     }
+
+    /// Queues the CycleEnds due, ahead of whatever is sent next.
+    fn flush_cycle_ends(&self) {
+        let ended = std::mem::take(&mut *self.ended_cycles.lock());
+        for cycle_id in ended {
+            let _ = self.tx.send(SchedulerMessage {
+                message: Some(scheduler_message::Message::CycleEnd(pb::CycleEnd {
+                    cycle_id,
+                })),
+            });
+        }
+    }
 }
+
+/// How long a CycleEnd may wait for another message to travel with: on a
+/// busy stream it goes with the next cycle's messages, in the same write.
+const CYCLE_END_DELAY: Duration = Duration::from_millis(5);
 
 /// What a call needs: its cycle, its pod and the request. The pod is sent
 /// (once per stream and cycle) when the call is made, so it is borrowed.
@@ -657,6 +677,9 @@ struct Inner {
     /// flight).
     unreserves: Mutex<BTreeMap<String, (u64, pb::UnreserveRequest, bool)>>,
     unreserve_kick: Notify,
+    /// Set while the flusher is due to send pending CycleEnds.
+    cycle_end_due: AtomicBool,
+    cycle_end_kick: Notify,
     permits: Mutex<PermitBook>,
     stats: Stats,
     metrics: Arc<ExtenderMetrics>,
@@ -853,9 +876,10 @@ impl Inner {
         if let Some(s) = self.current()
             && s.cycles.lock().remove(&id)
         {
-            let _ = s.send(scheduler_message::Message::CycleEnd(pb::CycleEnd {
-                cycle_id: id,
-            }));
+            s.ended_cycles.lock().push(id);
+            if !self.cycle_end_due.swap(true, Ordering::AcqRel) {
+                self.cycle_end_kick.notify_one();
+            }
         }
     }
 
@@ -1284,6 +1308,7 @@ impl Inner {
             pending: Mutex::new(HashMap::new()),
             ended: Mutex::new(Recent::default()),
             cycles: Mutex::new(HashSet::new()),
+            ended_cycles: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
         });
         // Every extender follows the node table (ids name nodes in
@@ -1361,6 +1386,8 @@ impl Connection {
             next_id: AtomicU64::new(1),
             unreserves: Mutex::new(BTreeMap::new()),
             unreserve_kick: Notify::new(),
+            cycle_end_due: AtomicBool::new(false),
+            cycle_end_kick: Notify::new(),
             permits: Mutex::new(PermitBook::default()),
             stats: Stats::default(),
             metrics,
@@ -1410,6 +1437,18 @@ impl Connection {
                 }
                 tokio::time::sleep(jitter(backoff, &mut seed)).await;
                 backoff = next_backoff(backoff);
+            }
+        });
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            // CycleEnds that found no message to travel with.
+            loop {
+                inner.cycle_end_kick.notified().await;
+                tokio::time::sleep(CYCLE_END_DELAY).await;
+                inner.cycle_end_due.store(false, Ordering::Release);
+                if let Some(s) = inner.current() {
+                    s.flush_cycle_ends();
+                }
             }
         });
         let inner = self.inner.clone();

@@ -911,29 +911,58 @@ async fn extenders_are_reached_over_tls_verified_against_the_configured_ca() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// A subscriber writing this thread's log lines into a buffer, for tests
-/// that check what berthd says (the runtime of a `#[tokio::test]` runs on
-/// the test's thread).
-fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
-    #[derive(Clone)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
+/// Captures this thread's log lines (a `#[tokio::test]` runtime runs every
+/// task on the test's thread) until the guard is dropped.
+///
+/// One process-wide subscriber writes each event to the buffer of the
+/// thread that emitted it, if that thread is capturing: a global subscriber,
+/// because callsites first hit with no subscriber at all could otherwise be
+/// cached as never enabled while another test captures.
+fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, CaptureGuard) {
+    use std::cell::RefCell;
+    thread_local! {
+        static CAPTURE: RefCell<Option<Arc<Mutex<Vec<u8>>>>> = const { RefCell::new(None) };
+    }
+    struct ThreadWriter;
+    impl std::io::Write for ThreadWriter {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().extend_from_slice(b);
+            CAPTURE.with(|c| {
+                if let Some(buf) = c.borrow().as_ref() {
+                    buf.lock().extend_from_slice(b);
+                }
+            });
             Ok(b.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
     }
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(|| ThreadWriter)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        // Another test binary's setup may have set one: then this module's
+        // log assertions cannot hold, and say so by failing.
+        let _ = tracing::subscriber::set_global_default(subscriber);
+    });
     let buf = Arc::new(Mutex::new(Vec::new()));
-    let w = Buf(buf.clone());
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || w.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    (buf, tracing::subscriber::set_default(subscriber))
+    CAPTURE.with(|c| *c.borrow_mut() = Some(buf.clone()));
+    fn stop() {
+        CAPTURE.with(|c| *c.borrow_mut() = None);
+    }
+    (buf, CaptureGuard(stop))
+}
+
+/// Stops a capture when dropped.
+struct CaptureGuard(fn());
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        (self.0)()
+    }
 }
 
 fn text(buf: &Arc<Mutex<Vec<u8>>>) -> String {

@@ -265,6 +265,12 @@ impl Algorithm {
         } else {
             None
         };
+        if ahead.is_some() {
+            // Let the requests leave now: the tasks that write them to the
+            // network were woken on this thread, and would otherwise wait
+            // until the per-node plugins below are done.
+            tokio::task::yield_now().await;
+        }
         let timer = fw.point_timer(state);
         let passed = self.find_nodes_that_pass_filters(
             fw,
