@@ -140,8 +140,56 @@ impl std::hash::Hasher for IdHasher {
     }
 }
 
+/// Ids below this are kept in a vector indexed by id (berthd assigns ids
+/// from 1, in order); larger ones, which only a long churn of nodes
+/// reaches, in a map.
+const DENSE_IDS: u32 = 1 << 20;
+
 /// The table by id: shared with the requests that use it, copied on write.
-pub(crate) type Table = HashMap<u32, Arc<NodeEntry>, BuildHasherDefault<IdHasher>>;
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Table {
+    dense: Vec<Option<Arc<NodeEntry>>>,
+    sparse: HashMap<u32, Arc<NodeEntry>, BuildHasherDefault<IdHasher>>,
+}
+
+impl Table {
+    /// The node with id `id`.
+    #[inline]
+    pub(crate) fn get(&self, id: u32) -> Option<&NodeEntry> {
+        if id < DENSE_IDS {
+            self.dense.get(id as usize)?.as_deref()
+        } else {
+            self.sparse.get(&id).map(|e| &**e)
+        }
+    }
+
+    fn insert(&mut self, id: u32, e: NodeEntry) {
+        if id < DENSE_IDS {
+            let i = id as usize;
+            if self.dense.len() <= i {
+                self.dense.resize(i + 1, None);
+            }
+            self.dense[i] = Some(Arc::new(e));
+        } else {
+            self.sparse.insert(id, Arc::new(e));
+        }
+    }
+
+    fn remove(&mut self, id: u32) -> Option<Arc<NodeEntry>> {
+        if id < DENSE_IDS {
+            self.dense.get_mut(id as usize)?.take()
+        } else {
+            self.sparse.remove(&id)
+        }
+    }
+
+    fn values(&self) -> impl Iterator<Item = &NodeEntry> {
+        self.dense
+            .iter()
+            .filter_map(|e| e.as_deref())
+            .chain(self.sparse.values().map(|e| &**e))
+    }
+}
 
 #[derive(Debug, Default)]
 struct NodesInner {
@@ -167,7 +215,7 @@ impl Nodes {
     pub fn get(&self, name: &str) -> Option<Arc<Node>> {
         let inner = self.inner.read();
         let id = inner.by_name.get(name)?;
-        inner.by_id.get(id)?.node.clone()
+        inner.by_id.get(*id)?.node.clone()
     }
 
     /// The id berthd gave the node named `name`.
@@ -177,7 +225,7 @@ impl Nodes {
 
     /// The name of the node with id `id`.
     pub fn name_of(&self, id: u32) -> Option<String> {
-        self.inner.read().by_id.get(&id).map(|e| e.name.clone())
+        self.inner.read().by_id.get(id).map(|e| e.name.clone())
     }
 
     /// Whether the table has `name`.
@@ -227,14 +275,14 @@ impl Nodes {
         if let Some(old) = inner.by_name.insert(name.clone(), id)
             && old != id
         {
-            Arc::make_mut(&mut inner.by_id).remove(&old);
+            Arc::make_mut(&mut inner.by_id).remove(old);
         }
-        Arc::make_mut(&mut inner.by_id).insert(id, Arc::new(NodeEntry { id, name, node }));
+        Arc::make_mut(&mut inner.by_id).insert(id, NodeEntry { id, name, node });
     }
 
     pub(crate) fn remove(&self, id: u32) -> bool {
         let mut inner = self.inner.write();
-        let Some(e) = Arc::make_mut(&mut inner.by_id).remove(&id) else {
+        let Some(e) = Arc::make_mut(&mut inner.by_id).remove(id) else {
             return false;
         };
         inner.by_name.remove(&e.name);

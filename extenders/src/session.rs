@@ -617,7 +617,7 @@ impl Reader {
                     .into_iter()
                     .map(|s| NodeStatus {
                         node: table
-                            .get(&s.node_id)
+                            .get(s.node_id)
                             .map(|e| e.name.clone())
                             .unwrap_or_default(),
                         status: Status::from_proto(pb::Status {
@@ -880,7 +880,7 @@ impl Reader {
     /// first id berthd never sent on this stream.
     fn resolve(&self, id: u64, kind_name: &str, ids: &[u32]) -> Option<Arc<Table>> {
         let table = self.nodes.table();
-        match ids.iter().find(|n| !table.contains_key(n)) {
+        match ids.iter().find(|n| table.get(**n).is_none()) {
             None => Some(table),
             Some(unknown) => {
                 self.core.respond_error(
@@ -1177,8 +1177,8 @@ fn check_scores(
 /// The request's nodes, in order, from the table they were resolved in.
 fn refs<'t>(table: &'t Table, ids: &[u32]) -> Vec<NodeRef<'t>> {
     ids.iter()
-        .filter_map(|id| table.get(id))
-        .map(|e| NodeRef::of(e))
+        .filter_map(|id| table.get(*id))
+        .map(NodeRef::of)
         .collect()
 }
 

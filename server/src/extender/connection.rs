@@ -12,11 +12,11 @@
 //! 1. the circuit breaker ([`super::breaker`]): after enough failed calls
 //!    in a row, calls fail at once for a cool-down instead of each waiting
 //!    out its timeout on a hung extender;
-//! 2. load shedding: a call finding the extender at its concurrency limit
-//!    fails at once instead of queueing behind the others;
-//! 3. the concurrency limit (`maxConcurrentCalls`);
-//! 4. the per-call timeout;
-//! 5. [`RawCall`]: puts the request on the current stream *at once* (the
+//! 2. the concurrency limit, shedding ([`super::shed`]): a call finding
+//!    `maxConcurrentCalls` calls in flight fails at once instead of queueing
+//!    behind them;
+//! 3. the per-call timeout;
+//! 4. [`RawCall`]: puts the request on the current stream *at once* (the
 //!    cycle's pod first, once per stream), so a caller may start a call,
 //!    do other work, and await the answer later; the answer is checked
 //!    against the request ([`Reply`]) before the caller sees it.
@@ -58,6 +58,7 @@ use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
 use super::breaker::{Breaker, CircuitBreaker, CircuitBreakerLayer};
 use super::feed::NodeFeed;
+use super::shed::{Shed, ShedLayer};
 use crate::config::ExtenderConfig;
 use crate::framework::{CycleToken, ExtensionPoint, Handle};
 use crate::metrics::ExtenderMetrics;
@@ -180,9 +181,6 @@ fn against_the_extender(timeout: Duration) -> super::breaker::Classify {
     Arc::new(move |e: &BoxError| {
         if e.is::<tower::timeout::error::Elapsed>() {
             return Some(CallError::Timeout(timeout).to_string());
-        }
-        if e.is::<tower::load_shed::error::Overloaded>() {
-            return None;
         }
         match e.downcast_ref::<CallError>() {
             Some(CallError::Remote(_) | CallError::Overloaded(_) | CallError::CircuitOpen(_)) => {
@@ -560,22 +558,47 @@ enum Ended {
     Abandoned,
 }
 
-/// A bounded memory of keys, the oldest forgotten first.
-struct Recent<K, V> {
-    order: VecDeque<K>,
-    map: HashMap<K, V>,
+/// A hasher for the request and cycle ids berthd assigns (unique, mostly
+/// sequential numbers): one multiply instead of SipHash, on the path of
+/// every request and answer.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
 }
 
-impl<K: std::hash::Hash + Eq + Clone, V> Default for Recent<K, V> {
+type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
+type IdSet = HashSet<u64, std::hash::BuildHasherDefault<IdHasher>>;
+
+/// A bounded memory of keys, the oldest forgotten first.
+struct Recent<K, V, S = std::collections::hash_map::RandomState> {
+    order: VecDeque<K>,
+    map: HashMap<K, V, S>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone, V, S: std::hash::BuildHasher + Default> Default
+    for Recent<K, V, S>
+{
     fn default() -> Self {
         Self {
             order: VecDeque::new(),
-            map: HashMap::new(),
+            map: HashMap::default(),
         }
     }
 }
 
-impl<K: std::hash::Hash + Eq + Clone, V> Recent<K, V> {
+impl<K: std::hash::Hash + Eq + Clone, V, S: std::hash::BuildHasher> Recent<K, V, S> {
     fn insert(&mut self, k: K, v: V) {
         if self.map.insert(k.clone(), v).is_none() {
             self.order.push_back(k);
@@ -596,9 +619,9 @@ impl<K: std::hash::Hash + Eq + Clone, V> Recent<K, V> {
 struct Session {
     tx: mpsc::UnboundedSender<SchedulerMessage>,
     hello: Hello,
-    pending: Mutex<HashMap<u64, Pending>>,
-    ended: Mutex<Recent<u64, Ended>>,
-    cycles: Mutex<HashSet<u64>>,
+    pending: Mutex<IdMap<Pending>>,
+    ended: Mutex<Recent<u64, Ended, std::hash::BuildHasherDefault<IdHasher>>>,
+    cycles: Mutex<IdSet>,
     /// Cycles that ended, whose CycleEnd goes with the next message (or
     /// the flusher's, shortly after).
     ended_cycles: Mutex<Vec<u64>>,
@@ -699,9 +722,7 @@ pub struct Connection {
     created: Instant,
 }
 
-type CallStack = CircuitBreaker<
-    tower::load_shed::LoadShed<tower::limit::ConcurrencyLimit<tower::timeout::Timeout<RawCall>>>,
->;
+type CallStack = CircuitBreaker<Shed<tower::timeout::Timeout<RawCall>>>;
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -1305,9 +1326,9 @@ impl Inner {
         let session = Arc::new(Session {
             tx: tx.clone(),
             hello,
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(IdMap::default()),
             ended: Mutex::new(Recent::default()),
-            cycles: Mutex::new(HashSet::new()),
+            cycles: Mutex::new(IdSet::default()),
             ended_cycles: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
         });
@@ -1402,8 +1423,7 @@ impl Connection {
                 breaker,
                 against_the_extender(inner.cfg.timeout),
             ))
-            .load_shed()
-            .concurrency_limit(inner.cfg.max_concurrent_calls)
+            .layer(ShedLayer::new(inner.cfg.max_concurrent_calls))
             .timeout(inner.cfg.timeout)
             .service(RawCall(inner.clone()));
         Self {
@@ -1539,8 +1559,8 @@ impl Connection {
         let point = point_slot(&req.kind);
         let started = std::time::Instant::now();
         let mut svc = self.stack.clone();
-        // Always ready at once: load shedding answers readiness itself and
-        // refuses the call if the limit is reached.
+        // Always ready at once: the shedding layer refuses a call over the
+        // limit instead of waiting for readiness.
         let fut = match svc.ready().now_or_never() {
             Some(Ok(svc)) => svc.call(req),
             Some(Err(e)) => Box::pin(std::future::ready(Err(e))),
@@ -1651,9 +1671,6 @@ impl Inner {
         self.stats.failures.fetch_add(1, Ordering::Relaxed);
         if e.is::<tower::timeout::error::Elapsed>() {
             return CallError::Timeout(self.cfg.timeout);
-        }
-        if e.is::<tower::load_shed::error::Overloaded>() {
-            return CallError::Overloaded(self.cfg.max_concurrent_calls);
         }
         match e.downcast::<CallError>() {
             Ok(c) => *c,

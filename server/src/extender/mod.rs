@@ -18,6 +18,7 @@ mod connection;
 mod feed;
 pub mod http;
 mod remote;
+mod shed;
 #[cfg(test)]
 mod tests;
 

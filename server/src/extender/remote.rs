@@ -93,14 +93,16 @@ fn node_ids<'a>(nodes: impl Iterator<Item = &'a Arc<NodeInfo>>) -> Vec<u32> {
 #[derive(Clone)]
 struct Failure {
     conn: Arc<Connection>,
-    pod: String,
+    namespace: Arc<str>,
+    name: Arc<str>,
 }
 
 impl Failure {
     fn new(conn: &Arc<Connection>, pod: &PodInfo) -> Self {
         Self {
             conn: conn.clone(),
-            pod: pod.key(),
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
         }
     }
 
@@ -110,10 +112,12 @@ impl Failure {
         let name = self.conn.name();
         if self.conn.config().ignorable {
             self.conn.note_skipped();
-            tracing::warn!(extender = name, point, pod = %self.pod, error = %e, "ignorable extender skipped");
+            let pod = format_args!("{}/{}", self.namespace, self.name);
+            tracing::warn!(extender = name, point, pod = %pod, error = %e, "ignorable extender skipped");
             Ok(fallback)
         } else {
-            tracing::warn!(extender = name, point, pod = %self.pod, error = %e, "extender failed");
+            let pod = format_args!("{}/{}", self.namespace, self.name);
+            tracing::warn!(extender = name, point, pod = %pod, error = %e, "extender failed");
             Err(Status::error(format!(
                 "extender {name:?} failed at {point}: {e}"
             )))
@@ -181,17 +185,17 @@ impl RemotePlugin {
         }
     }
 
-    /// Filter verdicts, one per requested node, from the rejections. An
-    /// error for a node fails the attempt if that node is still a
-    /// candidate (the framework decides), naming the extender; an ignorable
-    /// extender's error for a node passes it.
+    /// Filter verdicts of the nodes that did not pass, by position in the
+    /// request, ascending. An error for a node fails the attempt if that
+    /// node is still a candidate (the framework decides), naming the
+    /// extender; an ignorable extender's error for a node passes it.
     fn verdicts(
         &self,
-        n: usize,
-        rejected: Vec<(usize, pb::NodeStatus)>,
+        mut rejected: Vec<(usize, pb::NodeStatus)>,
         failure: &Failure,
-    ) -> Vec<Status> {
-        let mut out = vec![Status::success(); n];
+    ) -> Vec<(usize, Status)> {
+        rejected.sort_unstable_by_key(|(i, _)| *i);
+        let mut out = Vec::with_capacity(rejected.len());
         for (i, r) in rejected {
             let code = code_of(r.code);
             if code == Code::Error {
@@ -200,7 +204,10 @@ impl RemotePlugin {
                     r.node_id,
                     r.reasons.join(", ")
                 ));
-                out[i] = failure.status("Filter", e, Status::success());
+                let s = failure.status("Filter", e, Status::success());
+                if !s.is_success() {
+                    out.push((i, s));
+                }
                 continue;
             }
             let reasons = if r.reasons.is_empty() {
@@ -208,7 +215,10 @@ impl RemotePlugin {
             } else {
                 r.reasons
             };
-            out[i] = Status::with_reasons(code, reasons.into_iter().map(Into::into));
+            out.push((
+                i,
+                Status::with_reasons(code, reasons.into_iter().map(Into::into)),
+            ));
         }
         out
     }
@@ -347,7 +357,7 @@ impl BatchFilter for RemotePlugin {
         nodes: &[Arc<NodeInfo>],
     ) -> Result<Vec<Status>, Status> {
         match self.start_filter_nodes(state, pod, NodeWindow::of(nodes), false) {
-            Some(call) => call.await.map(|a| a.statuses),
+            Some(call) => call.await.map(BatchFilterAnswer::into_statuses),
             None => Ok(vec![Status::success(); nodes.len()]),
         }
     }
@@ -361,7 +371,8 @@ impl BatchFilter for RemotePlugin {
     ) -> Option<BatchFilterCall> {
         let n = nodes.len();
         let pass = move || BatchFilterAnswer {
-            statuses: vec![Status::success(); n],
+            nodes: n,
+            rejected: Vec::new(),
             scores: None,
         };
         if !self.interested(pod) {
@@ -380,7 +391,8 @@ impl BatchFilter for RemotePlugin {
         Some(Box::pin(async move {
             match call.await {
                 Ok(Reply::Filter(rejected, scores)) => Ok(BatchFilterAnswer {
-                    statuses: this.verdicts(n, rejected, &failure),
+                    nodes: n,
+                    rejected: this.verdicts(rejected, &failure),
                     scores,
                 }),
                 Ok(other) => failure.handle("Filter", mismatch(&other), pass()),

@@ -216,14 +216,44 @@ pub type BatchFilterCall = std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<BatchFilterAnswer, Status>> + Send + 'static>,
 >;
 
-/// What a batch Filter call answers.
+/// What a batch Filter call answers: the nodes that did not pass (most
+/// pass, so only those are listed).
 #[derive(Debug, Clone, Default)]
 pub struct BatchFilterAnswer {
-    /// One status per node sent, in order.
-    pub statuses: Vec<Status>,
+    /// How many nodes were sent.
+    pub nodes: usize,
+    /// The nodes that did not pass, by position among those sent, in
+    /// ascending order, each with its status (a rejection or an error).
+    pub rejected: Vec<(usize, Status)>,
     /// When scores were asked for and came: one raw score per node sent
     /// (meaningless for nodes it rejected).
     pub scores: Option<Vec<i64>>,
+}
+
+impl BatchFilterAnswer {
+    /// The answer giving `statuses`, one per node sent.
+    pub fn from_statuses(statuses: Vec<Status>) -> Self {
+        Self {
+            nodes: statuses.len(),
+            rejected: statuses
+                .into_iter()
+                .enumerate()
+                .filter(|(_, s)| !s.is_success())
+                .collect(),
+            scores: None,
+        }
+    }
+
+    /// One status per node sent.
+    pub fn into_statuses(self) -> Vec<Status> {
+        let mut out = vec![Status::success(); self.nodes];
+        for (i, s) in self.rejected {
+            if let Some(slot) = out.get_mut(i) {
+                *slot = s;
+            }
+        }
+        out
+    }
 }
 
 /// Nodes in the order a cycle evaluates them: a rotation of the node list,

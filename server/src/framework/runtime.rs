@@ -1091,101 +1091,127 @@ impl Framework {
                 .iter()
                 .position(|c| c.filter_index == i)
                 .map(|at| ahead.calls.swap_remove(at));
-            let (statuses, scores) = match early {
-                None => (
-                    batch
+            // The nodes (by position in `nodes`) this plugin did not pass,
+            // ascending, and the raw scores of all of them if they came.
+            let (rejected, scores): (Vec<(usize, Status)>, Option<(usize, Vec<i64>)>) = match early
+            {
+                None => {
+                    let statuses = batch
                         .filter_nodes(state, pod, nodes)
                         .await
-                        .map_err(failure)?,
-                    None,
-                ),
-                Some(c) => {
-                    let answer = c.call.await.map_err(failure)?;
-                    if answer.statuses.len() != ahead.sent {
-                        return Err(bad_count(answer.statuses.len(), ahead.sent));
+                        .map_err(failure)?;
+                    if statuses.len() != nodes.len() {
+                        return Err(bad_count(statuses.len(), nodes.len()));
                     }
-                    let beyond: Vec<Arc<NodeInfo>> = nodes
-                        .iter()
-                        .zip(&offsets)
-                        .filter(|(_, o)| **o >= ahead.sent)
-                        .map(|(n, _)| n.clone())
+                    let rejected = statuses
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(_, s)| !s.is_success())
+                        .collect();
+                    (rejected, None)
+                }
+                Some(c) => {
+                    let mut answer = c.call.await.map_err(failure)?;
+                    if !answer.rejected.is_sorted_by_key(|(at, _)| *at) {
+                        answer.rejected.sort_by_key(|(at, _)| *at);
+                    }
+                    if answer.nodes != ahead.sent {
+                        return Err(bad_count(answer.nodes, ahead.sent));
+                    }
+                    // Nodes past the window sent: asked about now.
+                    let beyond: Vec<usize> = (0..nodes.len())
+                        .filter(|k| offsets[*k] >= ahead.sent)
                         .collect();
                     let rest = if beyond.is_empty() {
                         None
                     } else {
+                        let listed: Vec<Arc<NodeInfo>> =
+                            beyond.iter().map(|k| nodes[*k].clone()).collect();
                         let call = batch.start_filter_nodes(
                             state,
                             pod,
-                            NodeWindow::of(&beyond),
+                            NodeWindow::of(&listed),
                             c.score_index.is_some(),
                         );
                         let rest = match call {
                             Some(call) => call.await.map_err(failure)?,
-                            None => BatchFilterAnswer {
-                                statuses: batch
-                                    .filter_nodes(state, pod, &beyond)
+                            None => BatchFilterAnswer::from_statuses(
+                                batch
+                                    .filter_nodes(state, pod, &listed)
                                     .await
                                     .map_err(failure)?,
-                                scores: None,
-                            },
+                            ),
                         };
-                        if rest.statuses.len() != beyond.len() {
-                            return Err(bad_count(rest.statuses.len(), beyond.len()));
+                        if rest.nodes != listed.len() {
+                            return Err(bad_count(rest.nodes, listed.len()));
                         }
+                        let mut rest = rest;
+                        rest.rejected.sort_by_key(|(at, _)| *at);
                         Some(rest)
                     };
-                    let mut statuses = Vec::with_capacity(nodes.len());
-                    let mut scores = c.score_index.and_then(|j| {
-                        let complete = answer.scores.is_some()
-                            && rest.as_ref().is_none_or(|r| r.scores.is_some());
-                        complete.then(|| (j, Vec::with_capacity(nodes.len())))
-                    });
-                    let mut next_beyond = 0;
-                    for &o in &offsets {
-                        let (s, v) = if o < ahead.sent {
-                            (
-                                answer.statuses[o].clone(),
-                                answer.scores.as_ref().and_then(|v| v.get(o).copied()),
-                            )
-                        } else {
-                            let r = rest.as_ref().expect("nodes beyond the window were asked");
-                            let k = next_beyond;
-                            next_beyond += 1;
-                            (
-                                r.statuses[k].clone(),
-                                r.scores.as_ref().and_then(|v| v.get(k).copied()),
-                            )
-                        };
-                        statuses.push(s);
-                        if let Some((_, out)) = scores.as_mut() {
-                            out.push(v.unwrap_or(0));
+                    // Offsets ascend with positions in `nodes`: one merge.
+                    let mut rejected = Vec::new();
+                    let mut sent = answer.rejected.iter().peekable();
+                    for (k, &o) in offsets.iter().enumerate() {
+                        if o >= ahead.sent {
+                            break;
+                        }
+                        while sent.next_if(|(at, _)| *at < o).is_some() {}
+                        if let Some((_, s)) = sent.next_if(|(at, _)| *at == o) {
+                            rejected.push((k, s.clone()));
                         }
                     }
-                    (statuses, scores)
+                    if let Some(r) = &rest {
+                        for (j, s) in &r.rejected {
+                            if let Some(k) = beyond.get(*j) {
+                                rejected.push((*k, s.clone()));
+                            }
+                        }
+                    }
+                    let scores = c.score_index.and_then(|j| {
+                        let head = answer.scores.as_ref()?;
+                        let tail = match &rest {
+                            None => None,
+                            Some(r) => Some(r.scores.as_ref()?),
+                        };
+                        let mut next_beyond = 0;
+                        let v = offsets
+                            .iter()
+                            .map(|&o| {
+                                if o < ahead.sent {
+                                    head.get(o).copied().unwrap_or(0)
+                                } else {
+                                    next_beyond += 1;
+                                    tail.and_then(|t| t.get(next_beyond - 1).copied())
+                                        .unwrap_or(0)
+                                }
+                            })
+                            .collect();
+                        Some((j, v))
+                    });
+                    (rejected, scores)
                 }
             };
-            if statuses.len() != nodes.len() {
-                return Err(bad_count(statuses.len(), nodes.len()));
-            }
             if let Some(s) = scores {
                 fused.push(s);
             }
             let mut kept = 0;
-            for (k, s) in statuses.into_iter().enumerate() {
-                if s.is_success() {
-                    nodes.swap(kept, k);
-                    offsets.swap(kept, k);
-                    for (_, v) in &mut fused {
-                        v.swap(kept, k);
+            let mut rejected = rejected.into_iter().peekable();
+            for k in 0..nodes.len() {
+                if let Some((_, s)) = rejected.next_if(|(at, _)| *at == k) {
+                    let s = failure(s);
+                    if s.code() == Code::Error {
+                        return Err(s);
                     }
-                    kept += 1;
+                    reject(name, &nodes[k], s);
                     continue;
                 }
-                let s = failure(s);
-                if s.code() == Code::Error {
-                    return Err(s);
+                nodes.swap(kept, k);
+                offsets.swap(kept, k);
+                for (_, v) in &mut fused {
+                    v.swap(kept, k);
                 }
-                reject(name, &nodes[k], s);
+                kept += 1;
             }
             nodes.truncate(kept);
             offsets.truncate(kept);

@@ -130,10 +130,9 @@ impl BatchFilter for TestPlugin {
                 .collect()
         });
         Some(Box::pin(async move {
-            Ok(BatchFilterAnswer {
-                statuses: statuses?,
-                scores,
-            })
+            let mut answer = BatchFilterAnswer::from_statuses(statuses?);
+            answer.scores = scores;
+            Ok(answer)
         }))
     }
 }
