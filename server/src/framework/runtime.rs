@@ -103,6 +103,9 @@ pub enum FilterVerdict {
     NotEvaluated,
 }
 
+/// Nodes a batch Filter plugin did not pass, by position, with their status.
+type Rejected = Vec<(usize, Status)>;
+
 /// Batch Filter calls sent ahead of the per-node plugins, with a cycle's
 /// candidates ([`Framework::start_batch_filters`]).
 pub struct BatchFiltersAhead {
@@ -1093,8 +1096,7 @@ impl Framework {
                 .map(|at| ahead.calls.swap_remove(at));
             // The nodes (by position in `nodes`) this plugin did not pass,
             // ascending, and the raw scores of all of them if they came.
-            let (rejected, scores): (Vec<(usize, Status)>, Option<(usize, Vec<i64>)>) = match early
-            {
+            let (rejected, scores): (Rejected, Option<(usize, Vec<i64>)>) = match early {
                 None => {
                     let statuses = batch
                         .filter_nodes(state, pod, nodes)
