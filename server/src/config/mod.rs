@@ -32,6 +32,11 @@ pub const API_VERSION: &str = "kubescheduler.config.k8s.io/v1";
 /// The kind accepted.
 pub const KIND: &str = "KubeSchedulerConfiguration";
 
+/// client-go's leader election JitterFactor: a standby retries acquiring
+/// the Lease every retryPeriod × up to this factor, so the renew deadline
+/// must leave room for one such retry.
+pub const JITTER_FACTOR: f64 = 1.2;
+
 /// A plugin enabled or disabled at an extension point.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginRef {
@@ -196,7 +201,7 @@ impl LeaderElection {
                 "LeaseDuration must be greater than RenewDeadline",
             ));
         }
-        if self.renew_deadline <= self.retry_period.mul_f64(crate::leader::JITTER_FACTOR) {
+        if self.renew_deadline <= self.retry_period.mul_f64(JITTER_FACTOR) {
             return Err(ConfigError::invalid(
                 "leaderElection.renewDeadline",
                 go(self.renew_deadline),

@@ -11,8 +11,10 @@
 pub mod health;
 pub mod http;
 pub mod metrics;
-pub mod prom;
 pub mod telemetry;
+
+/// The Prometheus primitives, kept below every module that records.
+pub use crate::prom;
 
 use crate::scheduler::Scheduler;
 use prom::Exposition;

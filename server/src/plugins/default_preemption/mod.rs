@@ -42,7 +42,7 @@ use crate::framework::{
 };
 use crate::model::{LabelSelector, PodInfo, PodRef};
 use crate::plugins::names::DEFAULT_PREEMPTION;
-use crate::scheduler::FastRng;
+use crate::rng::FastRng;
 
 /// Nodes where preemption cannot help are reported with this reason.
 pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
