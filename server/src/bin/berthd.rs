@@ -147,6 +147,26 @@ struct Args {
     #[arg(long, value_name = "NAMESPACE")]
     leader_elect_resource_namespace: Option<String>,
 
+    /// Requests per second berthd's API clients send on average (each
+    /// client has its own bucket: the scheduler's, events', leader
+    /// election's). As kube-scheduler's flag, it applies only without
+    /// --config (then set clientConnection.qps). Default 50; negative: no
+    /// limit.
+    #[arg(long, value_name = "QPS", allow_negative_numbers = true)]
+    kube_api_qps: Option<f32>,
+
+    /// Requests each API client may send at once above --kube-api-qps. As
+    /// kube-scheduler's flag, it applies only without --config (then set
+    /// clientConnection.burst). Default 100.
+    #[arg(long, value_name = "N")]
+    kube_api_burst: Option<i32>,
+
+    /// The content type of requests to the API server: application/json, or
+    /// application/vnd.kubernetes.protobuf (accepted; berth speaks JSON). As
+    /// kube-scheduler's flag, it applies only without --config.
+    #[arg(long, value_name = "TYPE")]
+    kube_api_content_type: Option<String>,
+
     /// On SIGTERM/SIGINT, how long in-flight binding cycles get to bind or
     /// Unreserve before berthd exits anyway (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
@@ -154,6 +174,50 @@ struct Args {
 }
 
 impl Args {
+    /// kube-scheduler's client flags apply only when no configuration file
+    /// is given (there, they are among the deprecated flags the file
+    /// replaces); with one, berthd says they are ignored.
+    fn apply_client_connection(&self, cc: &mut config::ClientConnection) -> Result<()> {
+        let given: Vec<&str> = [
+            ("--kube-api-qps", self.kube_api_qps.is_some()),
+            ("--kube-api-burst", self.kube_api_burst.is_some()),
+            (
+                "--kube-api-content-type",
+                self.kube_api_content_type.is_some(),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(f, set)| set.then_some(f))
+        .collect();
+        if given.is_empty() {
+            return Ok(());
+        }
+        if self.config.is_some() {
+            tracing::warn!(
+                flags = ?given,
+                "ignored because --config is given, as kube-scheduler ignores them; set clientConnection in the configuration"
+            );
+            return Ok(());
+        }
+        if let Some(q) = self.kube_api_qps {
+            cc.qps = q;
+        }
+        if let Some(b) = self.kube_api_burst {
+            cc.burst = b;
+        }
+        if let Some(t) = &self.kube_api_content_type {
+            cc.content_type = t.clone();
+        }
+        cc.validate().map_err(|e| {
+            let flag = e
+                .to_string()
+                .replace("clientConnection.qps", "--kube-api-qps")
+                .replace("clientConnection.burst", "--kube-api-burst")
+                .replace("clientConnection.contentType", "--kube-api-content-type");
+            anyhow::anyhow!("{flag}")
+        })
+    }
+
     /// Flags override the configuration file, as upstream's do.
     fn apply_leader_election(&self, le: &mut LeaderElection) -> Result<()> {
         if let Some(v) = self.leader_elect {
@@ -219,6 +283,12 @@ async fn main() -> Result<()> {
     };
 
     args.apply_leader_election(&mut cfg.leader_election)?;
+    args.apply_client_connection(&mut cfg.client_connection)?;
+    let client_options = kube_source::ClientOptions {
+        qps: cfg.client_connection.qps,
+        burst: cfg.client_connection.burst,
+        purpose: "",
+    };
     let kube_config = match (&args.kubeconfig, args.in_cluster) {
         (Some(path), _) => Some(kube_source::config_from_kubeconfig(path).await?),
         (None, true) => Some(kube_source::config_in_cluster()?),
@@ -228,7 +298,10 @@ async fn main() -> Result<()> {
     // cluster never does: it is always the leader.
     let election = match &kube_config {
         Some(config) if cfg.leader_election.leader_elect => {
-            let client = kube_source::client(config.clone())?;
+            let client = kube_source::client(
+                config.clone(),
+                &client_options.for_purpose("leader-election"),
+            )?;
             let ecfg = ElectionConfig::from_config(&cfg.leader_election, default_identity());
             Some(berth_server::leader::Election::start(client, ecfg))
         }
@@ -238,8 +311,26 @@ async fn main() -> Result<()> {
         Some(config) => {
             let server = config.cluster_url.to_string();
             tracing::info!(%server, "watching the Kubernetes cluster at {server}");
-            let client = kube_source::client(config)?;
-            let kube = KubeCluster::start(client, KubeOptions::default());
+            if cfg.client_connection.wants_protobuf() {
+                tracing::info!(
+                    content_type = %cfg.client_connection.content_type,
+                    "berth reads and writes the API as application/json; the protobuf content type asked for is served as JSON"
+                );
+            }
+            tracing::info!(
+                qps = cfg.client_connection.qps,
+                burst = cfg.client_connection.burst,
+                "API clients rate-limited to {} requests/s with bursts of {} (each of: scheduler, events, leader election)",
+                cfg.client_connection.qps,
+                cfg.client_connection.burst
+            );
+            let kube = KubeCluster::connect(
+                config,
+                KubeOptions {
+                    client: client_options.clone(),
+                    ..KubeOptions::default()
+                },
+            )?;
             (kube.clone(), kube.into())
         }
         None => {

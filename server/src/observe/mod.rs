@@ -61,6 +61,7 @@ pub fn render(scheduler: &Scheduler) -> String {
         scheduler.bindings_in_flight() as u64,
     );
     metrics::render_extenders(scheduler.extenders().connections(), &mut e);
+    crate::cluster::kube::rest_metrics().render(&mut e);
     e.finish()
 }
 

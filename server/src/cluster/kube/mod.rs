@@ -25,6 +25,7 @@
 //! Writes go to the API as upstream's scheduler sends them (see
 //! [`writes`]).
 
+mod client;
 mod events;
 mod writes;
 
@@ -41,6 +42,7 @@ use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
+pub use client::{ClientOptions, MAX_RETRIES, RestMetrics, TokenBucket, rest_metrics};
 pub use events::{EVENT_BURST, EVENT_REFILL_EVERY};
 
 use super::{ClusterChange, WatchEvent};
@@ -75,12 +77,16 @@ pub struct KubeOptions {
     /// The name of this replica, for events' `reportingInstance`
     /// (`<scheduler name>-<identity>`); default: the host name.
     pub identity: String,
+    /// The rate limits of the scheduler's client and of the events client
+    /// (each has its own bucket, as kube-scheduler's two clientsets).
+    pub client: ClientOptions,
 }
 
 impl Default for KubeOptions {
     fn default() -> Self {
         Self {
             identity: hostname(),
+            client: ClientOptions::default(),
         }
     }
 }
@@ -120,9 +126,10 @@ pub fn config_in_cluster() -> Result<kube::Config, KubeError> {
     kube::Config::incluster().map_err(|e| KubeError::InCluster(e.to_string()))
 }
 
-/// A client for `config`.
-pub fn client(config: kube::Config) -> Result<kube::Client, KubeError> {
-    kube::Client::try_from(config).map_err(|e| KubeError::Client(e.to_string()))
+/// A client for `config` with its own token bucket of `options`'s qps and
+/// burst (see [`client`]).
+pub fn client(config: kube::Config, options: &ClientOptions) -> Result<kube::Client, KubeError> {
+    client::build_client(config, options)
 }
 
 /// What a watcher watches: the sort order is the order of the initial
@@ -391,9 +398,19 @@ fn spawn_watcher<K>(
 }
 
 impl KubeCluster {
-    /// Starts watching the cluster behind `client`. Must run inside a tokio
-    /// runtime.
-    pub fn start(client: kube::Client, options: KubeOptions) -> Arc<Self> {
+    /// Starts watching the cluster `config` names: the scheduler's client
+    /// (watches and writes) and the events client, each with its own rate
+    /// limit. Must run inside a tokio runtime.
+    pub fn connect(config: kube::Config, options: KubeOptions) -> Result<Arc<Self>, KubeError> {
+        let scheduler =
+            client::build_client(config.clone(), &options.client.for_purpose("scheduler"))?;
+        let events = client::build_client(config, &options.client.for_purpose(""))?;
+        Ok(Self::start(scheduler, events, options))
+    }
+
+    /// Starts watching the cluster behind `client`, writing events through
+    /// `events`. Must run inside a tokio runtime.
+    pub fn start(client: kube::Client, events: kube::Client, options: KubeOptions) -> Arc<Self> {
         let mirror = Arc::new(Mirror::default());
         // Counted before any watcher runs: Synced waits for all of them.
         mirror.state.lock().watchers = 2 + ObjectKind::ALL.len();
@@ -438,7 +455,7 @@ impl KubeCluster {
             StatefulSet => apps::v1::StatefulSet,
             ReplicationController => core::v1::ReplicationController,
         );
-        let events = events::EventSink::start(client.clone(), options.identity);
+        let events = events::EventSink::start(events, options.identity);
         Arc::new(Self {
             client,
             mirror,
