@@ -239,6 +239,16 @@ impl Berthd {
             .await
     }
 
+    /// The HTTP address (`--http-listen`) berthd logged.
+    pub fn http_addr(&self) -> Result<String> {
+        self.seen
+            .iter()
+            .find(|l| message(l).starts_with("serving HTTP on"))
+            .and_then(|l| l["fields"]["addr"].as_str())
+            .map(str::to_string)
+            .context("no \"serving HTTP on\" line")
+    }
+
     /// A gRPC client connected to this berthd.
     pub async fn client(&self) -> Result<berth_client::Client> {
         Ok(berth_client::Client::connect(&self.addr).await?)
@@ -283,6 +293,32 @@ impl Berthd {
             .await
             .map_err(|_| anyhow!("berthd did not exit within {GUARD:?}"))?
     }
+}
+
+/// One HTTP/1.1 GET over a fresh connection: (status, body).
+pub async fn http_get(addr: &str, path: &str) -> Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await?;
+    let text = String::from_utf8(raw)?;
+    let (head, body) = text.split_once("\r\n\r\n").context("no header end")?;
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .context("no status")?
+        .parse()?;
+    ensure!(
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "unexpected chunked body"
+    );
+    Ok((status, body.to_string()))
 }
 
 /// The message of a JSON log line.

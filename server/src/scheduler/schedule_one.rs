@@ -15,8 +15,8 @@ use crate::cache::Snapshot;
 use crate::cluster::PodScheduledCondition;
 use crate::framework::FitError;
 use crate::framework::{
-    ClusterEvent, Code, CycleState, Diagnosis, EventObject, EventType, Framework, NominatingInfo,
-    PodEvent, QueuedPodInfo, Status,
+    ClusterEvent, Code, CycleState, Diagnosis, EventObject, EventType, Eviction, Framework,
+    NominatingInfo, PodEvent, QueuedPodInfo, Status,
 };
 use crate::model::{PodInfo, PodRef};
 use crate::observe::metrics::AttemptResult;
@@ -29,6 +29,9 @@ struct Failure {
     message: String,
     diagnosis: Option<Diagnosis>,
     nominating: Option<NominatingInfo>,
+    /// Preemption's eviction of victims, to run once the pod's nomination
+    /// is written.
+    eviction: Option<Eviction>,
 }
 
 impl Failure {
@@ -38,6 +41,7 @@ impl Failure {
             status,
             diagnosis: None,
             nominating: Some(NominatingInfo::Override(None)),
+            eviction: None,
         }
     }
 
@@ -59,6 +63,7 @@ impl Failure {
             status: Status::code_only(status.code()),
             diagnosis: Some(fit.diagnosis),
             nominating: Some(NominatingInfo::Override(None)),
+            eviction: None,
         }
     }
 }
@@ -264,18 +269,23 @@ impl Loop {
             ScheduleError::Error(s) => Failure::from_status(s),
             ScheduleError::Fit(mut fit) => {
                 let mut nominating = Some(NominatingInfo::Override(None));
+                let mut eviction = None;
                 if fw.has_post_filter_plugins() {
                     let (result, s) = fw
                         .run_post_filter(state, pod, &fit.diagnosis.node_to_status)
                         .await;
                     fit.diagnosis.post_filter_msg = Some(s.message()).filter(|m| !m.is_empty());
-                    nominating = result.map(|r| r.nominating_info);
+                    nominating = result.map(|r| {
+                        eviction = r.eviction;
+                        r.nominating_info
+                    });
                 }
                 Failure {
                     message: fit.to_string(),
                     status: Status::code_only(Code::Unschedulable),
                     diagnosis: Some(fit.diagnosis),
                     nominating,
+                    eviction,
                 }
             }
         }
@@ -422,6 +432,23 @@ async fn bind_steps(
     assumed: &PodRef,
     host: &Arc<str>,
 ) -> Result<(), Failure> {
+    // As v1.35+: when PreBind has work to do (volumes to bind, claims to
+    // allocate) or the pod waits at Permit, the pod is nominated to its
+    // node first, so that other components (the cluster autoscaler) see
+    // where it is about to land meanwhile.
+    let pre = fw.run_pre_bind_pre_flights(state, assumed, host);
+    if !pre.is_success() && !pre.is_skip() {
+        return Err(Failure::from_status(pre));
+    }
+    if (pre.is_success() || fw.will_wait_on_permit(assumed))
+        && assumed.nominated_node_name.as_deref() != Some(&**host)
+        && let Err(e) = shared
+            .cluster
+            .set_nominated_node_name(assumed, Some(host))
+            .await
+    {
+        tracing::warn!(pod = %assumed.key(), node = %host, error = %e, "setting the nominated node before binding failed; binding goes on");
+    }
     let s = fw.wait_on_permit(assumed).await;
     if !s.is_success() {
         return Err(if s.is_rejected() {
@@ -582,6 +609,7 @@ async fn failure_handler(
                     && c.status == "False"
                     && c.reason.as_deref() == Some(reason)
                     && c.message.as_deref() == Some(f.message.as_str())
+                    && c.observed_generation == p.metadata.generation
             })
     });
     if requeued_pod.is_some() && (!unchanged || nominated.is_some()) {
@@ -595,6 +623,19 @@ async fn failure_handler(
             .await
         {
             tracing::warn!(pod = %pod.key(), error = %e, "error updating pod status");
+        }
+    }
+    // The victims go once the cluster knows where the preemptor is
+    // nominated (as upstream orders its writes), unless the preemptor is
+    // gone or placed meanwhile.
+    if let Some(eviction) = f.eviction
+        && requeued_pod.is_some()
+        && let Err(e) = eviction.run().await
+    {
+        // Retry soon rather than wait for an event that may not come.
+        tracing::warn!(pod = %pod.key(), error = %e, "preemption failed; the pod goes back to the active queue");
+        if let Some(p) = &requeued_pod {
+            shared.queue.activate(std::slice::from_ref(p));
         }
     }
     let took = start.elapsed();

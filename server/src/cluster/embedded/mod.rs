@@ -326,7 +326,16 @@ impl EmbeddedCluster {
             if pod.status.is_none() {
                 pod.status = old.status.clone();
             }
+            // As the API server since v1.33: the generation moves with the
+            // spec.
+            let old_generation = old.metadata.generation.unwrap_or(1);
+            pod.metadata.generation = Some(if pod.spec == old.spec {
+                old_generation
+            } else {
+                old_generation + 1
+            });
         } else {
+            pod.metadata.generation = Some(1);
             if pod.metadata.uid.as_deref().is_none_or(str::is_empty) {
                 pod.metadata.uid = Some(s.new_uid());
             }
@@ -524,8 +533,12 @@ impl ClusterClient for EmbeddedCluster {
                 )));
             }
             spec.node_name = Some(node.to_string());
+            let status = p.status.get_or_insert_with(Default::default);
+            // As the API server since v1.35 (ClearingNominatedNodeNameAfterBinding):
+            // a bound pod's nomination is over.
+            status.nominated_node_name = None;
             set_condition(
-                p.status.get_or_insert_with(Default::default),
+                status,
                 PodCondition {
                     type_: "PodScheduled".into(),
                     status: "True".into(),
@@ -624,17 +637,8 @@ impl EventRecorder for EmbeddedCluster {
                 resource_version: pod.pod.metadata.resource_version.clone(),
                 ..Default::default()
             }),
-            related: e
-                .related
-                .as_ref()
-                .map(|r| k8s_openapi::api::core::v1::ObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Pod".into()),
-                    namespace: Some(r.namespace.to_string()),
-                    name: Some(r.name.to_string()),
-                    uid: Some(r.uid.to_string()),
-                    ..Default::default()
-                }),
+            // Upstream's scheduler events carry no related object (not even
+            // Preempted, whose preemptor the note names).
             note: Some(e.note),
             type_: Some(e.event_type.as_str().to_string()),
             ..Default::default()
@@ -699,6 +703,7 @@ impl ClusterSource for EmbeddedCluster {
                     reason: Some(condition.reason),
                     message: Some(condition.message),
                     last_transition_time: Some(now_time()),
+                    observed_generation: p.metadata.generation,
                     ..Default::default()
                 },
             );
