@@ -3,6 +3,7 @@
 //! criterion micro-benchmarks (`benches/`) share.
 
 pub mod extender;
+pub mod kube;
 pub mod objects;
 pub mod profile;
 pub mod report;

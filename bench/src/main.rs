@@ -63,6 +63,19 @@ struct Args {
     /// its result as JSON.
     #[arg(long, hide = true)]
     child: bool,
+
+    /// Internal: serve the kube workload's stand-in API server with
+    /// --nodes and --pods (see berth_bench::kube).
+    #[arg(long, hide = true)]
+    serve_apiserver: bool,
+
+    /// Internal: the stand-in's nodes.
+    #[arg(long, hide = true, default_value_t = 0)]
+    nodes: usize,
+
+    /// Internal: the stand-in's pending pods.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pods: usize,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -145,6 +158,16 @@ fn main() -> Result<()> {
         parallelism: args.parallelism,
     };
     let all = workloads::all(args.quick);
+    if args.serve_apiserver {
+        let zones = args
+            .workloads
+            .first()
+            .and_then(|n| all.iter().find(|w| &w.name == n))
+            .map_or(&[][..], |w| w.zones);
+        return runtime()?.block_on(berth_bench::kube::serve_apiserver(
+            args.nodes, args.pods, zones,
+        ));
+    }
     if args.child {
         let [name] = args.workloads.as_slice() else {
             bail!("--child takes exactly one --workload");

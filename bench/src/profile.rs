@@ -209,5 +209,6 @@ extenders:
                 _served: Some(served),
             })
         }
+        Profile::Kube => bail!("the kube workloads set up their scheduler themselves"),
     }
 }

@@ -13,6 +13,10 @@ pub enum Profile {
     /// The default profile plus the benchmark's Filter+Score logic, served
     /// as `variant` says (see [`crate::extender`]).
     Extender(ExtenderVariant),
+    /// The default profile in kube mode, against a stand-in API server
+    /// holding the nodes and the measured pods as a backlog (see
+    /// [`crate::kube`]).
+    Kube,
 }
 
 /// Where the extender workload's Filter+Score logic runs.
@@ -262,6 +266,21 @@ pub fn all(quick: bool) -> Vec<Workload> {
                 Profile::Extender(variant),
             ));
         }
+    }
+    for (full, small) in [
+        (size(500, 0, 2000), size(20, 0, 50)),
+        (size(5000, 0, 10000), size(100, 0, 200)),
+    ] {
+        let s = pick(full, small);
+        out.push(workload(
+            "Kube",
+            &label(s),
+            s,
+            ZONES,
+            basic,
+            basic,
+            Profile::Kube,
+        ));
     }
     out
 }

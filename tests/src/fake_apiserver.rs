@@ -688,22 +688,15 @@ impl State {
     fn list(&self, t: &Target, query: &BTreeMap<String, String>) -> Value {
         let selector = parse_selector(query.get("fieldSelector").map_or("", String::as_str));
         let resource = t.resource();
-        let items: Vec<Value> = self
+        // Objects of one resource are adjacent in the map (the key starts
+        // with the resource); only the page's are copied.
+        let items: Vec<&Value> = self
             .objects
-            .iter()
-            .filter(|((r, ns, _), _)| {
-                *r == resource && t.namespace.as_ref().is_none_or(|want| want == ns)
-            })
+            .range((resource.clone(), String::new(), String::new())..)
+            .take_while(|((r, _, _), _)| *r == resource)
+            .filter(|((_, ns, _), _)| t.namespace.as_ref().is_none_or(|want| want == ns))
             .map(|(_, o)| o)
             .filter(|o| matches(o, &selector))
-            .map(|o| {
-                let mut o = o.clone();
-                if let Some(m) = o.as_object_mut() {
-                    m.remove("apiVersion");
-                    m.remove("kind");
-                }
-                o
-            })
             .collect();
         let start: usize = query
             .get("continue")
@@ -714,7 +707,19 @@ impl State {
             .and_then(|l| l.parse().ok())
             .filter(|l| *l > 0)
             .unwrap_or(usize::MAX);
-        let page: Vec<Value> = items.iter().skip(start).take(limit).cloned().collect();
+        let page: Vec<Value> = items
+            .iter()
+            .skip(start)
+            .take(limit)
+            .map(|o| {
+                let mut o = (*o).clone();
+                if let Some(m) = o.as_object_mut() {
+                    m.remove("apiVersion");
+                    m.remove("kind");
+                }
+                o
+            })
+            .collect();
         let mut meta = json!({"resourceVersion": self.rv.to_string()});
         let next = start.saturating_add(page.len());
         if next < items.len() {

@@ -27,6 +27,7 @@
 
 mod client;
 mod events;
+mod slim;
 mod writes;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,6 +36,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
@@ -44,6 +46,7 @@ use tokio::sync::mpsc;
 
 pub use client::{ClientOptions, MAX_RETRIES, RestMetrics, TokenBucket, rest_metrics};
 pub use events::{EVENT_BURST, EVENT_REFILL_EVERY};
+pub use slim::{LAST_APPLIED, SlimNode, SlimPod, strip_meta};
 
 use super::{ClusterChange, WatchEvent};
 use crate::cache::{KubeObject, ObjectKind};
@@ -179,6 +182,34 @@ impl Obj {
         }
     }
 
+    /// Whether `other` is this object at another resourceVersion with
+    /// nothing else changed (pods and nodes, as berth keeps them).
+    fn same_but_version(&self, other: &Obj) -> bool {
+        fn meta_eq(a: &ObjectMeta, b: &ObjectMeta) -> bool {
+            a.uid == b.uid
+                && a.generation == b.generation
+                && a.labels == b.labels
+                && a.annotations == b.annotations
+                && a.deletion_timestamp == b.deletion_timestamp
+                && a.deletion_grace_period_seconds == b.deletion_grace_period_seconds
+                && a.finalizers == b.finalizers
+                && a.owner_references == b.owner_references
+                && a.name == b.name
+                && a.namespace == b.namespace
+                && a.generate_name == b.generate_name
+                && a.creation_timestamp == b.creation_timestamp
+        }
+        match (self, other) {
+            (Obj::Node(a), Obj::Node(b)) => {
+                meta_eq(&a.metadata, &b.metadata) && a.spec == b.spec && a.status == b.status
+            }
+            (Obj::Pod(a), Obj::Pod(b)) => {
+                meta_eq(&a.metadata, &b.metadata) && a.spec == b.spec && a.status == b.status
+            }
+            _ => false,
+        }
+    }
+
     fn rv(&self) -> Option<&str> {
         self.meta().resource_version.as_deref()
     }
@@ -275,6 +306,11 @@ impl MirrorState {
         let key = new.key();
         match self.objects.get(&key).cloned() {
             Some(old) if old.rv() == new.rv() && old.rv().is_some() => {}
+            Some(old) if old.same_but_version(&new) => {
+                // Only what berth does not keep changed (a heartbeat, the
+                // managed fields): the new version, and no news.
+                self.objects.insert(key, new);
+            }
             Some(old) if old.uid() != new.uid() => {
                 // Replaced under the same name: a different object.
                 self.objects.insert(key, new.clone());
@@ -416,19 +452,21 @@ impl KubeCluster {
         mirror.state.lock().watchers = 2 + ObjectKind::ALL.len();
         // Lists from the watch cache (resourceVersion=0), as informers do.
         let config = || watcher::Config::default().any_semantic();
+        // Pods and nodes are decoded straight into what berth keeps (see
+        // `slim`); other kinds are stripped of the same metadata.
         spawn_watcher(
             mirror.clone(),
-            Api::<Node>::all(client.clone()),
+            Api::<SlimNode>::all(client.clone()),
             config(),
             Res::Node,
-            |n| Obj::Node(Arc::new(n)),
+            |n| Obj::Node(Arc::new(n.0)),
         );
         spawn_watcher(
             mirror.clone(),
-            Api::<Pod>::all(client.clone()),
+            Api::<SlimPod>::all(client.clone()),
             config().fields(POD_FIELD_SELECTOR),
             Res::Pod,
-            |p| Obj::Pod(Arc::new(p)),
+            |p| Obj::Pod(Arc::new(p.0)),
         );
         macro_rules! objects {
             ($($kind:ident => $ty:ty),* $(,)?) => {$(
@@ -437,7 +475,10 @@ impl KubeCluster {
                     Api::<$ty>::all(client.clone()),
                     config(),
                     Res::Object(ObjectKind::$kind),
-                    |o| Obj::Other(KubeObject::$kind(Arc::new(o))),
+                    |mut o| {
+                        strip_meta(kube::Resource::meta_mut(&mut o));
+                        Obj::Other(KubeObject::$kind(Arc::new(o)))
+                    },
                 );
             )*};
         }

@@ -142,8 +142,8 @@ impl KubeCluster {
             .header(http::header::ACCEPT, JSON)
             .body(Vec::new());
         let Ok(req) = req else { return };
-        match self.client.request::<Pod>(req).await {
-            Ok(p) => self.refresh_pod(&pod.namespace, &pod.name, &pod.uid, Some(p)),
+        match self.client.request::<super::SlimPod>(req).await {
+            Ok(p) => self.refresh_pod(&pod.namespace, &pod.name, &pod.uid, Some(p.0)),
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 self.refresh_pod(&pod.namespace, &pod.name, &pod.uid, None)
             }
