@@ -8,9 +8,14 @@
 //! * every object: `metadata.managedFields` and the
 //!   `kubectl.kubernetes.io/last-applied-configuration` annotation (a
 //!   copy of the whole object as last applied);
-//! * pods: of the status, only what scheduling reads is kept (phase,
+//! * pods: of the spec, the volumes no scheduling plugin reads (projected
+//!   service account tokens, config maps, secrets, the downward API,
+//!   empty dirs: in k8s-openapi's types a volume takes 3 KiB whatever it
+//!   holds) and, of each container, what only the kubelet reads (command,
+//!   arguments, environment, probes, lifecycle hooks, mounts, working
+//!   directory); of the status, only what scheduling reads (phase,
 //!   conditions, nominated node, start time, resource claim statuses and
-//!   the allocated resources of in-place resizes); of each container
+//!   the allocated resources of in-place resizes), and of each container
 //!   status only its name, allocated resources and resources;
 //! * nodes: of the status, capacity, allocatable, images (ImageLocality),
 //!   declared features (NodeDeclaredFeatures), the phase, and each
@@ -29,8 +34,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    ContainerStatus, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec,
-    PodStatus,
+    Container, ContainerStatus, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition,
+    PodSpec, PodStatus, Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -163,12 +168,61 @@ impl<'de> Deserialize<'de> for SlimPod {
             status: Option<WirePodStatus>,
         }
         let w = Wire::deserialize(d)?;
+        let mut spec = w.spec;
+        if let Some(spec) = spec.as_mut() {
+            trim_pod_spec(spec);
+        }
         Ok(Self(Pod {
             metadata: w.metadata.into(),
-            spec: w.spec,
+            spec,
             status: w.status.map(Into::into),
         }))
     }
+}
+
+/// Whether any scheduling plugin reads the volume: claims, ephemeral
+/// claims, image volumes, and the disks VolumeRestrictions and
+/// NodeVolumeLimits count (every kind but the ones below).
+fn read_by_scheduling(v: &Volume) -> bool {
+    v.projected.is_none()
+        && v.config_map.is_none()
+        && v.secret.is_none()
+        && v.downward_api.is_none()
+        && v.empty_dir.is_none()
+}
+
+/// Drops what only the kubelet reads from a container.
+fn trim_container(c: &mut Container) {
+    c.command = None;
+    c.args = None;
+    c.env = None;
+    c.env_from = None;
+    c.liveness_probe = None;
+    c.readiness_probe = None;
+    c.startup_probe = None;
+    c.lifecycle = None;
+    c.volume_mounts = None;
+    c.volume_devices = None;
+    c.working_dir = None;
+}
+
+/// The spec as berth keeps it (see the module's doc).
+fn trim_pod_spec(spec: &mut PodSpec) {
+    if let Some(volumes) = spec.volumes.as_mut() {
+        volumes.retain(read_by_scheduling);
+        volumes.shrink_to_fit();
+        if volumes.is_empty() {
+            spec.volumes = None;
+        }
+    }
+    for c in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        trim_container(c);
+    }
+    spec.ephemeral_containers = None;
 }
 
 /// A node condition without its heartbeat, transition time and message.
@@ -301,7 +355,7 @@ mod tests {
         assert_eq!(p.metadata.name, full.metadata.name);
         assert_eq!(p.metadata.uid, full.metadata.uid);
         assert_eq!(p.metadata.generation, Some(1));
-        assert_eq!(p.spec, full.spec, "the spec is whole");
+        assert_eq!(p.spec, full.spec, "nothing of this spec is dropped");
         let s = p.status.unwrap();
         let fs = full.status.unwrap();
         assert_eq!(s.conditions, fs.conditions);
@@ -313,6 +367,52 @@ mod tests {
         assert_eq!(c.name, "c");
         assert_eq!(c.allocated_resources.as_ref().unwrap()["cpu"].0, "3");
         assert_eq!((c.restart_count, c.state.is_none()), (0, true));
+    }
+
+    #[test]
+    fn pod_specs_keep_what_scheduling_reads() {
+        let v = json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "volumes": [
+                    {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}},
+                    {"name": "cfg", "configMap": {"name": "c"}},
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "d"}},
+                    {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                    {"name": "disk", "gcePersistentDisk": {"pdName": "pd"}},
+                    {"name": "model", "image": {"reference": "registry/model:1"}},
+                    {"name": "tmp", "emptyDir": {}},
+                ],
+                "initContainers": [{"name": "init", "image": "i", "command": ["sh"], "restartPolicy": "Always"}],
+                "containers": [{
+                    "name": "c", "image": "app:1", "env": [{"name": "A", "value": "x"}],
+                    "args": ["--x"], "livenessProbe": {"httpGet": {"port": 80}},
+                    "volumeMounts": [{"name": "data", "mountPath": "/d"}],
+                    "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}},
+                    "ports": [{"containerPort": 80, "hostPort": 8080}],
+                }],
+                "nodeSelector": {"zone": "a"},
+            },
+        });
+        let p = serde_json::from_value::<SlimPod>(v).unwrap().0;
+        let spec = p.spec.unwrap();
+        let names: Vec<&str> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(names, ["data", "scratch", "disk", "model"]);
+        let c = &spec.containers[0];
+        assert!(c.env.is_none() && c.args.is_none() && c.liveness_probe.is_none());
+        assert!(c.volume_mounts.is_none());
+        assert_eq!(c.image.as_deref(), Some("app:1"));
+        assert_eq!(c.resources.as_ref().unwrap().limits.as_ref().unwrap()["cpu"].0, "2");
+        assert_eq!(c.ports.as_ref().unwrap()[0].host_port, Some(8080));
+        let init = &spec.init_containers.as_ref().unwrap()[0];
+        assert!(init.command.is_none());
+        assert_eq!(init.restart_policy.as_deref(), Some("Always"), "sidecars stay sidecars");
+        assert_eq!(spec.node_selector.unwrap()["zone"], "a");
     }
 
     #[test]

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
 use super::KubeCluster;
@@ -82,6 +83,31 @@ fn now_time() -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// A `v1 Binding`, written straight from the pod's fields.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Binding<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: BindingMeta<'a>,
+    target: BindingTarget<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct BindingMeta<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    uid: &'a str,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BindingTarget<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    name: &'a str,
+}
+
 /// The API's status code in an error, for logs (0: no answer).
 fn status_code(e: &kube::Error) -> u16 {
     match e {
@@ -111,14 +137,14 @@ fn conditions_patch(existing: &[String], condition: Value) -> serde_json::Map<St
 impl KubeCluster {
     /// Sends one request; a failure is logged with `subject` (the object
     /// written), the verb and the status code.
-    pub(super) async fn send(
+    pub(super) async fn send<B: serde::Serialize + ?Sized, R: serde::de::DeserializeOwned>(
         &self,
         method: http::Method,
         path: &str,
         content_type: &str,
-        body: &Value,
+        body: &B,
         subject: &str,
-    ) -> Result<Value, ClusterError> {
+    ) -> Result<R, ClusterError> {
         let body = serde_json::to_vec(body).map_err(|e| ClusterError::Other(e.to_string()))?;
         let req = http::Request::builder()
             .method(method.clone())
@@ -127,7 +153,7 @@ impl KubeCluster {
             .header(http::header::ACCEPT, JSON)
             .body(body)
             .map_err(|e| ClusterError::Other(e.to_string()))?;
-        self.client.request::<Value>(req).await.map_err(|e| {
+        self.client.request::<R>(req).await.map_err(|e| {
             let code = status_code(&e);
             tracing::warn!(object = subject, verb = %method, path, code, error = %e, "API write failed");
             cluster_error(e)
@@ -196,15 +222,23 @@ impl KubeCluster {
 #[async_trait]
 impl ClusterClient for KubeCluster {
     async fn bind(&self, pod: &PodInfo, node: &str) -> Result<(), ClusterError> {
-        let body = json!({
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": &*pod.name, "namespace": &*pod.namespace, "uid": &*pod.uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        });
+        let body = Binding {
+            api_version: "v1",
+            kind: "Binding",
+            metadata: BindingMeta {
+                name: &pod.name,
+                namespace: &pod.namespace,
+                uid: &pod.uid,
+            },
+            target: BindingTarget {
+                api_version: "v1",
+                kind: "Node",
+                name: node,
+            },
+        };
         let path = format!("{}/binding", pod_path(&pod.namespace, &pod.name));
         match self
-            .send(http::Method::POST, &path, JSON, &body, &pod.key())
+            .send::<_, IgnoredAny>(http::Method::POST, &path, JSON, &body, &pod.key())
             .await
         {
             Ok(_) => Ok(()),
@@ -248,7 +282,7 @@ impl ClusterClient for KubeCluster {
         let path = pod_path(&pod.namespace, &pod.name);
         let key = pod.key();
         match self
-            .send(
+            .send::<_, IgnoredAny>(
                 http::Method::PATCH,
                 &format!("{path}/status"),
                 STRATEGIC_MERGE,
@@ -268,7 +302,7 @@ impl ClusterClient for KubeCluster {
             "preconditions": {"uid": &*pod.uid},
         });
         match self
-            .send(http::Method::DELETE, &path, JSON, &options, &key)
+            .send::<_, IgnoredAny>(http::Method::DELETE, &path, JSON, &options, &key)
             .await
         {
             Ok(_) | Err(ClusterError::NotFound(_)) => Ok(()),
@@ -285,7 +319,7 @@ impl ClusterClient for KubeCluster {
             format!("{namespace}/{name}")
         };
         let stored = self
-            .send(http::Method::PUT, &path, JSON, &obj.to_json(), &subject)
+            .send::<_, Value>(http::Method::PUT, &path, JSON, &obj.to_json(), &subject)
             .await?;
         KubeObject::from_json(kind, stored).map_err(|e| ClusterError::Other(e.to_string()))
     }
@@ -297,7 +331,7 @@ impl ClusterClient for KubeCluster {
     ) -> Result<(), ClusterError> {
         let path = format!("{}/status", pod_path(&pod.namespace, &pod.name));
         let patch = json!({"status": {"nominatedNodeName": node}});
-        self.send(
+        self.send::<_, IgnoredAny>(
             http::Method::PATCH,
             &path,
             STRATEGIC_MERGE,
@@ -338,7 +372,7 @@ impl ClusterSource for KubeCluster {
             status.insert("nominatedNodeName".into(), json!(node));
         }
         let path = format!("{}/status", pod_path(&pod.namespace, &pod.name));
-        self.send(
+        self.send::<_, IgnoredAny>(
             http::Method::PATCH,
             &path,
             STRATEGIC_MERGE,
