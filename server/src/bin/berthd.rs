@@ -14,7 +14,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use berth_server::api::{ClusterBackend, TlsConfig, TlsFiles};
 use berth_server::cluster::ClusterSource;
-use berth_server::cluster::embedded::{EmbeddedCluster, parse_objects, read_objects};
+use berth_server::cluster::embedded::{
+    EmbeddedCluster, SAMPLE_CLUSTER, parse_objects, read_objects,
+};
 use berth_server::cluster::kube::{self as kube_source, KubeCluster, KubeOptions};
 use berth_server::config::{self, LeaderElection, parse_go_duration};
 use berth_server::leader::{ElectionConfig, Outcome, default_identity};
@@ -23,9 +25,6 @@ use berth_server::observe::telemetry::{self, TraceConfig};
 use berth_server::plugins::in_tree_registry;
 use berth_server::scheduler::{Options, Scheduler};
 use clap::{Parser, ValueEnum};
-
-/// The sample cluster berthd loads when no --cluster is given.
-const SAMPLE_CLUSTER: &str = include_str!("../../sample/cluster.yaml");
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum LogFormat {

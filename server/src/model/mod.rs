@@ -5,7 +5,10 @@
 //! a [`NodeSpec`]: quantities parsed to integers, tolerations and ports
 //! pre-parsed. The scheduling hot path reads only these.
 
+pub mod admission;
 pub mod affinity;
+pub mod decode;
+pub mod defaults;
 pub mod labels;
 pub mod node;
 pub mod pod;
@@ -13,6 +16,7 @@ pub mod quantity;
 pub mod resource;
 pub mod selector;
 pub mod taint;
+pub mod validation;
 
 pub use affinity::{
     AffinityTerm, InclusionPolicy, NodeAffinity, Placement, PodAffinityTerms, SpreadConstraint,

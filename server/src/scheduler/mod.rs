@@ -25,7 +25,7 @@ pub use algorithm::{
 };
 pub use explain::{
     DryRunReport, NodeReport, NodeUse, PluginOutcome, PreemptionReport, ScoreRow, SimulatedPod,
-    SimulationReport, UnknownProfile, Verdict,
+    Simulation, SimulationReport, UnknownProfile, Verdict,
 };
 pub use metrics::{HistogramSnapshot, MetricsSnapshot, SchedulerMetrics};
 

@@ -10,7 +10,6 @@ mod get;
 mod output;
 mod quantity;
 mod queue;
-mod resources;
 mod simulate;
 mod table;
 mod watch;
