@@ -283,15 +283,15 @@ impl Client {
 
     /// A client over an existing channel.
     /// Answers up to berthd's largest ([`berth_proto::MAX_RESPONSE_BYTES`])
-    /// are accepted, and requests up to what it accepts are sent.
+    /// are accepted (tonic's default, 4 MiB, is less than a DryRun of a
+    /// large cluster). Requests are sent whatever their size: berthd says
+    /// which are too large.
     pub fn from_channel(channel: Channel) -> Self {
         Self {
             scheduler: SchedulerClient::new(channel.clone())
-                .max_decoding_message_size(berth_proto::MAX_RESPONSE_BYTES)
-                .max_encoding_message_size(berth_proto::MAX_REQUEST_BYTES),
+                .max_decoding_message_size(berth_proto::MAX_RESPONSE_BYTES),
             cluster: ClusterClient::new(channel.clone())
-                .max_decoding_message_size(berth_proto::MAX_RESPONSE_BYTES)
-                .max_encoding_message_size(berth_proto::MAX_REQUEST_BYTES),
+                .max_decoding_message_size(berth_proto::MAX_RESPONSE_BYTES),
             channel,
         }
     }

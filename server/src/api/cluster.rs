@@ -212,11 +212,10 @@ impl Cluster for ClusterApi {
         let (origins, values): (Vec<String>, Vec<serde_json::Value>) = objects.into_iter().unzip();
         let applied = cluster.apply_all(values).map_err(|(i, e)| {
             let origin = &origins[i];
+            // `objects[1]: spec.x: ...` or `yaml: document 2: spec.x: ...`,
+            // which berthctl turns into the file and document.
             match e {
-                ApplyError::NamespaceNotFound(_) => ApiError::NotFound(format!("{origin}.{e}")),
-                ApplyError::Invalid(inv) if !inv.path.is_empty() => {
-                    ApiError::InvalidArgument(format!("{origin}.{}: {}", inv.path, inv.message))
-                }
+                ApplyError::NamespaceNotFound(_) => ApiError::NotFound(format!("{origin}: {e}")),
                 other => ApiError::InvalidArgument(format!("{origin}: {other}")),
             }
         })?;

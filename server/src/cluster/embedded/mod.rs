@@ -410,9 +410,21 @@ pub fn admit(value: serde_json::Value) -> Result<Admitted, ApplyError> {
         .and_then(|k| k.as_str())
         .unwrap_or("")
         .to_string();
+    // Nodes and pods are also pre-parsed here, as they will be when
+    // stored, so that a batch is refused before any of it is stored.
     match kind_text.as_str() {
-        "Node" => Ok(Admitted::Node(admission::node_from_json(value)?)),
-        "Pod" => Ok(Admitted::Pod(admission::pod_from_json(value)?)),
+        "Node" => {
+            let node = admission::node_from_json(value)?;
+            NodeSpec::new(Arc::new(node.clone()))?;
+            Ok(Admitted::Node(node))
+        }
+        "Pod" => {
+            let pod = admission::pod_from_json(value)?;
+            let mut probe = pod.clone();
+            probe.metadata.uid.get_or_insert_with(|| "admission".into());
+            PodInfo::new(Arc::new(probe))?;
+            Ok(Admitted::Pod(pod))
+        }
         other => {
             let Some(kind) = ObjectKind::ALL
                 .into_iter()
