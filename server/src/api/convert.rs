@@ -56,8 +56,23 @@ fn check_kind(field: &str, value: &serde_json::Value, want: &str) -> Result<(), 
         None => Ok(()),
         Some(serde_json::Value::String(k)) if k == want => Ok(()),
         Some(k) => Err(ApiError::InvalidArgument(format!(
-            "{field}.kind: expected {want:?}, got {k}"
+            "{field}.kind: expected {want:?}, got {}",
+            brief(k)
         ))),
+    }
+}
+
+/// A value for a message: short ones as they are, long ones cut.
+fn brief(v: &serde_json::Value) -> String {
+    let text = v.to_string();
+    if text.len() <= 64 {
+        text
+    } else {
+        let mut cut = 64;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        format!("{}... ({} bytes)", &text[..cut], text.len())
     }
 }
 
@@ -133,7 +148,12 @@ pub fn simulation_plan(
     let kind = match value.get("kind") {
         None => "Pod".to_string(),
         Some(serde_json::Value::String(k)) => k.clone(),
-        Some(k) => return Err(bad(format!("{field}.kind: expected a string, got {k}"))),
+        Some(k) => {
+            return Err(bad(format!(
+                "{field}.kind: expected a string, got {}",
+                brief(k)
+            )));
+        }
     };
     let (meta, template, own): (
         k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
