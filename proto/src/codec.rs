@@ -101,17 +101,18 @@ pub fn check(full_name: &str, bytes: &[u8]) -> Result<(), String> {
     }
 }
 
-/// One step of a path into a message: a field, a list index or a map key.
+/// One step of a path into a message: a field, a list index or a map key
+/// (borrowed from the message's bytes: the walk allocates no key).
 #[derive(Debug, Clone)]
-enum Step {
+enum Step<'a> {
     Field(String),
     Index(usize),
-    Key(String),
+    Key(&'a [u8]),
 }
 
 /// `pod.spec.containers[0].resources`, keys that are not plain words in
 /// brackets (`metadata.labels[app.kubernetes.io/name]`).
-fn render(path: &[Step]) -> String {
+fn render(path: &[Step<'_>]) -> String {
     let mut out = String::new();
     for s in path {
         match s {
@@ -123,6 +124,7 @@ fn render(path: &[Step]) -> String {
             }
             Step::Index(i) => out.push_str(&format!("[{i}]")),
             Step::Key(k) => {
+                let k = String::from_utf8_lossy(k);
                 let plain = !k.is_empty()
                     && k.bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
@@ -130,7 +132,7 @@ fn render(path: &[Step]) -> String {
                     if !out.is_empty() {
                         out.push('.');
                     }
-                    out.push_str(k);
+                    out.push_str(&k);
                 } else {
                     out.push_str(&format!("[{k}]"));
                 }
@@ -208,10 +210,10 @@ const LIST_VALUE: &str = "google.protobuf.ListValue";
 
 /// Walks a message of our own types, descending into message fields;
 /// `depth` is the JSON nesting reached so far.
-fn walk_message(
+fn walk_message<'a>(
     desc: &MessageDescriptor,
-    bytes: &[u8],
-    path: &mut Vec<Step>,
+    bytes: &'a [u8],
+    path: &mut Vec<Step<'a>>,
     depth: usize,
 ) -> Walk {
     // Occurrences so far of each repeated message field, for indices.
@@ -264,7 +266,7 @@ fn walk_message(
 }
 
 /// A JSON object at nesting level `depth`.
-fn walk_struct(bytes: &[u8], path: &mut Vec<Step>, depth: usize) -> Walk {
+fn walk_struct<'a>(bytes: &'a [u8], path: &mut Vec<Step<'a>>, depth: usize) -> Walk {
     if depth > MAX_DEPTH {
         return Walk::TooDeep;
     }
@@ -287,8 +289,7 @@ fn walk_struct(bytes: &[u8], path: &mut Vec<Step>, depth: usize) -> Walk {
             }
         }
         let Some(value) = value else { continue };
-        let key = String::from_utf8_lossy(key.unwrap_or_default()).into_owned();
-        path.push(Step::Key(key));
+        path.push(Step::Key(key.unwrap_or_default()));
         let result = walk_value(value, path, depth);
         if !matches!(result, Walk::Ok) {
             return result;
@@ -299,7 +300,7 @@ fn walk_struct(bytes: &[u8], path: &mut Vec<Step>, depth: usize) -> Walk {
 }
 
 /// A JSON list at nesting level `depth`.
-fn walk_list(bytes: &[u8], path: &mut Vec<Step>, depth: usize) -> Walk {
+fn walk_list<'a>(bytes: &'a [u8], path: &mut Vec<Step<'a>>, depth: usize) -> Walk {
     if depth > MAX_DEPTH {
         return Walk::TooDeep;
     }
@@ -323,7 +324,7 @@ fn walk_list(bytes: &[u8], path: &mut Vec<Step>, depth: usize) -> Walk {
 }
 
 /// A JSON value inside a container at nesting level `depth`.
-fn walk_value(bytes: &[u8], path: &mut Vec<Step>, depth: usize) -> Walk {
+fn walk_value<'a>(bytes: &'a [u8], path: &mut Vec<Step<'a>>, depth: usize) -> Walk {
     let mut fields = Fields(bytes);
     while let Some(f) = fields.next_field() {
         let result = match f {

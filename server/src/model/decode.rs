@@ -78,40 +78,61 @@ pub fn check_bounds(value: &Value) -> Result<(), InvalidObject> {
 }
 
 /// Refuses nesting deeper than [`MAX_DEPTH`], naming where. Iterative, so
-/// that no input can exhaust the stack.
+/// that no input can exhaust the stack; paths are built only to name a
+/// refusal.
 pub fn check_depth(value: &Value) -> Result<(), InvalidObject> {
-    // (value, depth of the container it is in, path)
-    let mut stack: Vec<(&Value, usize, String)> = vec![(value, 0, String::new())];
-    while let Some((v, depth, path)) = stack.pop() {
-        if !matches!(v, Value::Object(_) | Value::Array(_)) {
-            continue;
-        }
+    // (value, depth of the container it is in)
+    let mut stack: Vec<(&Value, usize)> = vec![(value, 0)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: &mut dyn Iterator<Item = &Value> = match v {
+            Value::Object(m) => &mut m.values(),
+            Value::Array(a) => &mut a.iter(),
+            _ => continue,
+        };
         if depth + 1 > MAX_DEPTH {
             return Err(InvalidObject::new(
-                path,
+                path_to_depth(value, MAX_DEPTH + 1).unwrap_or_default(),
                 format!(
                     "nested too deeply: Kubernetes objects may nest objects and lists at most {MAX_DEPTH} levels deep"
                 ),
             ));
         }
-        let nested = |c: &Value| matches!(c, Value::Object(_) | Value::Array(_));
+        for c in children {
+            if matches!(c, Value::Object(_) | Value::Array(_)) {
+                stack.push((c, depth + 1));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The path of the first container found at nesting level `level`.
+fn path_to_depth(value: &Value, level: usize) -> Option<String> {
+    let mut stack: Vec<(&Value, usize, String)> = vec![(value, 1, String::new())];
+    while let Some((v, depth, path)) = stack.pop() {
+        if !matches!(v, Value::Object(_) | Value::Array(_)) {
+            continue;
+        }
+        if depth == level {
+            return Some(path);
+        }
         match v {
             Value::Object(m) => {
-                for (k, c) in m.iter().filter(|(_, c)| nested(c)) {
+                for (k, c) in m {
                     let mut p = path.clone();
                     push_key(&mut p, k);
                     stack.push((c, depth + 1, p));
                 }
             }
             Value::Array(a) => {
-                for (i, c) in a.iter().enumerate().filter(|(_, c)| nested(c)) {
+                for (i, c) in a.iter().enumerate() {
                     stack.push((c, depth + 1, format!("{path}[{i}]")));
                 }
             }
             _ => {}
         }
     }
-    Ok(())
+    None
 }
 
 /// Renders serde_ignored's path in our field-path style.
@@ -137,22 +158,28 @@ fn ignored_path(p: &serde_ignored::Path<'_>, out: &mut String) {
 /// the field's path inside the object.
 pub fn decode_strict<T: DeserializeOwned>(value: Value) -> Result<T, InvalidObject> {
     let mut unknown: Option<String> = None;
-    let mut track = serde_path_to_error::Track::new();
-    let result: Result<T, _> = serde_ignored::deserialize(
-        serde_path_to_error::Deserializer::new(value, &mut track),
-        |path| {
-            if unknown.is_none() {
-                let mut p = String::new();
-                ignored_path(&path, &mut p);
-                unknown = Some(p);
-            }
-        },
-    );
+    // Decoded from a borrow, so that a type error can be decoded again,
+    // tracking the path, only then (the common, valid case pays nothing
+    // for paths).
+    let result: Result<T, _> = serde_ignored::deserialize(&value, |path| {
+        if unknown.is_none() {
+            let mut p = String::new();
+            ignored_path(&path, &mut p);
+            unknown = Some(p);
+        }
+    });
     match result {
         Err(e) => {
+            let mut track = serde_path_to_error::Track::new();
+            let again: Result<T, _> =
+                T::deserialize(serde_path_to_error::Deserializer::new(&value, &mut track));
+            let message = match again {
+                Err(e) => e.to_string(),
+                Ok(_) => e.to_string(),
+            };
             let path = track.path().to_string();
             let path = if path == "." { String::new() } else { path };
-            Err(InvalidObject::new(path, e.to_string()))
+            Err(InvalidObject::new(path, message))
         }
         Ok(_) if unknown.is_some() => {
             let path = unknown.unwrap_or_default();
