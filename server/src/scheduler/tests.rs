@@ -1324,7 +1324,7 @@ async fn the_idle_summary_comes_once_per_idle_period_with_only_what_changed() {
         vec![make_pod("a").req_cpu("1"), make_pod("big").req_cpu("4")],
     )
     .await;
-    let mut decided = vec![env.next().await, env.next().await];
+    let mut decided = [env.next().await, env.next().await];
     decided.sort_by_key(|d| format!("{d:?}"));
     assert!(matches!(&decided[1], Decision::Scheduled { pod, .. } if pod == "default/a"));
     tokio::time::sleep(super::idle::IDLE_QUIET * 10).await;

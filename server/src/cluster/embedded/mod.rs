@@ -71,9 +71,9 @@ pub enum Applied {
 #[derive(Debug, Clone)]
 pub enum Admitted {
     /// A node.
-    Node(Node),
+    Node(Box<Node>),
     /// A pod.
-    Pod(Pod),
+    Pod(Box<Pod>),
     /// Any other stored kind.
     Object(KubeObject),
 }
@@ -201,11 +201,11 @@ impl Store {
     fn put(&mut self, a: Admitted) -> Result<(Kind, String, String, Applied), ApplyError> {
         match a {
             Admitted::Node(node) => {
-                let (name, applied) = self.put_node(node)?;
+                let (name, applied) = self.put_node(*node)?;
                 Ok((Kind::Node, String::new(), name, applied))
             }
             Admitted::Pod(pod) => {
-                let (ns, name, applied) = self.put_pod(pod)?;
+                let (ns, name, applied) = self.put_pod(*pod)?;
                 Ok((Kind::Pod, ns, name, applied))
             }
             Admitted::Object(obj) => {
@@ -416,14 +416,14 @@ pub fn admit(value: serde_json::Value) -> Result<Admitted, ApplyError> {
         "Node" => {
             let node = admission::node_from_json(value)?;
             NodeSpec::new(Arc::new(node.clone()))?;
-            Ok(Admitted::Node(node))
+            Ok(Admitted::Node(Box::new(node)))
         }
         "Pod" => {
             let pod = admission::pod_from_json(value)?;
             let mut probe = pod.clone();
             probe.metadata.uid.get_or_insert_with(|| "admission".into());
             PodInfo::new(Arc::new(probe))?;
-            Ok(Admitted::Pod(pod))
+            Ok(Admitted::Pod(Box::new(pod)))
         }
         other => {
             let Some(kind) = ObjectKind::ALL
@@ -606,7 +606,7 @@ impl EmbeddedCluster {
     /// Creates or replaces a node (admitted first).
     pub fn apply_node(&self, node: Node) -> Result<String, ApplyError> {
         admission::admit_node(&node)?;
-        let (_, _, name, _) = self.store.lock().put(Admitted::Node(node))?;
+        let (_, _, name, _) = self.store.lock().put(Admitted::Node(Box::new(node)))?;
         Ok(name)
     }
 
@@ -615,7 +615,7 @@ impl EmbeddedCluster {
     /// pod's UID, creation time and (unless given) binding and status.
     pub fn apply_pod(&self, mut pod: Pod) -> Result<(String, String), ApplyError> {
         admission::admit_pod(&mut pod)?;
-        let a = Admitted::Pod(pod);
+        let a = Admitted::Pod(Box::new(pod));
         let mut s = self.store.lock();
         if let Some(ns) = a.namespace() {
             s.ensure_namespace(&ns);
