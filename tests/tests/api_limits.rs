@@ -390,6 +390,25 @@ async fn heavy_calls_are_shed_deadlines_stop_work_and_sigterm_ends_berthd_in_tim
     assert!(e.message().contains("Timeout expired"), "{}", e.message());
     assert!(t.elapsed() < GUARD / 4);
 
+    // The server drops the call when it sees the deadline or the reset,
+    // which may come just after the client's answer: wait until two small
+    // simulations at once are both accepted, so both permits are free.
+    let mut c1 = berthd.client().await?;
+    let mut c2 = berthd.client().await?;
+    let one = [small()];
+    loop {
+        let (x, y) = tokio::join!(c1.simulate(&one, 1, ""), c2.simulate(&one, 1, ""));
+        match (x, y) {
+            (Ok(_), Ok(_)) => break,
+            (Err(ClientError::Status(s)), _) | (_, Err(ClientError::Status(s)))
+                if s.code() == Code::ResourceExhausted =>
+            {
+                tokio::task::yield_now().await
+            }
+            (x, y) => bail!("unexpected {x:?} {y:?}"),
+        }
+    }
+
     // Two simulations may run at once; of three long ones started
     // together, one is refused at once (whichever comes third) and two
     // run on.
