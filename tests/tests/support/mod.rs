@@ -64,7 +64,9 @@ impl Setup {
             if let Some(ns) = p["metadata"]["namespace"].as_str()
                 && seen.insert(ns.to_string())
             {
-                objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+                objects.push(
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                );
             }
         }
         objects.extend(pods.iter().cloned());
