@@ -14,7 +14,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use berth_server::api::{ClusterBackend, TlsConfig, TlsFiles};
 use berth_server::cluster::ClusterSource;
-use berth_server::cluster::embedded::{EmbeddedCluster, parse_objects, read_objects};
+use berth_server::cluster::embedded::{
+    EmbeddedCluster, SAMPLE_CLUSTER, parse_objects, read_objects,
+};
 use berth_server::cluster::kube::{self as kube_source, KubeCluster, KubeOptions};
 use berth_server::config::{self, LeaderElection, parse_go_duration};
 use berth_server::leader::{ElectionConfig, Outcome, default_identity};
@@ -23,9 +25,6 @@ use berth_server::observe::telemetry::{self, TraceConfig};
 use berth_server::plugins::in_tree_registry;
 use berth_server::scheduler::{Options, Scheduler};
 use clap::{Parser, ValueEnum};
-
-/// The sample cluster berthd loads when no --cluster is given.
-const SAMPLE_CLUSTER: &str = include_str!("../../sample/cluster.yaml");
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum LogFormat {
@@ -368,7 +367,6 @@ async fn main() -> Result<()> {
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     let (tls_on, mtls_on) = (tls.is_some(), tls.as_ref().is_some_and(TlsConfig::mutual));
-    tracing::info!(%addr, tls = tls_on, mtls = mtls_on, "serving gRPC on {addr}");
     let scheduler = Scheduler::start(
         &cfg,
         &registry,
@@ -386,6 +384,9 @@ async fn main() -> Result<()> {
     for p in &cfg.profiles {
         tracing::info!(profile = %p.scheduler_name, "profile ready");
     }
+    // Only now that the configuration has been accepted: a bad one stops
+    // startup before anything claims to serve.
+    tracing::info!(%addr, tls = tls_on, mtls = mtls_on, "serving gRPC on {addr}");
 
     // Health checks: upstream's ping and log, then readiness once the
     // cache holds the cluster, until shutdown starts.
@@ -470,11 +471,23 @@ async fn main() -> Result<()> {
         std::process::exit(1);
     };
     tracing::info!(signal, "received {signal}: shutting down");
+    // Everything below ends by this deadline, whatever a gRPC call does.
+    let deadline = tokio::time::Instant::now() + args.shutdown_timeout;
     stopping.store(true, Ordering::SeqCst);
     drain(&scheduler, args.shutdown_timeout).await;
+    // Streams end and long calls (Simulate) stop between pods; the server
+    // waits for the calls under way until the deadline, no longer.
     let _ = stop_serving.send(());
-    server.await.context("gRPC server task")??;
-    tracing::info!("gRPC server stopped");
+    match tokio::time::timeout_at(deadline, &mut server).await {
+        Ok(r) => {
+            r.context("gRPC server task")??;
+            tracing::info!("gRPC server stopped");
+        }
+        Err(_) => tracing::warn!(
+            timeout = ?args.shutdown_timeout,
+            "gRPC calls still running at the shutdown deadline; not waiting for them"
+        ),
+    }
     if let Some(e) = election {
         match e.release().await {
             Outcome::Released => tracing::info!("leader lease released"),
@@ -488,7 +501,10 @@ async fn main() -> Result<()> {
     let _ = http_stop.send(());
     telemetry.shutdown();
     tracing::info!("shutdown complete");
-    Ok(())
+    // Exit now rather than return: returning drops the runtime, which
+    // waits for every task to reach its next await, and a call still
+    // computing would hold the process past the deadline.
+    std::process::exit(0);
 }
 
 /// Stops scheduling and lets in-flight binding cycles end within `bound`.

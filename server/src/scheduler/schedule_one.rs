@@ -10,6 +10,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::algorithm::{Algorithm, NO_NODES_AVAILABLE, ScheduleError, ScheduleResult};
+use super::idle::maybe_report_idle;
 use super::{EventKind, SchedulingEvent, Shared};
 use crate::cache::Snapshot;
 use crate::cluster::PodScheduledCondition;
@@ -405,7 +406,7 @@ async fn binding_cycle(
     );
     tracing::info!(
         pod = %assumed.key(), node = %host, evaluated = result.evaluated_nodes, feasible = result.feasible_nodes,
-        attempts = q.attempts, latency_ms = start.elapsed().as_secs_f64() * 1e3, "scheduled"
+        attempts = q.attempts, latency_ms = millis(start.elapsed()), "scheduled"
     );
     let took = start.elapsed();
     shared.metrics.record_scheduled(took);
@@ -651,50 +652,11 @@ async fn failure_handler(
         m.profile.attempt(result, took);
     }
     tracing::Span::current().record("result", result.label());
-    tracing::trace!(
-        elapsed_ms = start.elapsed().as_secs_f64() * 1e3,
-        "attempt done"
-    );
+    tracing::trace!(elapsed_ms = millis(start.elapsed()), "attempt done");
 }
 
-/// Logs a summary when the scheduler has nothing left to do: what is bound
-/// where, and why each pending pod is pending.
-pub(crate) fn maybe_report_idle(shared: &Arc<Shared>) {
-    shared.metrics.notify();
-    let decided = shared.decided.load(Ordering::SeqCst);
-    if decided == shared.last_summary.load(Ordering::SeqCst) {
-        return;
-    }
-    let counts = shared.queue.counts();
-    if counts.active + counts.backoff + counts.in_flight > 0
-        || shared.bindings_in_flight.load(Ordering::SeqCst) > 0
-    {
-        return;
-    }
-    let Some(_guard) = shared.summary_lock.try_lock() else {
-        return;
-    };
-    if shared.last_summary.swap(decided, Ordering::SeqCst) == decided {
-        return;
-    }
-    let (nodes, pods) = {
-        let cache = shared.cache.lock();
-        (cache.node_count(), cache.pod_count())
-    };
-    let pending = shared.queue.list();
-    tracing::info!(
-        nodes,
-        bound_pods = pods,
-        pending = pending.len(),
-        "scheduler idle: {pods} pods on {nodes} nodes, {} pending",
-        pending.len()
-    );
-    let mut pending: Vec<_> = pending.into_iter().map(|e| (e.info.pod.key(), e)).collect();
-    pending.sort_by(|a, b| a.0.cmp(&b.0));
-    for (key, e) in pending {
-        tracing::info!(
-            pod = %key, queue = ?e.queue, attempts = e.info.attempts,
-            "pending: {}", e.info.last_failure.as_deref().unwrap_or("not attempted yet")
-        );
-    }
+/// A duration in milliseconds, rounded to the microsecond, for logs
+/// (`latency_ms=0.035`, not `0.035036000000000005`).
+fn millis(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
 }
