@@ -407,11 +407,18 @@ mod tests {
         assert!(c.env.is_none() && c.args.is_none() && c.liveness_probe.is_none());
         assert!(c.volume_mounts.is_none());
         assert_eq!(c.image.as_deref(), Some("app:1"));
-        assert_eq!(c.resources.as_ref().unwrap().limits.as_ref().unwrap()["cpu"].0, "2");
+        assert_eq!(
+            c.resources.as_ref().unwrap().limits.as_ref().unwrap()["cpu"].0,
+            "2"
+        );
         assert_eq!(c.ports.as_ref().unwrap()[0].host_port, Some(8080));
         let init = &spec.init_containers.as_ref().unwrap()[0];
         assert!(init.command.is_none());
-        assert_eq!(init.restart_policy.as_deref(), Some("Always"), "sidecars stay sidecars");
+        assert_eq!(
+            init.restart_policy.as_deref(),
+            Some("Always"),
+            "sidecars stay sidecars"
+        );
         assert_eq!(spec.node_selector.unwrap()["zone"], "a");
     }
 
