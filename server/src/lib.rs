@@ -17,6 +17,8 @@ pub mod metrics;
 pub mod model;
 pub mod observe;
 pub mod plugins;
+pub mod prom;
 pub mod queue;
+pub mod rng;
 pub mod scheduler;
 pub mod testing;

@@ -4,17 +4,16 @@
 //! that recording is an array index and a few relaxed atomic adds.
 //!
 //! This module sits below everything that records (the framework, the
-//! scheduler, the extenders) and imports nothing of the crate: callers pass
-//! plain slots and names (a framework status code is its `Code as usize`,
-//! whose label is [`STATUS_LABELS`] at that index). `observe` renders it.
-
-pub mod prom;
+//! scheduler, the extenders) and imports nothing of the crate but the
+//! Prometheus primitives of the leaf [`crate::prom`]: callers pass plain
+//! slots and names (a framework status code is its `Code as usize`, whose
+//! label is [`STATUS_LABELS`] at that index). `observe` renders it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use prom::{Counter, Exposition, Gauge, Histogram, exponential_buckets};
+use crate::prom::{Counter, Exposition, Gauge, Histogram, exponential_buckets};
 
 /// Upstream samples plugin execution times in this share of scheduling
 /// cycles (pluginMetricsSamplePercent); berth samples every tenth cycle.

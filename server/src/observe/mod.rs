@@ -1,8 +1,9 @@
 //! Observability: Prometheus metrics, health checks and tracing.
 //!
 //! * the metrics themselves live below every layer that records them, in
-//!   [`crate::metrics`] (re-exported here as [`metrics`] and [`prom`]); this
-//!   module renders them as `/metrics`;
+//!   [`crate::metrics`] over the Prometheus primitives of [`crate::prom`]
+//!   (both re-exported here); this module renders them as `/metrics`, with
+//!   the kube client's `rest_client_*`;
 //! * [`health`]: `/healthz`, `/livez` and `/readyz` with named checks
 //!   (others, such as leader election, register theirs);
 //! * [`http`]: the HTTP server for both;
@@ -14,8 +15,9 @@ pub mod telemetry;
 
 /// The metrics, recorded below this layer (see [`crate::metrics`]).
 pub use crate::metrics;
-/// The Prometheus instruments and exposition (see [`crate::metrics::prom`]).
-pub use crate::metrics::prom;
+/// The Prometheus primitives, a leaf module below every module that
+/// records (see [`crate::prom`]).
+pub use crate::prom;
 
 use crate::scheduler::Scheduler;
 use prom::Exposition;
@@ -68,6 +70,7 @@ pub fn render(scheduler: &Scheduler) -> String {
         .map(|c| (c.name(), c.metrics()))
         .collect();
     metrics::render_extenders(&extenders, &mut e);
+    crate::cluster::kube::rest_metrics().render(&mut e);
     e.finish()
 }
 
