@@ -752,9 +752,18 @@ fn watch_line(w: &Watcher, c: &Change) -> Option<Bytes> {
         ("MODIFIED", true, false) => "DELETED",
         _ => return None,
     };
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": c.object})).ok()?;
-    line.push(b'\n');
-    Some(Bytes::from(line))
+    Some(watch_event_line(kind, &c.object))
+}
+
+/// One line of a watch: `{"type":...,"object":...}` with `type` first, as
+/// the API server writes it (a JSON map would sort `object` first, and
+/// clients then have to buffer the object before they know its event).
+fn watch_event_line(kind: &str, object: &Value) -> Bytes {
+    let mut line = format!("{{\"type\":\"{kind}\",\"object\":").into_bytes();
+    // Writing a Value to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut line, object);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line)
 }
 
 // ---------------------------------------------------------------------------
@@ -937,10 +946,7 @@ async fn start_watch(
                 &format!("too old resource version: {from} ({})", s.compacted),
                 json!({}),
             );
-            let mut line =
-                serde_json::to_vec(&json!({"type": "ERROR", "object": status})).unwrap_or_default();
-            line.push(b'\n');
-            let _ = tx.send(Bytes::from(line));
+            let _ = tx.send(watch_event_line("ERROR", &status));
             drop(tx);
         } else {
             let w = Watcher {
@@ -959,13 +965,11 @@ async fn start_watch(
                 query.get("allowWatchBookmarks").map(String::as_str),
                 Some("true" | "1")
             ) {
-                let bookmark = json!({"type": "BOOKMARK", "object": {
+                let bookmark = json!({
                     "kind": kind_of(&t.plural), "apiVersion": t.api_version(),
                     "metadata": {"resourceVersion": s.rv.to_string()},
-                }});
-                let mut line = serde_json::to_vec(&bookmark).unwrap_or_default();
-                line.push(b'\n');
-                let _ = w.tx.send(Bytes::from(line));
+                });
+                let _ = w.tx.send(watch_event_line("BOOKMARK", &bookmark));
             }
             s.watchers.push(w);
         }

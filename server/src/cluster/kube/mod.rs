@@ -625,8 +625,10 @@ mod tests {
     use super::*;
     use crate::testing::make_pod;
 
+    /// Pod `name` at resourceVersion `rv`, with a label that changes with
+    /// it (a change berth keeps).
     fn pod(name: &str, rv: &str) -> Obj {
-        let mut p = make_pod(name).object();
+        let mut p = make_pod(name).label("version", rv).object();
         p.metadata.resource_version = Some(rv.into());
         Obj::Pod(Arc::new(p))
     }
@@ -694,6 +696,30 @@ mod tests {
         s.on_watch_event(Res::Pod, watcher::Event::Delete(pod("c", "7")));
         s.on_watch_event(Res::Pod, watcher::Event::Delete(pod("c", "7")));
         assert_eq!(drain(&mut rx), ["deleted c"]);
+    }
+
+    #[test]
+    fn a_new_version_that_changes_nothing_kept_is_no_news() {
+        let mut s = MirrorState {
+            watchers: 1,
+            ..Default::default()
+        };
+        s.on_watch_event(Res::Pod, watcher::Event::Init);
+        s.on_watch_event(Res::Pod, watcher::Event::InitDone);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        s.subscribers.push(tx);
+        let at = |rv: &str| {
+            let mut p = make_pod("a").object();
+            p.metadata.resource_version = Some(rv.into());
+            Obj::Pod(Arc::new(p))
+        };
+        s.on_watch_event(Res::Pod, watcher::Event::Apply(at("1")));
+        // Only the version moved (what changed was dropped at decoding).
+        s.on_watch_event(Res::Pod, watcher::Event::Apply(at("2")));
+        assert_eq!(drain(&mut rx), ["added a@1"]);
+        // The mirror has the new version all the same.
+        let key = (Res::Pod, "default".to_string(), "a".to_string());
+        assert_eq!(s.objects[&key].rv(), Some("2"));
     }
 
     #[test]
