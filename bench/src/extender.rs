@@ -5,7 +5,9 @@
 //! * [`RemoteBench`]: a berth remote extender written with the
 //!   berth-extender SDK (the `berth-bench-extender --protocol grpc`
 //!   process), reached over the `berth.extender.v1.Extender/Session` stream
-//!   with one batched Filter and one batched Score request per cycle;
+//!   with one batched Filter request per cycle that brings the scores too
+//!   (protocol version 2: nodes named by id, the request sent while the
+//!   native Filter plugins run);
 //! * [`serve_http`]: kube-scheduler's HTTP JSON extender protocol (extender
 //!   v1: `filter` and `prioritize` verbs; `berth-bench-extender --protocol
 //!   http`), the way a minimal extender without a node cache of its own

@@ -15,7 +15,10 @@ file at start-up (see protogen.py).
   ``gold`` 100, ``silver`` 50, anything else or none 0.
 
 Labels come from the node cache: the extender asks for nodes
-(``wants_nodes``) and keeps each ``NodeUpsert``'s JSON, parsed with ``json``.
+(``wants_nodes``) and keeps each ``NodeUpsert``'s JSON, parsed with ``json``,
+under the node's name and the id berthd gave it: requests name nodes by id
+(protocol version 2). When berthd asks for the scores with the Filter
+request (``FilterRequest.score``), they come in the same answer.
 
 Run: ``python label_tier.py --listen 127.0.0.1:7070``. The first line on
 stderr is ``listening on HOST:PORT`` with the port bound (``--listen`` may
@@ -136,11 +139,12 @@ def score_nodes(nodes: Sequence[str], node_labels: Callable[[str], Mapping[str, 
 
 
 class NodeCache:
-    """The nodes berthd streamed on one session, by name."""
+    """The nodes berthd streamed on one session, by name and by id."""
 
     def __init__(self) -> None:
         self._nodes: dict[str, Mapping[str, Any] | None] = {}
         self._errors: dict[str, str] = {}
+        self._names: dict[int, str] = {}
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -148,10 +152,11 @@ class NodeCache:
     def __contains__(self, name: object) -> bool:
         return name in self._nodes
 
-    def upsert(self, name: str, raw: bytes) -> None:
-        """Adds or replaces a node from its Kubernetes JSON. A node that is
-        not valid JSON is kept as invalid: requests that need its labels
-        fail, naming it."""
+    def upsert(self, name: str, raw: bytes, node_id: int = 0) -> None:
+        """Adds or replaces a node from its Kubernetes JSON, under its id. A
+        node that is not valid JSON is kept as invalid: requests that need
+        its labels fail, naming it."""
+        self._names[node_id] = name
         self._errors.pop(name, None)
         try:
             node = json.loads(raw)
@@ -164,10 +169,19 @@ class NodeCache:
             return
         self._nodes[name] = node
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, node_id: int = 0) -> None:
         """Forgets a node (no-op if unknown)."""
         self._nodes.pop(name, None)
         self._errors.pop(name, None)
+        self._names.pop(node_id, None)
+
+    def name_of(self, node_id: int) -> str:
+        """The name of the node berthd calls ``node_id``; RequestError if
+        berthd never sent it."""
+        name = self._names.get(node_id)
+        if name is None:
+            raise RequestError(f"node id {node_id} is not in the node cache (no NodeUpsert for it on this stream)")
+        return name
 
     def labels(self, name: str) -> Mapping[str, str]:
         """A node's labels; RequestError if it is unknown or invalid."""
@@ -241,7 +255,7 @@ class Session:
         return pb.ExtenderMessage(
             hello=pb.Hello(
                 name=self.name,
-                protocol_version=pb.PROTOCOL_VERSION_1,
+                protocol_version=pb.PROTOCOL_VERSION_2,
                 points=[pb.EXTENSION_POINT_FILTER, pb.EXTENSION_POINT_SCORE],
                 score_normalization=pb.SCORE_NORMALIZATION_NONE,
                 wants_nodes=True,
@@ -260,11 +274,13 @@ class Session:
         if kind == "open":
             return self._open(message.open)
         if kind == "node_upsert":
-            self.nodes.upsert(message.node_upsert.name, message.node_upsert.node)
-            log.debug("node upserted name=%s", message.node_upsert.name)
+            u = message.node_upsert
+            self.nodes.upsert(u.name, u.node, u.id)
+            log.debug("node upserted name=%s id=%d", u.name, u.id)
         elif kind == "node_delete":
-            self.nodes.delete(message.node_delete.name)
-            log.info("node deleted name=%s", message.node_delete.name)
+            d = message.node_delete
+            self.nodes.delete(d.name, d.id)
+            log.info("node deleted name=%s id=%d", d.name, d.id)
         elif kind == "nodes_synced":
             self.synced = True
             log.info("nodes synced nodes=%d cached=%d", message.nodes_synced.nodes, len(self.nodes))
@@ -287,7 +303,7 @@ class Session:
         if self.opened:
             raise ProtocolError("a second Open on the stream")
         self.opened = True
-        if open_message.protocol_version != self.pb.PROTOCOL_VERSION_1:
+        if open_message.protocol_version != self.pb.PROTOCOL_VERSION_2:
             # Hello says which version this extender speaks; berthd closes
             # the stream if it cannot speak it.
             log.warning("berthd speaks protocol version %d", open_message.protocol_version)
@@ -326,18 +342,25 @@ class Session:
         if pod.obj is None:
             raise RequestError(pod.error or "invalid pod")
         if kind == "filter":
-            nodes = list(request.filter.nodes)
+            ids = list(request.filter.node_ids)
+            nodes = [self.nodes.name_of(i) for i in ids]
+            id_of = dict(zip(nodes, ids))
             rejected = filter_nodes(pod.obj, nodes, self.nodes.labels)
             log.info("filter pod=%s nodes=%d rejected=%d", pod.key, len(nodes), len(rejected))
-            return {
-                "filter": pb.FilterResponse(
-                    rejected=[
-                        pb.NodeStatus(node=node, code=pb.CODE_UNSCHEDULABLE_AND_UNRESOLVABLE, reasons=[reason])
-                        for node, reason in rejected
-                    ]
-                )
-            }
-        nodes = list(request.score.nodes)
+            answer = pb.FilterResponse(
+                rejected=[
+                    pb.NodeStatus(node_id=id_of[node], code=pb.CODE_UNSCHEDULABLE_AND_UNRESOLVABLE, reasons=[reason])
+                    for node, reason in rejected
+                ]
+            )
+            if request.filter.score:
+                # One score per requested node; those of rejected nodes are
+                # not used, so every node is scored alike.
+                scores = score_nodes(nodes, self.nodes.labels)
+                log.info("score pod=%s scores=%s", pod.key, ",".join(f"{n}:{s}" for n, s in zip(nodes, scores)))
+                answer.scores.extend(scores)
+            return {"filter": answer}
+        nodes = [self.nodes.name_of(i) for i in request.score.node_ids]
         scores = score_nodes(nodes, self.nodes.labels)
         log.info("score pod=%s scores=%s", pod.key, ",".join(f"{n}:{s}" for n, s in zip(nodes, scores)))
         return {"score": pb.ScoreResponse(scores=scores)}

@@ -64,8 +64,16 @@ NODES: dict[str, dict[str, str]] = {
 }
 
 
+#: The ids the tests' berthd gives the nodes.
+IDS: dict[str, int] = {name: i + 1 for i, name in enumerate(NODES)}
+
+
 def labels(name: str) -> Mapping[str, str]:
     return NODES[name]
+
+
+def ids(names: list[str]) -> list[int]:
+    return [IDS[n] for n in names]
 
 
 class RequirementTest(unittest.TestCase):
@@ -129,7 +137,8 @@ class LogicTest(unittest.TestCase):
 
     def test_node_cache(self) -> None:
         cache = NodeCache()
-        cache.upsert("a", node_json("a", {"x": "1"}))
+        cache.upsert("a", node_json("a", {"x": "1"}), 7)
+        self.assertEqual(cache.name_of(7), "a")
         self.assertEqual(cache.labels("a"), {"x": "1"})
         cache.upsert("a", node_json("a", {"x": "2"}))
         self.assertEqual(cache.labels("a"), {"x": "2"})
@@ -138,9 +147,11 @@ class LogicTest(unittest.TestCase):
             cache.labels("b")
         cache.upsert("b", json.dumps({"metadata": {"name": "b"}}).encode())
         self.assertEqual(cache.labels("b"), {})
-        cache.delete("a")
+        cache.delete("a", 7)
         with self.assertRaisesRegex(RequestError, "node a is not in the node cache"):
             cache.labels("a")
+        with self.assertRaisesRegex(RequestError, "node id 7 is not in the node cache"):
+            cache.name_of(7)
         self.assertEqual(len(cache), 1)
 
 
@@ -153,11 +164,11 @@ def msg(**kw: Any) -> Any:
 
 
 def open_msg() -> Any:
-    return msg(open=pb.Open(protocol_version=pb.PROTOCOL_VERSION_1, extender_name="label-tier", scheduler="berthd/test"))
+    return msg(open=pb.Open(protocol_version=pb.PROTOCOL_VERSION_2, extender_name="label-tier", scheduler="berthd/test"))
 
 
 def upsert(name: str) -> Any:
-    return msg(node_upsert=pb.NodeUpsert(name=name, node=node_json(name, NODES[name])))
+    return msg(node_upsert=pb.NodeUpsert(name=name, id=IDS[name], node=node_json(name, NODES[name])))
 
 
 def cycle(cycle_id: int, p: dict[str, Any]) -> Any:
@@ -173,12 +184,12 @@ def cycle(cycle_id: int, p: dict[str, Any]) -> Any:
     )
 
 
-def filter_req(rid: int, cycle_id: int, nodes: list[str]) -> Any:
-    return msg(request=pb.Request(id=rid, cycle_id=cycle_id, filter=pb.FilterRequest(nodes=nodes)))
+def filter_req(rid: int, cycle_id: int, nodes: list[str], score: bool = False) -> Any:
+    return msg(request=pb.Request(id=rid, cycle_id=cycle_id, filter=pb.FilterRequest(node_ids=ids(nodes), score=score)))
 
 
 def score_req(rid: int, cycle_id: int, nodes: list[str]) -> Any:
-    return msg(request=pb.Request(id=rid, cycle_id=cycle_id, score=pb.ScoreRequest(nodes=nodes)))
+    return msg(request=pb.Request(id=rid, cycle_id=cycle_id, score=pb.ScoreRequest(node_ids=ids(nodes))))
 
 
 def synced_session() -> Session:
@@ -202,7 +213,7 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(len(out), 1)
         hello = out[0].hello
         self.assertEqual(hello.name, "label-tier")
-        self.assertEqual(hello.protocol_version, pb.PROTOCOL_VERSION_1)
+        self.assertEqual(hello.protocol_version, pb.PROTOCOL_VERSION_2)
         self.assertEqual(list(hello.points), [pb.EXTENSION_POINT_FILTER, pb.EXTENSION_POINT_SCORE])
         self.assertEqual(hello.score_normalization, pb.SCORE_NORMALIZATION_NONE)
         self.assertTrue(hello.wants_nodes)
@@ -221,23 +232,37 @@ class SessionTest(unittest.TestCase):
         r = only_response(s.handle(filter_req(1, 7, list(NODES))))
         self.assertEqual(r.id, 1)
         self.assertEqual(r.WhichOneof("result"), "filter")
-        self.assertEqual([x.node for x in r.filter.rejected], ["gold-hdd", "bronze-nvme"])
+        self.assertEqual([x.node_id for x in r.filter.rejected], ids(["gold-hdd", "bronze-nvme"]))
         for x in r.filter.rejected:
             self.assertEqual(x.code, pb.CODE_UNSCHEDULABLE_AND_UNRESOLVABLE)
             self.assertEqual(list(x.reasons), ["node(s) didn't have label disk=ssd"])
+        self.assertEqual(list(r.filter.scores), [])
         r = only_response(s.handle(score_req(2, 7, ["plain-ssd", "silver-ssd"])))
         self.assertEqual((r.id, list(r.score.scores)), (2, [0, 50]))
+
+    def test_filter_brings_the_scores_when_asked(self) -> None:
+        s = synced_session()
+        s.handle(cycle(7, pod("web", "disk=ssd")))
+        r = only_response(s.handle(filter_req(1, 7, ["silver-ssd", "gold-hdd", "plain-ssd"], score=True)))
+        self.assertEqual([x.node_id for x in r.filter.rejected], ids(["gold-hdd"]))
+        self.assertEqual(list(r.filter.scores), [50, 100, 0])
 
     def test_node_changes_are_followed(self) -> None:
         s = synced_session()
         s.handle(cycle(1, pod("p")))
-        s.handle(msg(node_upsert=pb.NodeUpsert(name="plain-ssd", node=node_json("plain-ssd", {"example.com/tier": "gold"}))))
+        s.handle(
+            msg(
+                node_upsert=pb.NodeUpsert(
+                    name="plain-ssd", id=IDS["plain-ssd"], node=node_json("plain-ssd", {"example.com/tier": "gold"})
+                )
+            )
+        )
         r = only_response(s.handle(score_req(3, 1, ["plain-ssd"])))
         self.assertEqual(list(r.score.scores), [100])
-        s.handle(msg(node_delete=pb.NodeDelete(name="plain-ssd")))
+        s.handle(msg(node_delete=pb.NodeDelete(name="plain-ssd", id=IDS["plain-ssd"])))
         r = only_response(s.handle(score_req(4, 1, ["plain-ssd"])))
         self.assertEqual(r.WhichOneof("result"), "error")
-        self.assertIn("node plain-ssd is not in the node cache", r.error.message)
+        self.assertIn(f"node id {IDS['plain-ssd']} is not in the node cache", r.error.message)
 
     def test_cycle_end_forgets_the_pod(self) -> None:
         s = synced_session()

@@ -32,11 +32,14 @@ pub trait PreFilter: Send + Sync + 'static {
 
 /// Filter: which candidate nodes can run the pod.
 ///
-/// berthd batches Filter: one request per cycle with every candidate node
-/// (each already passed berthd's native Filter plugins). The SDK calls
-/// [`Filter::filter_batch`], whose default calls [`Filter::filter`] once per
-/// node; override `filter_batch` to do per-cycle work once (parse the pod's
-/// request, take a lock) instead of once per node.
+/// berthd batches Filter: one request per cycle with the cycle's candidate
+/// nodes, sent while berthd's own Filter plugins run (so it may name nodes
+/// those reject; berthd uses the verdicts of the nodes they keep). Judge
+/// each node on its own: the verdict for a node must not depend on which
+/// other nodes the request names. The SDK calls [`Filter::filter_batch`],
+/// whose default calls [`Filter::filter`] once per node; override
+/// `filter_batch` to do per-cycle work once (parse the pod's request, take
+/// a lock) instead of once per node.
 #[async_trait]
 pub trait Filter: Send + Sync + 'static {
     /// Whether `node` can run `pod`: success, or a rejection
@@ -44,22 +47,23 @@ pub trait Filter: Send + Sync + 'static {
     /// `CODE_ERROR`, with reasons.
     fn filter(&self, cx: &Context, pod: &CyclePod, node: &NodeRef<'_>) -> Status;
 
-    /// The rejected nodes among `nodes` (every node not listed passes). An
-    /// entry with a success status is dropped; an entry naming a node not in
-    /// `nodes`, or with `CODE_SKIP`/`CODE_WAIT`, makes the SDK answer the
-    /// request with an error.
+    /// The rejected nodes among `nodes` (every node not listed passes),
+    /// named by [`NodeRef::name`]. An entry with a success status is
+    /// dropped; an entry naming a node not in `nodes`, or with
+    /// `CODE_SKIP`/`CODE_WAIT`, makes the SDK answer the request with an
+    /// error. A `CODE_ERROR` entry is that node's verdict: berthd fails the
+    /// attempt with it only if the node is still a candidate.
     async fn filter_batch(
         &self,
         cx: &Context,
         pod: &CyclePod,
-        nodes: &[String],
+        nodes: &[NodeRef<'_>],
     ) -> HandlerResult<Vec<NodeStatus>> {
         let mut rejected = Vec::new();
-        for name in nodes {
-            let node = NodeRef::new(name, cx.nodes().get(name));
-            let status = self.filter(cx, pod, &node);
+        for node in nodes {
+            let status = self.filter(cx, pod, node);
             if !status.is_success() {
-                rejected.push(NodeStatus::new(name.clone(), status));
+                rejected.push(NodeStatus::new(node.name(), status));
             }
         }
         Ok(rejected)
@@ -88,7 +92,7 @@ pub trait PreScore: Send + Sync + 'static {
         &self,
         cx: &Context,
         pod: &CyclePod,
-        nodes: &[String],
+        nodes: &[NodeRef<'_>],
     ) -> HandlerResult<Status>;
 }
 
@@ -96,7 +100,14 @@ pub trait PreScore: Send + Sync + 'static {
 ///
 /// Batched like Filter: the SDK calls [`Score::score_batch`], whose default
 /// calls [`Score::score`] per node. The range of the scores depends on
-/// [`Score::normalization`].
+/// [`Score::normalization`]. When the extender also serves Filter (and no
+/// PreScore), berthd asks for the scores with the Filter request: the SDK
+/// then scores the nodes this extender's Filter passed, some of which
+/// berthd's own Filter plugins may reject; so, with
+/// [`ScoreNormalization::None`], a node's score must not depend on the
+/// other nodes of the request (scale relative to the set with
+/// `ScoreNormalization::Scale` or `Extender`, which berthd applies to the
+/// feasible nodes only).
 #[async_trait]
 pub trait Score: Send + Sync + 'static {
     /// The score of `node` for `pod`. An error fails the whole request.
@@ -109,12 +120,9 @@ pub trait Score: Send + Sync + 'static {
         &self,
         cx: &Context,
         pod: &CyclePod,
-        nodes: &[String],
+        nodes: &[NodeRef<'_>],
     ) -> HandlerResult<Vec<i64>> {
-        nodes
-            .iter()
-            .map(|name| self.score(cx, pod, &NodeRef::new(name, cx.nodes().get(name))))
-            .collect()
+        nodes.iter().map(|n| self.score(cx, pod, n)).collect()
     }
 
     /// How berthd turns the scores into 0..=100 (declared in the handshake):
@@ -133,7 +141,7 @@ pub trait Score: Send + Sync + 'static {
         &self,
         cx: &Context,
         pod: &CyclePod,
-        nodes: &[String],
+        nodes: &[NodeRef<'_>],
         scores: Vec<i64>,
     ) -> HandlerResult<Vec<i64>> {
         let _ = (cx, pod, nodes);
@@ -276,7 +284,7 @@ impl<T: Filter + ?Sized> Filter for Arc<T> {
         &self,
         cx: &Context,
         pod: &CyclePod,
-        nodes: &[String],
+        nodes: &[NodeRef<'_>],
     ) -> HandlerResult<Vec<NodeStatus>> {
         (**self).filter_batch(cx, pod, nodes).await
     }
@@ -300,7 +308,7 @@ impl<T: PreScore + ?Sized> PreScore for Arc<T> {
         &self,
         cx: &Context,
         pod: &CyclePod,
-        nodes: &[String],
+        nodes: &[NodeRef<'_>],
     ) -> HandlerResult<Status> {
         (**self).pre_score(cx, pod, nodes).await
     }
@@ -316,7 +324,7 @@ impl<T: Score + ?Sized> Score for Arc<T> {
         &self,
         cx: &Context,
         pod: &CyclePod,
-        nodes: &[String],
+        nodes: &[NodeRef<'_>],
     ) -> HandlerResult<Vec<i64>> {
         (**self).score_batch(cx, pod, nodes).await
     }
@@ -329,7 +337,7 @@ impl<T: Score + ?Sized> Score for Arc<T> {
         &self,
         cx: &Context,
         pod: &CyclePod,
-        nodes: &[String],
+        nodes: &[NodeRef<'_>],
         scores: Vec<i64>,
     ) -> HandlerResult<Vec<i64>> {
         (**self).normalize(cx, pod, nodes, scores).await

@@ -21,14 +21,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, warn};
 
-use crate::context::{Context, DecisionError, Nodes, PermitDecider};
+use crate::context::{Context, DecisionError, Nodes, PermitDecider, Table};
 use crate::points::{
     Bind, CycleHooks, Filter, Permit, PostBind, PostFilter, PreBind, PreFilter, PreScore, Reserve,
     Score,
 };
 use crate::reservations::{ReservationBook, UnreserveStart};
 use crate::types::{
-    Code, CyclePod, ExtensionPoint, NodeStatus, PermitOutcome, PodIdentity, Reservation,
+    Code, CyclePod, ExtensionPoint, NodeRef, NodeStatus, PermitOutcome, PodIdentity, Reservation,
     ScoreNormalization, Status, Unreservation,
 };
 
@@ -66,7 +66,7 @@ impl Shared {
     pub(crate) fn hello(&self) -> pb::Hello {
         pb::Hello {
             name: self.name.clone(),
-            protocol_version: pb::ProtocolVersion::ProtocolVersion1 as i32,
+            protocol_version: pb::ProtocolVersion::ProtocolVersion2 as i32,
             points: self.points.iter().map(|p| *p as i32).collect(),
             score_normalization: self.normalization as i32,
             wants_nodes: self.wants_nodes,
@@ -279,10 +279,10 @@ pub(crate) async fn run(
                 return;
             }
         };
-        if open.protocol_version != pb::ProtocolVersion::ProtocolVersion1 as i32 {
+        if open.protocol_version != pb::ProtocolVersion::ProtocolVersion2 as i32 {
             warn!(
                 version = open.protocol_version,
-                "berthd speaks another protocol version than this extender (1); it will close the stream"
+                "berthd speaks another protocol version than this extender (2); it will close the stream"
             );
         }
         info!(
@@ -365,17 +365,18 @@ impl Reader {
         };
         match m {
             In::Open(_) => warn!("a second Open on the session: ignored"),
+            In::NodeUpsert(n) if n.node.is_empty() => self.nodes.upsert(n.id, n.name, None),
             In::NodeUpsert(n) => match serde_json::from_slice::<Node>(&n.node) {
-                Ok(node) => self.nodes.upsert(n.name, Arc::new(node)),
+                Ok(node) => self.nodes.upsert(n.id, n.name, Some(Arc::new(node))),
                 Err(e) => warn!(
                     node = %n.name,
                     error = %e,
-                    "NodeUpsert is not a valid v1 Node: the node cache keeps what it had"
+                    "NodeUpsert is not a valid v1 Node: the node table keeps what it had"
                 ),
             },
             In::NodeDelete(d) => {
-                if !self.nodes.remove(&d.name) {
-                    debug!(node = %d.name, "NodeDelete of a node not in the cache");
+                if !self.nodes.remove(d.id) {
+                    debug!(node = %d.name, id = d.id, "NodeDelete of a node not in the table");
                 }
             }
             In::NodesSynced(s) => {
@@ -531,6 +532,7 @@ impl Reader {
         };
 
         let h = &self.shared.handlers;
+        let h_score = h.score.clone();
         let mut permit_running = None;
         let c = cx.clone();
         let work: Work = match kind {
@@ -552,13 +554,52 @@ impl Reader {
                 let Some(h) = h.filter.clone() else {
                     return self.unserved(id, kind_name);
                 };
+                let scorer = match (f.score, h_score) {
+                    (false, _) => None,
+                    (true, Some(s)) => Some(s),
+                    (true, None) => {
+                        return self.core.respond_error(
+                            id,
+                            "Filter asked for scores, but this extender serves no Score".into(),
+                        );
+                    }
+                };
+                let Some(table) = self.resolve(id, kind_name, &f.node_ids) else {
+                    return;
+                };
+                let norm = self.shared.normalization;
                 async move {
+                    let nodes = refs(&table, &f.node_ids);
                     let rejected = h
-                        .filter_batch(&c, &pod, &f.nodes)
+                        .filter_batch(&c, &pod, &nodes)
                         .await
                         .map_err(|e| e.to_string())?;
+                    let rejected = check_filter(&nodes, rejected)?;
+                    let mut scores = Vec::new();
+                    if let Some(scorer) = scorer {
+                        // Only the nodes this Filter passed are scored; the
+                        // others' scores are not used.
+                        let mut out = vec![0; nodes.len()];
+                        let mut passed = vec![true; nodes.len()];
+                        for (i, _) in &rejected {
+                            passed[*i] = false;
+                        }
+                        let at: Vec<usize> = (0..nodes.len()).filter(|i| passed[*i]).collect();
+                        let passing: Vec<NodeRef<'_>> =
+                            at.iter().map(|i| nodes[*i].clone()).collect();
+                        let s = scorer
+                            .score_batch(&c, &pod, &passing)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        check_scores(&passing, &s, norm)?;
+                        for (i, v) in at.into_iter().zip(s) {
+                            out[i] = v;
+                        }
+                        scores = out;
+                    }
                     Ok(Reply::Filter(pb::FilterResponse {
-                        rejected: check_filter(&f.nodes, rejected)?,
+                        rejected: rejected.into_iter().map(|(_, r)| r).collect(),
+                        scores,
                     }))
                 }
                 .boxed()
@@ -567,11 +608,18 @@ impl Reader {
                 let Some(h) = h.post_filter.clone() else {
                     return self.unserved(id, kind_name);
                 };
+                let ids: Vec<u32> = f.node_statuses.iter().map(|s| s.node_id).collect();
+                let Some(table) = self.resolve(id, kind_name, &ids) else {
+                    return;
+                };
                 let statuses: Vec<NodeStatus> = f
                     .node_statuses
                     .into_iter()
                     .map(|s| NodeStatus {
-                        node: s.node,
+                        node: table
+                            .get(s.node_id)
+                            .map(|e| e.name.clone())
+                            .unwrap_or_default(),
                         status: Status::from_proto(pb::Status {
                             code: s.code,
                             reasons: s.reasons,
@@ -602,9 +650,13 @@ impl Reader {
                 let Some(h) = h.pre_score.clone() else {
                     return self.unserved(id, kind_name);
                 };
+                let Some(table) = self.resolve(id, kind_name, &p.node_ids) else {
+                    return;
+                };
                 async move {
+                    let nodes = refs(&table, &p.node_ids);
                     let s = h
-                        .pre_score(&c, &pod, &p.nodes)
+                        .pre_score(&c, &pod, &nodes)
                         .await
                         .map_err(|e| e.to_string())?;
                     check_code("PreScore", &s, PRE_SCORE_CODES)?;
@@ -618,13 +670,17 @@ impl Reader {
                 let Some(h) = h.score.clone() else {
                     return self.unserved(id, kind_name);
                 };
+                let Some(table) = self.resolve(id, kind_name, &s.node_ids) else {
+                    return;
+                };
                 let norm = self.shared.normalization;
                 async move {
+                    let nodes = refs(&table, &s.node_ids);
                     let scores = h
-                        .score_batch(&c, &pod, &s.nodes)
+                        .score_batch(&c, &pod, &nodes)
                         .await
                         .map_err(|e| e.to_string())?;
-                    check_scores(&s.nodes, &scores, norm)?;
+                    check_scores(&nodes, &scores, norm)?;
                     Ok(Reply::Score(pb::ScoreResponse { scores }))
                 }
                 .boxed()
@@ -641,23 +697,27 @@ impl Reader {
                     );
                     return;
                 }
-                if n.nodes.len() != n.scores.len() {
+                if n.node_ids.len() != n.scores.len() {
                     self.core.respond_error(
                         id,
                         format!(
                             "malformed NormalizeScore: {} nodes but {} scores",
-                            n.nodes.len(),
+                            n.node_ids.len(),
                             n.scores.len()
                         ),
                     );
                     return;
                 }
+                let Some(table) = self.resolve(id, kind_name, &n.node_ids) else {
+                    return;
+                };
                 async move {
+                    let nodes = refs(&table, &n.node_ids);
                     let scores = h
-                        .normalize(&c, &pod, &n.nodes, n.scores)
+                        .normalize(&c, &pod, &nodes, n.scores)
                         .await
                         .map_err(|e| e.to_string())?;
-                    check_scores(&n.nodes, &scores, ScoreNormalization::None)?;
+                    check_scores(&nodes, &scores, ScoreNormalization::None)?;
                     Ok(Reply::NormalizeScore(pb::NormalizeScoreResponse { scores }))
                 }
                 .boxed()
@@ -814,6 +874,24 @@ impl Reader {
             request = id, cycle, kind = kind_name, pod = %pod, reservation,
             "request {kind_name} pod={pod} cycle={cycle} reservation={reservation}"
         );
+    }
+
+    /// The node table to resolve `ids` in, or an error answer naming the
+    /// first id berthd never sent on this stream.
+    fn resolve(&self, id: u64, kind_name: &str, ids: &[u32]) -> Option<Arc<Table>> {
+        let table = self.nodes.table();
+        match ids.iter().find(|n| table.get(**n).is_none()) {
+            None => Some(table),
+            Some(unknown) => {
+                self.core.respond_error(
+                    id,
+                    format!(
+                        "{kind_name} names node id {unknown}, which is not in this session's node table (no NodeUpsert for it)"
+                    ),
+                );
+                None
+            }
+        }
     }
 
     fn unserved(&self, id: u64, kind_name: &str) {
@@ -1014,23 +1092,35 @@ fn check_code(point: &str, s: &Status, allowed: &[Code]) -> Result<(), String> {
     }
 }
 
+/// The rejected nodes of a Filter answer, by position in the request and
+/// with their ids; refuses a node that was not asked about.
 fn check_filter(
-    asked: &[String],
+    asked: &[NodeRef<'_>],
     rejected: Vec<NodeStatus>,
-) -> Result<Vec<pb::NodeStatus>, String> {
-    let asked: HashSet<&str> = asked.iter().map(String::as_str).collect();
+) -> Result<Vec<(usize, pb::NodeStatus)>, String> {
+    let index: Option<HashMap<&str, usize>> = (rejected.len() > 16).then(|| {
+        asked
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name(), i))
+            .collect()
+    });
     let mut seen = HashSet::new();
     let mut out = Vec::with_capacity(rejected.len());
     for r in rejected {
         if r.status.is_success() {
             continue;
         }
-        if !asked.contains(r.node.as_str()) {
+        let at = match &index {
+            Some(index) => index.get(r.node.as_str()).copied(),
+            None => asked.iter().position(|n| n.name() == r.node),
+        };
+        let Some(at) = at else {
             return Err(format!(
                 "the Filter handler rejected node {:?}, which was not in the request",
                 r.node
             ));
-        }
+        };
         if !REJECTIONS.contains(&r.status.code) {
             return Err(format!(
                 "the Filter handler answered {} for node {:?}",
@@ -1038,20 +1128,27 @@ fn check_filter(
                 r.node
             ));
         }
-        if !seen.insert(r.node.clone()) {
+        if !seen.insert(at) {
             continue;
         }
-        out.push(pb::NodeStatus {
-            node: r.node,
-            code: r.status.code as i32,
-            reasons: r.status.reasons,
-            plugin: String::new(),
-        });
+        out.push((
+            at,
+            pb::NodeStatus {
+                node_id: asked[at].id(),
+                code: r.status.code as i32,
+                reasons: r.status.reasons,
+                plugin: String::new(),
+            },
+        ));
     }
     Ok(out)
 }
 
-fn check_scores(nodes: &[String], scores: &[i64], norm: ScoreNormalization) -> Result<(), String> {
+fn check_scores(
+    nodes: &[NodeRef<'_>],
+    scores: &[i64],
+    norm: ScoreNormalization,
+) -> Result<(), String> {
     if nodes.len() != scores.len() {
         return Err(format!(
             "the handler answered {} scores for {} nodes",
@@ -1065,7 +1162,8 @@ fn check_scores(nodes: &[String], scores: &[i64], norm: ScoreNormalization) -> R
         .find(|(_, s)| !ok(**s))
     {
         Some((n, s)) => Err(format!(
-            "the handler scored node {n:?} {s}, outside {range}"
+            "the handler scored node {:?} {s}, outside {range}",
+            n.name()
         )),
         None => Ok(()),
     };
@@ -1074,6 +1172,14 @@ fn check_scores(nodes: &[String], scores: &[i64], norm: ScoreNormalization) -> R
         ScoreNormalization::Scale => bad(&|s| s >= 0, "0.."),
         ScoreNormalization::Extender => Ok(()),
     }
+}
+
+/// The request's nodes, in order, from the table they were resolved in.
+fn refs<'t>(table: &'t Table, ids: &[u32]) -> Vec<NodeRef<'t>> {
+    ids.iter()
+        .filter_map(|id| table.get(*id))
+        .map(NodeRef::of)
+        .collect()
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -1092,7 +1198,8 @@ mod tests {
 
     #[test]
     fn filter_answers_are_checked() {
-        let asked = vec!["a".to_string(), "b".to_string()];
+        let (a, b) = (NodeRef::new("a", None), NodeRef::new("b", None));
+        let asked = vec![a, b];
         let ok = check_filter(
             &asked,
             vec![
@@ -1104,9 +1211,9 @@ mod tests {
         assert_eq!(
             ok.map(|v| v
                 .into_iter()
-                .map(|n| (n.node, n.reasons))
+                .map(|(i, n)| (i, n.reasons))
                 .collect::<Vec<_>>()),
-            Ok(vec![("a".to_string(), vec!["no".to_string()])])
+            Ok(vec![(0, vec!["no".to_string()])])
         );
         assert!(
             check_filter(
@@ -1120,7 +1227,7 @@ mod tests {
 
     #[test]
     fn scores_are_checked_against_the_normalization() {
-        let nodes = vec!["a".to_string(), "b".to_string()];
+        let nodes = vec![NodeRef::new("a", None), NodeRef::new("b", None)];
         assert!(check_scores(&nodes, &[0, 100], ScoreNormalization::None).is_ok());
         assert!(check_scores(&nodes, &[0, 101], ScoreNormalization::None).is_err());
         assert!(check_scores(&nodes, &[0, 1000], ScoreNormalization::Scale).is_ok());

@@ -1,6 +1,7 @@
 //! The values handlers receive and return: statuses, the cycle's pod, nodes,
 //! reservations and the per-point results.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
@@ -217,18 +218,32 @@ fn lookup<'a>(map: Option<&'a BTreeMap<String, String>>, key: &str) -> Option<&'
     map.and_then(|m| m.get(key)).map(String::as_str)
 }
 
-/// A node named in a request, with its object from the session's node cache
+/// A node named in a request, with its object from the session's node table
 /// when the extender asked for nodes (see `ExtenderBuilder::wants_nodes`).
 #[derive(Debug, Clone)]
 pub struct NodeRef<'a> {
     name: &'a str,
-    object: Option<Arc<Node>>,
+    id: u32,
+    object: Option<Cow<'a, Arc<Node>>>,
 }
 
 impl<'a> NodeRef<'a> {
     /// A node reference (for unit tests of per-node handlers).
     pub fn new(name: &'a str, object: Option<Arc<Node>>) -> Self {
-        Self { name, object }
+        Self {
+            name,
+            id: 0,
+            object: object.map(Cow::Owned),
+        }
+    }
+
+    /// A reference to a node of the session's table.
+    pub(crate) fn of(entry: &'a crate::context::NodeEntry) -> Self {
+        Self {
+            name: &entry.name,
+            id: entry.id,
+            object: entry.node.as_ref().map(Cow::Borrowed),
+        }
     }
 
     /// The node's name.
@@ -236,15 +251,21 @@ impl<'a> NodeRef<'a> {
         self.name
     }
 
-    /// The v1 Node, if the node cache has it (it always does when the
+    /// The id berthd named the node by in the request (0 for references
+    /// made with [`NodeRef::new`]).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The v1 Node, if the node table has it (it always does when the
     /// extender wants nodes: berthd sends a node before naming it).
     pub fn object(&self) -> Option<&Node> {
-        self.object.as_deref()
+        self.object.as_deref().map(|a| &**a)
     }
 
     /// The v1 Node, shared.
     pub fn arc(&self) -> Option<&Arc<Node>> {
-        self.object.as_ref()
+        self.object.as_deref()
     }
 }
 

@@ -178,19 +178,23 @@ async fn gpu_share_keeps_its_ledger_exact_through_the_protocol() -> Result<()> {
         1,
         1,
         Kind::Filter(pb::FilterRequest {
-            nodes: names(&["g1", "g2", "cpu"]),
+            node_ids: ids(&["g1", "g2", "cpu"]),
+            score: false,
         }),
     )?;
     match s.response(1).await? {
         Reply::Filter(f) => {
-            let rejected: Vec<(&str, &str)> = f
+            let rejected: Vec<(u32, &str)> = f
                 .rejected
                 .iter()
-                .map(|r| (r.node.as_str(), r.reasons[0].as_str()))
+                .map(|r| (r.node_id, r.reasons[0].as_str()))
                 .collect();
             assert_eq!(
                 rejected,
-                vec![("cpu", "node(s) didn't have a GPU with enough free memory")]
+                vec![(
+                    id("cpu"),
+                    "node(s) didn't have a GPU with enough free memory"
+                )]
             );
         }
         other => bail!("unexpected {other:?}"),
@@ -211,7 +215,7 @@ async fn gpu_share_keeps_its_ledger_exact_through_the_protocol() -> Result<()> {
         3,
         2,
         Kind::Score(pb::ScoreRequest {
-            nodes: names(&["g1", "g2"]),
+            node_ids: ids(&["g1", "g2"]),
         }),
     )?;
     match s.response(3).await? {
@@ -445,13 +449,14 @@ async fn quota_core_admits_within_quota_and_picks_the_node() -> Result<()> {
         3,
         2,
         Kind::Filter(pb::FilterRequest {
-            nodes: names(&["n1", "n2"]),
+            node_ids: ids(&["n1", "n2"]),
+            score: false,
         }),
     )?;
     match s.response(3).await? {
         Reply::Filter(f) => {
             assert_eq!(f.rejected.len(), 1);
-            assert_eq!(f.rejected[0].node, "n1");
+            assert_eq!(f.rejected[0].node_id, id("n1"));
             assert_eq!(
                 f.rejected[0].reasons,
                 vec!["quota-core placed the pod on node n2"]

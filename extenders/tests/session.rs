@@ -72,7 +72,7 @@ impl Score for Batch {
         &self,
         _cx: &Context,
         _pod: &CyclePod,
-        nodes: &[String],
+        nodes: &[NodeRef<'_>],
     ) -> HandlerResult<Vec<i64>> {
         Ok((0..nodes.len() as i64).map(|i| i * 1000).collect())
     }
@@ -219,7 +219,7 @@ async fn hello_declares_exactly_the_registered_points() -> Result<()> {
     assert_eq!(s.hello.name, "probe");
     assert_eq!(
         s.hello.protocol_version,
-        pb::ProtocolVersion::ProtocolVersion1 as i32
+        pb::ProtocolVersion::ProtocolVersion2 as i32
     );
     assert_eq!(
         s.hello.points,
@@ -263,13 +263,14 @@ async fn batched_filter_and_score_use_the_node_cache_and_the_cycle_pod() -> Resu
         1,
         1,
         Kind::Filter(pb::FilterRequest {
-            nodes: names(&["a", "b", "c"]),
+            node_ids: ids(&["a", "b", "c"]),
+            score: false,
         }),
     )?;
     match s.response(1).await? {
         Reply::Filter(f) => {
             assert_eq!(f.rejected.len(), 1);
-            assert_eq!(f.rejected[0].node, "b");
+            assert_eq!(f.rejected[0].node_id, id("b"));
             assert_eq!(f.rejected[0].code, pb::Code::Unschedulable as i32);
             assert_eq!(f.rejected[0].reasons, vec!["node(s) were not ok for web-0"]);
         }
@@ -279,7 +280,7 @@ async fn batched_filter_and_score_use_the_node_cache_and_the_cycle_pod() -> Resu
         2,
         1,
         Kind::Score(pb::ScoreRequest {
-            nodes: names(&["c", "a"]),
+            node_ids: ids(&["c", "a"]),
         }),
     )?;
     match s.response(2).await? {
@@ -292,20 +293,67 @@ async fn batched_filter_and_score_use_the_node_cache_and_the_cycle_pod() -> Resu
         "b",
         json!({"ok": "true", "score": "5"}),
     ))?)?;
-    s.send(In::NodeDelete(pb::NodeDelete { name: "c".into() }))?;
+    s.send(In::NodeDelete(pb::NodeDelete {
+        name: "c".into(),
+        id: id("c"),
+    }))?;
     s.request(
         3,
         1,
         Kind::Filter(pb::FilterRequest {
-            nodes: names(&["b", "c"]),
+            node_ids: ids(&["b", "c"]),
+            score: false,
         }),
     )?;
-    match s.response(3).await? {
+    let e = s.error(3).await?;
+    assert_eq!(
+        e,
+        format!(
+            "Filter names node id {}, which is not in this session's node table (no NodeUpsert for it)",
+            id("c")
+        )
+    );
+    s.request(
+        30,
+        1,
+        Kind::Filter(pb::FilterRequest {
+            node_ids: ids(&["b"]),
+            score: false,
+        }),
+    )?;
+    assert!(matches!(s.response(30).await?, Reply::Filter(f) if f.rejected.is_empty()));
+
+    // Filter with scores: the nodes the filter passed are scored, in the
+    // request's order; a rejected node's score is 0.
+    s.request(
+        31,
+        1,
+        Kind::Filter(pb::FilterRequest {
+            node_ids: ids(&["a", "b"]),
+            score: true,
+        }),
+    )?;
+    match s.response(31).await? {
+        Reply::Filter(f) => {
+            assert!(f.rejected.is_empty());
+            assert_eq!(f.scores, vec![10, 5]);
+        }
+        other => bail!("unexpected {other:?}"),
+    }
+    s.send(node_upsert(&node("b", json!({"ok": "false"})))?)?;
+    s.request(
+        32,
+        1,
+        Kind::Filter(pb::FilterRequest {
+            node_ids: ids(&["b", "a"]),
+            score: true,
+        }),
+    )?;
+    match s.response(32).await? {
         Reply::Filter(f) => {
             assert_eq!(f.rejected.len(), 1);
-            assert_eq!(f.rejected[0].node, "c");
-            assert_eq!(f.rejected[0].code, pb::Code::Error as i32);
-            assert_eq!(f.rejected[0].reasons, vec!["node c is not in the cache"]);
+            assert_eq!(f.rejected[0].node_id, id("b"));
+            assert_eq!(f.scores, vec![0, 10]);
         }
         other => bail!("unexpected {other:?}"),
     }
@@ -316,7 +364,7 @@ async fn batched_filter_and_score_use_the_node_cache_and_the_cycle_pod() -> Resu
         4,
         1,
         Kind::Score(pb::ScoreRequest {
-            nodes: names(&["a", "d"]),
+            node_ids: ids(&["a", "d"]),
         }),
     )?;
     let e = s.error(4).await?;
@@ -328,7 +376,7 @@ async fn batched_filter_and_score_use_the_node_cache_and_the_cycle_pod() -> Resu
         5,
         1,
         Kind::Score(pb::ScoreRequest {
-            nodes: names(&["e"]),
+            node_ids: ids(&["e"]),
         }),
     )?;
     let e = s.error(5).await?;
@@ -340,7 +388,8 @@ async fn batched_filter_and_score_use_the_node_cache_and_the_cycle_pod() -> Resu
         6,
         1,
         Kind::Filter(pb::FilterRequest {
-            nodes: names(&["a"]),
+            node_ids: ids(&["a"]),
+            score: false,
         }),
     )?;
     let e = s.error(6).await?;
@@ -356,12 +405,14 @@ async fn batch_overrides_and_extender_normalization() -> Result<()> {
         s.hello.score_normalization,
         pb::ScoreNormalization::Extender as i32
     );
+    // Nodes streamed without objects: this extender does not want them.
+    s.known(&["x", "y", "z"])?;
     s.cycle(7, &pod("p", "u", json!({})))?;
     s.request(
         1,
         7,
         Kind::Score(pb::ScoreRequest {
-            nodes: names(&["x", "y", "z"]),
+            node_ids: ids(&["x", "y", "z"]),
         }),
     )?;
     match s.response(1).await? {
@@ -372,7 +423,7 @@ async fn batch_overrides_and_extender_normalization() -> Result<()> {
         2,
         7,
         Kind::NormalizeScore(pb::NormalizeScoreRequest {
-            nodes: names(&["x", "y", "z"]),
+            node_ids: ids(&["x", "y", "z"]),
             scores: vec![0, 1000, 2000],
         }),
     )?;
@@ -385,7 +436,7 @@ async fn batch_overrides_and_extender_normalization() -> Result<()> {
         3,
         7,
         Kind::NormalizeScore(pb::NormalizeScoreRequest {
-            nodes: names(&["x"]),
+            node_ids: ids(&["x"]),
             scores: vec![1, 2],
         }),
     )?;
@@ -665,7 +716,8 @@ async fn cancel_drops_the_handler_and_the_session_goes_on() -> Result<()> {
         2,
         1,
         Kind::Filter(pb::FilterRequest {
-            nodes: names(&["a"]),
+            node_ids: ids(&["a"]),
+            score: false,
         }),
     )?;
     match s.next().await? {
@@ -735,7 +787,8 @@ async fn a_slow_request_does_not_hold_up_the_next_cycle() -> Result<()> {
         2,
         2,
         Kind::Filter(pb::FilterRequest {
-            nodes: names(&["a"]),
+            node_ids: ids(&["a"]),
+            score: false,
         }),
     )?;
     match s.next().await? {
@@ -773,7 +826,8 @@ async fn panics_become_errors_and_the_session_goes_on() -> Result<()> {
         1,
         1,
         Kind::Filter(pb::FilterRequest {
-            nodes: names(&["a", "boom"]),
+            node_ids: ids(&["a", "boom"]),
+            score: false,
         }),
     )?;
     let e = s.error(1).await?;
@@ -808,7 +862,8 @@ async fn panics_become_errors_and_the_session_goes_on() -> Result<()> {
         4,
         1,
         Kind::Filter(pb::FilterRequest {
-            nodes: names(&["a"]),
+            node_ids: ids(&["a"]),
+            score: false,
         }),
     )?;
     assert!(matches!(s.response(4).await?, Reply::Filter(f) if f.rejected.is_empty()));
@@ -828,7 +883,7 @@ impl Filter for Liar {
         &self,
         _: &Context,
         _: &CyclePod,
-        _: &[String],
+        _: &[NodeRef<'_>],
     ) -> HandlerResult<Vec<NodeStatus>> {
         Ok(vec![NodeStatus::new("ghost", Status::unschedulable("no"))])
     }
@@ -858,7 +913,8 @@ async fn malformed_and_unknown_messages_are_answered_or_logged() -> Result<()> {
         3,
         42,
         Kind::Filter(pb::FilterRequest {
-            nodes: names(&["n"]),
+            node_ids: ids(&["n"]),
+            score: false,
         }),
     )?;
     let e = s.error(3).await?;
@@ -875,7 +931,8 @@ async fn malformed_and_unknown_messages_are_answered_or_logged() -> Result<()> {
         4,
         5,
         Kind::Filter(pb::FilterRequest {
-            nodes: names(&["n"]),
+            node_ids: ids(&["n"]),
+            score: false,
         }),
     )?;
     let e = s.error(4).await?;
@@ -884,18 +941,21 @@ async fn malformed_and_unknown_messages_are_answered_or_logged() -> Result<()> {
         "{e}"
     );
     // An answer that would be malformed is refused by the SDK.
+    s.known(&["n"])?;
     s.cycle(6, &pod("p", "u", json!({})))?;
     s.request(
         5,
         6,
         Kind::Filter(pb::FilterRequest {
-            nodes: names(&["n"]),
+            node_ids: ids(&["n"]),
+            score: false,
         }),
     )?;
     let e = s.error(5).await?;
     assert!(e.contains("\"ghost\", which was not in the request"), "{e}");
     // A node that is not a Node is skipped; the session goes on.
     s.send(In::NodeUpsert(pb::NodeUpsert {
+        id: id("n"),
         name: "n".into(),
         node: b"[]".to_vec(),
     }))?;
@@ -903,7 +963,7 @@ async fn malformed_and_unknown_messages_are_answered_or_logged() -> Result<()> {
         6,
         6,
         Kind::NormalizeScore(pb::NormalizeScoreRequest {
-            nodes: vec![],
+            node_ids: vec![],
             scores: vec![],
         }),
     )?;
@@ -949,7 +1009,7 @@ impl PreScore for Everything {
         &self,
         _: &Context,
         _: &CyclePod,
-        nodes: &[String],
+        nodes: &[NodeRef<'_>],
     ) -> HandlerResult<Status> {
         Ok(if nodes.len() > 1 {
             Status::success()
@@ -1008,6 +1068,7 @@ async fn every_other_point_answers_as_written() -> Result<()> {
     )
     .await?;
     let mut s = served.session().await?;
+    s.known(&["n2", "n9"])?;
     s.cycle(1, &pod("a", "u1", json!({"app": "x"})))?;
     s.cycle(2, &pod("b", "u2", json!({})))?;
     s.request(1, 1, Kind::PreFilter(pb::PreFilterRequest {}))?;
@@ -1030,7 +1091,7 @@ async fn every_other_point_answers_as_written() -> Result<()> {
         3,
         1,
         Kind::PreScore(pb::PreScoreRequest {
-            nodes: names(&["n2"]),
+            node_ids: ids(&["n2"]),
         }),
     )?;
     assert!(
@@ -1041,7 +1102,7 @@ async fn every_other_point_answers_as_written() -> Result<()> {
         1,
         Kind::PostFilter(pb::PostFilterRequest {
             node_statuses: vec![pb::NodeStatus {
-                node: "n9".into(),
+                node_id: id("n9"),
                 code: pb::Code::Unschedulable as i32,
                 reasons: vec!["Insufficient cpu".into()],
                 plugin: "NodeResourcesFit".into(),

@@ -13,6 +13,7 @@ pub mod config;
 pub mod extender;
 pub mod framework;
 pub mod leader;
+pub mod metrics;
 pub mod model;
 pub mod observe;
 pub mod plugins;

@@ -71,6 +71,23 @@ impl Counter {
     }
 }
 
+/// A value that goes up and down.
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicU64);
+
+impl Gauge {
+    /// Sets the value.
+    #[inline]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+
+    /// The value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// A histogram over fixed upper bounds. Values are recorded as integers in
 /// a unit (nanoseconds for durations, 1 for counts); `scale` converts the
 /// unit to what the exposition shows (1e-9 for seconds).

@@ -294,7 +294,7 @@ async fn metrics_match_what_the_scheduler_did() -> Result<()> {
         get(&http, "/readyz?verbose").await?,
         (
             200,
-            "[+]ping ok\n[+]log ok\n[+]sched-handler-sync ok\n[+]shutdown ok\nreadyz check passed\n"
+            "[+]ping ok\n[+]log ok\n[+]sched-handler-sync ok\n[+]extenders ok\n[+]shutdown ok\nreadyz check passed\n"
                 .to_string()
         )
     );
@@ -309,6 +309,54 @@ async fn metrics_match_what_the_scheduler_did() -> Result<()> {
     assert_eq!(get(&http, "/livez/sched-handler-sync").await?.0, 404);
     assert_eq!(get(&http, "/nothing").await?.0, 404);
     b.stop().await?;
+    Ok(())
+}
+
+/// While scheduling waits at start for a remote extender's handshake,
+/// `/readyz` fails its `extenders` check, saying which extender and why
+/// (issue 13, item 1).
+#[tokio::test]
+async fn readyz_says_which_extender_holds_scheduling_back() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("berth-readyz-ext-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let cfg = dir.join("config.yaml");
+    std::fs::write(
+        &cfg,
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+         profiles:\n- schedulerName: default-scheduler\n  plugins:\n    \
+         filter: {enabled: [{name: away}]}\n\
+         berthExtenders:\n- name: away\n  endpoint: http://127.0.0.1:1\n  points: [filter]\n  \
+         startupTimeout: 1h\n",
+    )?;
+    let mut b = Berthd::start(&[
+        "--http-listen",
+        "127.0.0.1:0",
+        "--empty-cluster",
+        "--config",
+        cfg.to_str().context("path")?,
+    ])
+    .await?;
+    let http = b.http_addr()?;
+    b.wait_for(|l| {
+        message(l).starts_with("waiting for extenders before scheduling: away: no Hello yet")
+    })
+    .await?;
+    let (status, body) = get(&http, "/readyz/extenders").await?;
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        body.starts_with(
+            "internal server error: waiting for extenders before scheduling: away: no Hello yet ("
+        ),
+        "{body}"
+    );
+    let (status, body) = get(&http, "/readyz?verbose").await?;
+    assert_eq!(status, 500);
+    assert!(
+        body.contains("[-]extenders failed: reason withheld"),
+        "{body}"
+    );
+    b.stop().await?;
+    std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }
 

@@ -531,6 +531,42 @@ status:
     Ok(())
 }
 
+/// Issue 13, item 1: the extender is listening when berthd starts, and the
+/// pods are there from the start (in the cluster file): berthd schedules
+/// only once the extender has said Hello and has the nodes, so even the
+/// first cycles ask it. Each pod is bound at its first attempt, on the node
+/// the extender's Filter and Score pick (before, the first attempts failed
+/// with "not connected").
+#[tokio::test]
+async fn an_extender_listening_when_berthd_starts_decides_the_first_cycles() -> Result<()> {
+    let ext = PyExtender::start("127.0.0.1:0").await?;
+    let dir = TempDir::new("first-cycles")?;
+    let pods: Vec<String> = (0..3)
+        .map(|i| {
+            serde_yaml::to_string(&pod(&format!("early-{i}"), Some("disk=ssd")))
+                .map(|y| format!("---\n{y}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let cluster = dir.write("cluster.yaml", &format!("{NODES}{}", pods.concat()))?;
+    let cfg = dir.write("config.yaml", &config(&ext.addr, false))?;
+    let mut berthd =
+        Berthd::start(&["--cluster", &cluster, "--config", &cfg, "--seed", "1"]).await?;
+    for i in 0..3 {
+        let name = format!("default/early-{i}");
+        let line = berthd
+            .wait_for(|l| message(l) == "scheduled" && field(l, "pod") == name)
+            .await?;
+        assert_eq!(field(&line, "node"), "silver-ssd", "{line}");
+        assert_eq!(line["fields"]["attempts"], 1, "{line}");
+    }
+    assert!(
+        !berthd.seen.iter().any(|l| message(l) == "extender failed"),
+        "no cycle ran without the extender"
+    );
+    berthd.stop().await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_dead_extender_fails_pods_until_it_returns_when_not_ignorable() -> Result<()> {
     let (ext, mut berthd, _dir) = start("kill", false).await?;

@@ -199,7 +199,7 @@ impl Config {
         Ok(Self {
             hello: pb::Hello {
                 name: a.name.clone(),
-                protocol_version: pb::ProtocolVersion::ProtocolVersion1 as i32,
+                protocol_version: pb::ProtocolVersion::ProtocolVersion2 as i32,
                 points,
                 score_normalization: pb::ScoreNormalization::None as i32,
                 wants_nodes: false,
@@ -292,7 +292,14 @@ fn neutral(kind: &Kind) -> Reply {
             status: status(pb::Code::Success, None),
             node_names: None,
         }),
-        Kind::Filter(_) => Reply::Filter(pb::FilterResponse { rejected: vec![] }),
+        Kind::Filter(f) => Reply::Filter(pb::FilterResponse {
+            rejected: vec![],
+            scores: if f.score {
+                vec![0; f.node_ids.len()]
+            } else {
+                vec![]
+            },
+        }),
         Kind::PostFilter(_) => Reply::PostFilter(pb::PostFilterResponse {
             status: status(pb::Code::Unschedulable, Some("faulty cannot help")),
             nominated_node: String::new(),
@@ -301,10 +308,10 @@ fn neutral(kind: &Kind) -> Reply {
             status: status(pb::Code::Success, None),
         }),
         Kind::Score(s) => Reply::Score(pb::ScoreResponse {
-            scores: vec![0; s.nodes.len()],
+            scores: vec![0; s.node_ids.len()],
         }),
         Kind::NormalizeScore(n) => Reply::NormalizeScore(pb::NormalizeScoreResponse {
-            scores: vec![0; n.nodes.len()],
+            scores: vec![0; n.node_ids.len()],
         }),
         Kind::Reserve(_) => Reply::Reserve(pb::ReserveResponse {
             status: status(pb::Code::Success, None),
@@ -324,25 +331,31 @@ fn neutral(kind: &Kind) -> Reply {
     }
 }
 
-/// The node Filter's garbage answer rejects (never a real node's name).
-const NO_SUCH_NODE: &str = "faulty-no-such-node";
+/// The node id Filter's garbage answer rejects (never one berthd assigns
+/// to a node of a test).
+const NO_SUCH_NODE: u32 = 4_000_000_000;
 
 /// An answer that does not fit the request.
 fn garbage(kind: &Kind) -> Reply {
     match kind {
-        Kind::Filter(_) => Reply::Filter(pb::FilterResponse {
+        Kind::Filter(f) => Reply::Filter(pb::FilterResponse {
             rejected: vec![pb::NodeStatus {
-                node: NO_SUCH_NODE.to_string(),
+                node_id: NO_SUCH_NODE,
                 code: pb::Code::Unschedulable as i32,
                 reasons: vec!["garbage".to_string()],
                 plugin: String::new(),
             }],
+            scores: if f.score {
+                vec![0; f.node_ids.len()]
+            } else {
+                vec![]
+            },
         }),
         Kind::Score(s) => Reply::Score(pb::ScoreResponse {
-            scores: vec![0; s.nodes.len() + 1],
+            scores: vec![0; s.node_ids.len() + 1],
         }),
         Kind::NormalizeScore(n) => Reply::NormalizeScore(pb::NormalizeScoreResponse {
-            scores: vec![0; n.nodes.len() + 1],
+            scores: vec![0; n.node_ids.len() + 1],
         }),
         Kind::PostBind(_) => Reply::Unreserve(pb::UnreserveResponse {}),
         _ => Reply::PostBind(pb::PostBindResponse {}),
@@ -427,7 +440,19 @@ impl Session {
                 (pod, name, reservation)
             }
         };
-        let fault = self.cfg.fault(point, &name);
+        let mut fault = self.cfg.fault(point, &name);
+        // A Filter that asks for the scores too carries Score's fault when
+        // Filter has none (berthd then asks no separate Score): a hang or an
+        // error fails the whole answer, garbage is one score too many.
+        let mut score_garbage = false;
+        if let (Fault::None, Kind::Filter(f)) = (fault, &kind)
+            && f.score
+        {
+            match self.cfg.fault(Point::Score, &name) {
+                Fault::Garbage => score_garbage = true,
+                other => fault = other,
+            }
+        }
         info!(
             request = r.id, cycle = r.cycle_id, kind = kind_name, pod = %pod, reservation,
             fault = fault.as_str(),
@@ -440,7 +465,13 @@ impl Session {
                 message: format!("faulty: an error injected at {kind_name}"),
             }),
             Fault::Garbage => garbage(&kind),
-            Fault::None => neutral(&kind),
+            Fault::None => {
+                let mut r = neutral(&kind);
+                if let (true, Reply::Filter(f)) = (score_garbage, &mut r) {
+                    f.scores.push(0);
+                }
+                r
+            }
         };
         self.send(extender_message::Message::Response(pb::Response {
             id: r.id,

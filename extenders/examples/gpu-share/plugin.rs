@@ -119,9 +119,9 @@ impl Filter for GpuShare {
     /// The pod's request is parsed and the ledger locked once per cycle.
     async fn filter_batch(
         &self,
-        cx: &Context,
+        _cx: &Context,
         pod: &CyclePod,
-        nodes: &[String],
+        nodes: &[NodeRef<'_>],
     ) -> HandlerResult<Vec<NodeStatus>> {
         let mib = match pod_mib(pod) {
             Ok(0) => return Ok(Vec::new()),
@@ -129,17 +129,16 @@ impl Filter for GpuShare {
             Err(e) => {
                 return Ok(nodes
                     .iter()
-                    .map(|n| NodeStatus::new(n.clone(), Status::unresolvable(e.clone())))
+                    .map(|n| NodeStatus::new(n.name(), Status::unresolvable(e.clone())))
                     .collect());
             }
         };
         let ledger = self.ledger.lock();
         Ok(nodes
             .iter()
-            .filter_map(|name| {
-                let node = NodeRef::new(name, cx.nodes().get(name));
-                let s = self.filter_node(&ledger, mib, &node);
-                (!s.is_success()).then(|| NodeStatus::new(name.clone(), s))
+            .filter_map(|node| {
+                let s = self.filter_node(&ledger, mib, node);
+                (!s.is_success()).then(|| NodeStatus::new(node.name(), s))
             })
             .collect())
     }
@@ -157,9 +156,9 @@ impl Score for GpuShare {
 
     async fn score_batch(
         &self,
-        cx: &Context,
+        _cx: &Context,
         pod: &CyclePod,
-        nodes: &[String],
+        nodes: &[NodeRef<'_>],
     ) -> HandlerResult<Vec<i64>> {
         let mib = pod_mib(pod).map_err(HandlerError::msg)?;
         if mib == 0 {
@@ -168,7 +167,7 @@ impl Score for GpuShare {
         let ledger = self.ledger.lock();
         Ok(nodes
             .iter()
-            .map(|name| self.score_node(&ledger, mib, &NodeRef::new(name, cx.nodes().get(name))))
+            .map(|node| self.score_node(&ledger, mib, node))
             .collect())
     }
 }
@@ -280,10 +279,6 @@ mod tests {
         ]))
     }
 
-    fn names(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
     fn reservation(id: &str, node: &str) -> Reservation {
         Reservation {
             id: id.into(),
@@ -308,7 +303,10 @@ mod tests {
     async fn filter_and_score_batches() -> HandlerResult<()> {
         let g = GpuShare::new(None);
         let cx = cx();
-        let all = names(&["big", "small", "cpu-only", "unknown"]);
+        let all: Vec<NodeRef<'_>> = ["big", "small", "cpu-only", "unknown"]
+            .iter()
+            .map(|n| NodeRef::new(n, cx.nodes().get(n)))
+            .collect();
         let rejected = g.filter_batch(&cx, &pod("u1", "10000"), &all).await?;
         assert_eq!(
             rejected
@@ -336,9 +334,7 @@ mod tests {
             vec![NO_FIT]
         );
         // A request that is not a quantity rejects every node for good.
-        let bad = g
-            .filter_batch(&cx, &pod("u2", "lots"), &names(&["big"]))
-            .await?;
+        let bad = g.filter_batch(&cx, &pod("u2", "lots"), &all[..1]).await?;
         assert_eq!(bad[0].status.code, Code::UnschedulableAndUnresolvable);
         Ok(())
     }

@@ -225,6 +225,14 @@ impl Session {
         }))
     }
 
+    /// Sends table entries (without objects) for `names`.
+    pub fn known(&self, names: &[&str]) -> Result<()> {
+        for n in names {
+            self.send(node_id_only(n))?;
+        }
+        Ok(())
+    }
+
     /// Starts cycle `cycle_id` for `pod`.
     pub fn cycle(&self, cycle_id: u64, pod: &serde_json::Value) -> Result<()> {
         let meta = &pod["metadata"];
@@ -240,20 +248,47 @@ impl Session {
 
 pub fn open() -> In {
     In::Open(pb::Open {
-        protocol_version: pb::ProtocolVersion::ProtocolVersion1 as i32,
+        protocol_version: pb::ProtocolVersion::ProtocolVersion2 as i32,
         extender_name: "test".into(),
         scheduler: "fake-berthd/0".into(),
     })
 }
 
 pub fn node_upsert(n: &serde_json::Value) -> Result<In> {
+    let name = n["metadata"]["name"]
+        .as_str()
+        .context("node without a name")?
+        .to_string();
     Ok(In::NodeUpsert(pb::NodeUpsert {
-        name: n["metadata"]["name"]
-            .as_str()
-            .context("node without a name")?
-            .to_string(),
+        id: id(&name),
+        name,
         node: serde_json::to_vec(n)?,
     }))
+}
+
+/// The id this fake berthd gives the node named `name` (FNV-1a: stable,
+/// distinct for the few names a test uses).
+pub fn id(name: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+/// The ids of `names`.
+pub fn ids(names: &[&str]) -> Vec<u32> {
+    names.iter().map(|n| id(n)).collect()
+}
+
+/// A node table entry without the object (what a stream that does not want
+/// nodes gets).
+pub fn node_id_only(name: &str) -> In {
+    In::NodeUpsert(pb::NodeUpsert {
+        id: id(name),
+        name: name.into(),
+        node: Vec::new(),
+    })
 }
 
 pub fn prost_duration(d: Duration) -> prost_types::Duration {

@@ -403,6 +403,14 @@ async fn main() -> Result<()> {
             }
         }),
     );
+    // Remote extenders: not ready while scheduling waits for their
+    // handshake at start, saying which and why.
+    let extenders = scheduler.extenders().clone();
+    health.register(
+        "extenders",
+        Scope::Ready,
+        Arc::new(move || extenders.readiness()),
+    );
     let stopping = Arc::new(AtomicBool::new(false));
     let s = stopping.clone();
     health.register(

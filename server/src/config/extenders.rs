@@ -10,6 +10,8 @@
 //!   timeout: 2s                     # per call (default 5s)
 //!   ignorable: false
 //!   maxConcurrentCalls: 64          # more in flight are shed
+//!   startupTimeout: 30s             # scheduling waits this long for it at start
+//!   circuitBreaker: {consecutiveFailures: 5, coolDown: 10s}
 //!   managedResources: [{name: example.com/gpu-mem, ignoredByScheduler: true}]
 //!   tls: {caFile: ca.pem, certFile: client.pem, keyFile: client-key.pem}
 //! ```
@@ -26,6 +28,13 @@ use crate::framework::ExtensionPoint;
 pub const DEFAULT_EXTENDER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Calls in flight to one extender beyond which new ones are shed.
 pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 64;
+/// How long scheduling waits at start for an extender's handshake.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Consecutive failed calls that open an extender's circuit breaker.
+pub const DEFAULT_BREAKER_FAILURES: u32 = 5;
+/// How long an open circuit breaker fails calls at once before it lets one
+/// probe through.
+pub const DEFAULT_BREAKER_COOL_DOWN: Duration = Duration::from_secs(10);
 
 /// The extension points a remote extender may serve.
 pub const REMOTE_POINTS: [ExtensionPoint; 10] = [
@@ -53,9 +62,20 @@ pub struct RawBerthExtender {
     pub timeout: Option<String>,
     pub ignorable: Option<bool>,
     pub max_concurrent_calls: Option<i64>,
+    pub startup_timeout: Option<String>,
+    pub circuit_breaker: Option<RawCircuitBreaker>,
     #[serde(default)]
     pub managed_resources: Vec<RawManagedResource>,
     pub tls: Option<RawExtenderTls>,
+}
+
+/// A remote extender's circuit breaker, as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct RawCircuitBreaker {
+    pub consecutive_failures: Option<i64>,
+    pub cool_down: Option<String>,
 }
 
 /// upstream's `ExtenderManagedResource`.
@@ -141,6 +161,27 @@ pub struct ExtenderTls {
     pub path: String,
 }
 
+/// When an extender's calls stop being tried: after `consecutive_failures`
+/// failed calls in a row (no answer in time, no stream, an answer out of
+/// protocol) calls fail at once for `cool_down`, then one probe call is let
+/// through; its success closes the breaker, its failure opens it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CircuitBreakerConfig {
+    /// Failed calls in a row that open it; 0 never opens it.
+    pub consecutive_failures: u32,
+    /// How long it stays open before a probe.
+    pub cool_down: Duration,
+}
+
+impl Default for CircuitBreakerConfig {
+    fn default() -> Self {
+        Self {
+            consecutive_failures: DEFAULT_BREAKER_FAILURES,
+            cool_down: DEFAULT_BREAKER_COOL_DOWN,
+        }
+    }
+}
+
 /// A remote (streaming gRPC) extender.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExtenderConfig {
@@ -157,6 +198,11 @@ pub struct ExtenderConfig {
     pub ignorable: bool,
     /// Calls in flight beyond which new ones are shed.
     pub max_concurrent_calls: usize,
+    /// How long scheduling waits at start for the extender's handshake
+    /// (its Hello, and the node list sent to it); zero: not at all.
+    pub startup_timeout: Duration,
+    /// When its calls stop being tried.
+    pub circuit_breaker: CircuitBreakerConfig,
     /// Consulted only for pods requesting one of these (empty: all pods).
     pub managed_resources: Vec<ManagedResource>,
     /// TLS settings (https endpoints).
@@ -399,7 +445,46 @@ pub fn resolve_berth_extenders(
             }),
             None => None,
         };
+        let startup_timeout = match r.startup_timeout.as_deref() {
+            None => DEFAULT_STARTUP_TIMEOUT,
+            Some(t) => parse_go_duration(t)
+                .map_err(|e| ConfigError::new(format!("{path}.startupTimeout"), e))?,
+        };
+        let circuit_breaker = match r.circuit_breaker {
+            None => CircuitBreakerConfig::default(),
+            Some(b) => {
+                let bp = format!("{path}.circuitBreaker");
+                let failures = b
+                    .consecutive_failures
+                    .unwrap_or(i64::from(DEFAULT_BREAKER_FAILURES));
+                if !(0..=i64::from(u32::MAX)).contains(&failures) {
+                    return Err(ConfigError::invalid(
+                        format!("{bp}.consecutiveFailures"),
+                        failures,
+                        "must be 0 (never open) or more",
+                    ));
+                }
+                let cool_down = match b.cool_down.as_deref() {
+                    None => DEFAULT_BREAKER_COOL_DOWN,
+                    Some(t) => parse_go_duration(t)
+                        .map_err(|e| ConfigError::new(format!("{bp}.coolDown"), e))?,
+                };
+                if cool_down.is_zero() && failures > 0 {
+                    return Err(ConfigError::invalid(
+                        format!("{bp}.coolDown"),
+                        b.cool_down.unwrap_or_default(),
+                        "must be greater than 0 (set consecutiveFailures: 0 to never open the breaker)",
+                    ));
+                }
+                CircuitBreakerConfig {
+                    consecutive_failures: failures as u32,
+                    cool_down,
+                }
+            }
+        };
         out.push(ExtenderConfig {
+            startup_timeout,
+            circuit_breaker,
             timeout: timeout(r.timeout.as_deref(), &format!("{path}.timeout"))?,
             managed_resources: managed_resources(r.managed_resources, &path)?,
             name,
@@ -555,7 +640,7 @@ mod tests {
     #[test]
     fn a_full_entry_resolves() {
         let got = berth(
-            "- name: gpu\n  endpoint: https://gpu.example:7070\n  points: [filter, score, reserve]\n  timeout: 250ms\n  ignorable: true\n  maxConcurrentCalls: 8\n  managedResources: [{name: example.com/gpu-mem, ignoredByScheduler: true}]\n  tls: {caFile: ca.pem}\n",
+            "- name: gpu\n  endpoint: https://gpu.example:7070\n  points: [filter, score, reserve]\n  timeout: 250ms\n  ignorable: true\n  maxConcurrentCalls: 8\n  startupTimeout: 1m\n  circuitBreaker: {consecutiveFailures: 3, coolDown: 2s}\n  managedResources: [{name: example.com/gpu-mem, ignoredByScheduler: true}]\n  tls: {caFile: ca.pem}\n",
         )
         .unwrap();
         assert_eq!(
@@ -571,6 +656,11 @@ mod tests {
                 timeout: Duration::from_millis(250),
                 ignorable: true,
                 max_concurrent_calls: 8,
+                startup_timeout: Duration::from_secs(60),
+                circuit_breaker: CircuitBreakerConfig {
+                    consecutive_failures: 3,
+                    cool_down: Duration::from_secs(2),
+                },
                 managed_resources: vec![ManagedResource {
                     name: "example.com/gpu-mem".into(),
                     ignored_by_scheduler: true
@@ -589,6 +679,14 @@ mod tests {
         assert_eq!(defaults.timeout, DEFAULT_EXTENDER_TIMEOUT);
         assert!(!defaults.ignorable);
         assert_eq!(defaults.max_concurrent_calls, DEFAULT_MAX_CONCURRENT_CALLS);
+        assert_eq!(defaults.startup_timeout, Duration::from_secs(30));
+        assert_eq!(
+            defaults.circuit_breaker,
+            CircuitBreakerConfig {
+                consecutive_failures: 5,
+                cool_down: Duration::from_secs(10)
+            }
+        );
         assert_eq!(defaults.tls, None);
     }
 
@@ -635,6 +733,18 @@ mod tests {
             (
                 &*format!("- {{name: a, {base}, maxConcurrentCalls: 0}}"),
                 "berthExtenders[0].maxConcurrentCalls: Invalid value: 0: must be greater than 0",
+            ),
+            (
+                &*format!("- {{name: a, {base}, startupTimeout: -1s}}"),
+                "berthExtenders[0].startupTimeout: invalid duration \"-1s\"",
+            ),
+            (
+                &*format!("- {{name: a, {base}, circuitBreaker: {{consecutiveFailures: -1}}}}"),
+                "berthExtenders[0].circuitBreaker.consecutiveFailures: Invalid value: -1: must be 0 (never open) or more",
+            ),
+            (
+                &*format!("- {{name: a, {base}, circuitBreaker: {{coolDown: 0s}}}}"),
+                "berthExtenders[0].circuitBreaker.coolDown: Invalid value: 0s: must be greater than 0 (set consecutiveFailures: 0 to never open the breaker)",
             ),
             (
                 &*format!("- {{name: a, {base}, managedResources: [{{name: cpu}}]}}"),

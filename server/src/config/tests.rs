@@ -262,7 +262,13 @@ fn errors_name_the_field_path() {
             &format!(
                 "{HEADER}berthExtenders:\n- name: gpu\n  endpoint: http://x:1\n  points: [filter]\n  timout: 1s\n"
             ),
-            "berthExtenders[0].timout: unknown field `timout`, expected one of `name`, `endpoint`, `points`, `timeout`, `ignorable`, `maxConcurrentCalls`, `managedResources`, `tls` (line 7, column 3)",
+            "berthExtenders[0].timout: unknown field `timout`, expected one of `name`, `endpoint`, `points`, `timeout`, `ignorable`, `maxConcurrentCalls`, `startupTimeout`, `circuitBreaker`, `managedResources`, `tls` (line 7, column 3)",
+        ),
+        (
+            &format!(
+                "{HEADER}berthExtenders:\n- name: gpu\n  endpoint: http://x:1\n  points: [filter]\n  circuitBreaker: {{failures: 3}}\n"
+            ),
+            "berthExtenders[0].circuitBreaker.failures: unknown field `failures`, expected `consecutiveFailures` or `coolDown` (line 7, column 20)",
         ),
         (
             &format!("{HEADER}clientConnection:\n  burst: -1\n"),

@@ -2,21 +2,40 @@
 //!
 //! A task dials the extender, opens the `Session` stream, sends `Open`,
 //! waits for `Hello` (checking the protocol version and that every
-//! configured point is served), subscribes the stream to the node feed if
-//! asked, then reads answers until the stream ends. Then it fails every
-//! call in flight at once, settles the pods waiting at Permit on this
-//! extender, and dials again with capped exponential backoff and jitter.
+//! configured point is served), subscribes the stream to the node feed,
+//! then reads answers until the stream ends. Then it fails every call in
+//! flight at once, settles the pods waiting at Permit on this extender, and
+//! dials again with capped exponential backoff and jitter.
 //!
-//! Calls go through a tower stack: load shedding (a call finding the
-//! extender at its concurrency limit fails at once instead of queueing),
-//! the concurrency limit, and the per-call timeout. A call sends the cycle's
-//! pod once per stream (`CycleStart`) before its first request; the cycle's
-//! token sends `CycleEnd` when the cycle is over.
+//! Calls go through a tower stack, outermost first:
+//!
+//! 1. the circuit breaker ([`super::breaker`]): after enough failed calls
+//!    in a row, calls fail at once for a cool-down instead of each waiting
+//!    out its timeout on a hung extender;
+//! 2. the concurrency limit, shedding ([`super::shed`]): a call finding
+//!    `maxConcurrentCalls` calls in flight fails at once instead of queueing
+//!    behind them;
+//! 3. the per-call timeout;
+//! 4. [`RawCall`]: puts the request on the current stream *at once* (the
+//!    cycle's pod first, once per stream), so a caller may start a call,
+//!    do other work, and await the answer later; the answer is checked
+//!    against the request ([`Reply`]) before the caller sees it.
+//!
+//! Every message from the extender that berthd cannot use (an answer to an
+//! unknown, answered or abandoned request, a decision for a reservation
+//! not waiting or already decided, an answer of the wrong shape) is a WARN
+//! naming the extender and is counted in
+//! `berth_extender_protocol_errors_total{extender,kind}`.
+//!
+//! Permit: a `PermitDecision` may overtake the Wait answer it decides (the
+//! extender decided while its answer was on its way); it is kept while that
+//! Permit request is awaited, and applied when the answer says Wait.
 //!
 //! Unreserves are kept in an outbox until acknowledged: sent at once,
-//! re-sent on every new stream and periodically while unacknowledged.
+//! re-sent on every new stream and periodically while unacknowledged. They
+//! bypass the breaker: an Unreserve is owed whatever the extender's health.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,15 +47,21 @@ use berth_proto::extender::v1::{
     self as pb, ExtenderMessage, Hello, Open, ProtocolVersion, SchedulerMessage,
     extender_client::ExtenderClient, extender_message, request, response, scheduler_message,
 };
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
+use super::breaker::{Breaker, CircuitBreaker, CircuitBreakerLayer};
 use super::feed::NodeFeed;
+use super::shed::{Shed, ShedLayer};
 use crate::config::ExtenderConfig;
 use crate::framework::{CycleToken, ExtensionPoint, Handle};
+use crate::metrics::ExtenderMetrics;
 use crate::model::PodInfo;
 
 /// The first reconnect delay.
@@ -47,21 +72,26 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 const HEALTHY_SESSION: Duration = Duration::from_secs(10);
 /// The largest message either side may send.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// How many finished requests (and decided reservations) a connection
+/// remembers, to tell a duplicate or late message from an unknown one.
+const REMEMBERED: usize = 4096;
+/// The protocol version berthd speaks.
+pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::ProtocolVersion2;
 
 /// Why a call to an extender failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallError {
-    /// No stream is open (the extender is down or still being dialed).
-    #[error("not connected")]
-    NotConnected,
+    /// No stream is open (the extender is down or still being dialed); why.
+    #[error("not connected ({0})")]
+    NotConnected(String),
     /// The stream broke while the call was in flight.
-    #[error("the stream broke")]
+    #[error("the stream broke while the call was in flight")]
     Disconnected,
     /// No answer within the timeout.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
     /// Too many calls in flight; this one was shed.
-    #[error("overloaded: more than {0} calls in flight")]
+    #[error("overloaded: {0} calls already in flight (maxConcurrentCalls)")]
     Overloaded(usize),
     /// The extender answered with an error.
     #[error("extender error: {0}")]
@@ -69,9 +99,24 @@ pub enum CallError {
     /// The answer does not fit the request.
     #[error("malformed answer: {0}")]
     Malformed(String),
+    /// The circuit breaker refused the call; why, and for how long.
+    #[error("{0}")]
+    CircuitOpen(String),
 }
 
-/// Counters, for logs and tests.
+impl CallError {
+    /// An error answer, never with an empty text.
+    pub fn remote(message: impl Into<String>) -> Self {
+        let m = message.into();
+        Self::Remote(if m.trim().is_empty() {
+            "(an error without a message)".into()
+        } else {
+            m
+        })
+    }
+}
+
+/// Counters, for logs and tests (`/metrics` reads [`ExtenderMetrics`]).
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Calls made.
@@ -80,16 +125,12 @@ pub struct Stats {
     pub failures: AtomicU64,
     /// Failures skipped because the extender is ignorable.
     pub skipped: AtomicU64,
-    /// Streams opened (handshakes completed).
-    pub sessions: AtomicU64,
     /// Unreserves acknowledged.
     pub unreserves_acked: AtomicU64,
-    /// Calls by extension point and result, and their latency.
-    pub by_point: crate::observe::metrics::ExtenderCalls,
 }
 
 /// The index of a request's extension point in
-/// [`crate::observe::metrics::EXTENDER_POINTS`].
+/// [`crate::metrics::EXTENDER_POINTS`].
 fn point_slot(kind: &request::Kind) -> usize {
     match kind {
         request::Kind::PreFilter(_) => 0,
@@ -107,56 +148,545 @@ fn point_slot(kind: &request::Kind) -> usize {
     }
 }
 
-/// The index of a call's outcome in
-/// [`crate::observe::metrics::EXTENDER_RESULTS`].
-fn result_slot(r: &Answer) -> usize {
+/// The index of a call's outcome in [`crate::metrics::EXTENDER_RESULTS`].
+fn result_slot<T>(r: &Result<T, CallError>) -> usize {
     match r {
         Ok(_) => 0,
         Err(CallError::Remote(_) | CallError::Malformed(_)) => 1,
         Err(CallError::Timeout(_)) => 2,
         Err(CallError::Overloaded(_)) => 3,
-        Err(CallError::NotConnected | CallError::Disconnected) => 4,
+        Err(CallError::NotConnected(_) | CallError::Disconnected) => 4,
+        Err(CallError::CircuitOpen(_)) => 5,
     }
 }
 
-type Answer = Result<response::Result, CallError>;
+/// The slots of [`crate::metrics::PROTOCOL_ERROR_KINDS`].
+mod kind {
+    pub const UNKNOWN_REQUEST_ID: usize = 0;
+    pub const DUPLICATE_RESPONSE: usize = 1;
+    pub const LATE_RESPONSE: usize = 2;
+    pub const UNKNOWN_RESERVATION: usize = 3;
+    pub const REPEATED_DECISION: usize = 4;
+    pub const UNUSED_DECISION: usize = 5;
+    pub const UNEXPECTED_MESSAGE: usize = 6;
+    pub const MALFORMED_RESPONSE: usize = 7;
+}
+
+/// Whether a failed call says the extender is unhealthy (what the circuit
+/// breaker counts), and what went wrong: no answer in time, no stream or a
+/// broken one, an answer out of protocol. An extender answering `Error`
+/// (on purpose, for this pod), a call shed by berthd's own limit or
+/// refused by the breaker do not count.
+fn against_the_extender(timeout: Duration) -> super::breaker::Classify {
+    Arc::new(move |e: &BoxError| {
+        if e.is::<tower::timeout::error::Elapsed>() {
+            return Some(CallError::Timeout(timeout).to_string());
+        }
+        match e.downcast_ref::<CallError>() {
+            Some(CallError::Remote(_) | CallError::Overloaded(_) | CallError::CircuitOpen(_)) => {
+                None
+            }
+            _ => Some(e.to_string()),
+        }
+    })
+}
+
+/// An answer, checked against its request.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// PreFilter's status (success, skip or a rejection) and node names.
+    PreFilter(pb::Status, Option<Vec<String>>),
+    /// Filter: the rejected nodes by their position in the request, and
+    /// the raw scores when they were asked for.
+    Filter(Vec<(usize, pb::NodeStatus)>, Option<Vec<i64>>),
+    /// PostFilter's answer (a nomination or a rejection).
+    PostFilter(pb::PostFilterResponse),
+    /// PreScore's status (success or skip).
+    PreScore(pb::Status),
+    /// One score per requested node, in range for the normalization.
+    Score(Vec<i64>),
+    /// One score per requested node, in [0, 100].
+    NormalizeScore(Vec<i64>),
+    /// Reserve's status (success or a rejection).
+    Reserve(pb::Status),
+    /// Unreserve acknowledged.
+    Unreserve,
+    /// Permit: allow, reject, or wait (with a timeout).
+    Permit(pb::Status, Duration),
+    /// PreBind's status (success or a rejection).
+    PreBind(pb::Status),
+    /// Bind's status (success, skip or a rejection).
+    Bind(pb::Status),
+    /// PostBind acknowledged.
+    PostBind,
+}
+
+type Answer = Result<Reply, CallError>;
+type RawAnswer = Result<response::Result, CallError>;
+
+/// A call's answer, to be awaited.
+pub type CallFuture = Pin<Box<dyn Future<Output = Answer> + Send + 'static>>;
+
+/// What a request asked, to check its answer against.
+#[derive(Debug)]
+enum Asked {
+    PreFilter,
+    Filter { ids: Vec<u32>, score: bool },
+    PostFilter,
+    PreScore,
+    Score(usize),
+    NormalizeScore(usize),
+    Reserve,
+    Unreserve,
+    Permit,
+    PreBind,
+    Bind,
+    PostBind,
+}
+
+impl Asked {
+    fn of(kind: &request::Kind) -> Self {
+        use request::Kind as K;
+        match kind {
+            K::PreFilter(_) => Self::PreFilter,
+            K::Filter(f) => Self::Filter {
+                ids: f.node_ids.clone(),
+                score: f.score,
+            },
+            K::PostFilter(_) => Self::PostFilter,
+            K::PreScore(_) => Self::PreScore,
+            K::Score(s) => Self::Score(s.node_ids.len()),
+            K::NormalizeScore(n) => Self::NormalizeScore(n.node_ids.len()),
+            K::Reserve(_) => Self::Reserve,
+            K::Unreserve(_) => Self::Unreserve,
+            K::Permit(_) => Self::Permit,
+            K::PreBind(_) => Self::PreBind,
+            K::Bind(_) => Self::Bind,
+            K::PostBind(_) => Self::PostBind,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Self::PreFilter => "PreFilter",
+            Self::Filter { .. } => "Filter",
+            Self::PostFilter => "PostFilter",
+            Self::PreScore => "PreScore",
+            Self::Score(_) => "Score",
+            Self::NormalizeScore(_) => "NormalizeScore",
+            Self::Reserve => "Reserve",
+            Self::Unreserve => "Unreserve",
+            Self::Permit => "Permit",
+            Self::PreBind => "PreBind",
+            Self::Bind => "Bind",
+            Self::PostBind => "PostBind",
+        }
+    }
+}
+
+fn result_name(r: &response::Result) -> &'static str {
+    use response::Result as R;
+    match r {
+        R::Error(_) => "Error",
+        R::PreFilter(_) => "PreFilter",
+        R::Filter(_) => "Filter",
+        R::PostFilter(_) => "PostFilter",
+        R::PreScore(_) => "PreScore",
+        R::Score(_) => "Score",
+        R::NormalizeScore(_) => "NormalizeScore",
+        R::Reserve(_) => "Reserve",
+        R::Unreserve(_) => "Unreserve",
+        R::Permit(_) => "Permit",
+        R::PreBind(_) => "PreBind",
+        R::Bind(_) => "Bind",
+        R::PostBind(_) => "PostBind",
+    }
+}
+
+fn code_name(c: i32) -> String {
+    pb::Code::try_from(c).map_or_else(
+        |_| format!("unknown code {c}"),
+        |c| c.as_str_name().to_string(),
+    )
+}
+
+use pb::Code as C;
+const REJECTIONS: &[C] = &[C::Unschedulable, C::UnschedulableAndUnresolvable];
+const PRE_FILTER_CODES: &[C] = &[
+    C::Success,
+    C::Skip,
+    C::Unschedulable,
+    C::UnschedulableAndUnresolvable,
+    C::Error,
+];
+const DECIDING_CODES: &[C] = &[
+    C::Success,
+    C::Unschedulable,
+    C::UnschedulableAndUnresolvable,
+    C::Error,
+];
+const PRE_SCORE_CODES: &[C] = &[C::Success, C::Skip, C::Error];
+const PERMIT_CODES: &[C] = &[
+    C::Success,
+    C::Unschedulable,
+    C::UnschedulableAndUnresolvable,
+    C::Wait,
+    C::Error,
+];
+const BIND_CODES: &[C] = PRE_FILTER_CODES;
+
+fn codes_text(codes: &[C]) -> String {
+    let names: Vec<&str> = codes.iter().map(|c| c.as_str_name()).collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => names.join(""),
+    }
+}
+
+/// The status of an answer at `point`, if its code is one the point allows:
+/// `CODE_ERROR` becomes the extender's error, anything else not allowed is
+/// malformed, saying which code came and which were expected.
+fn checked_status(
+    point: &str,
+    s: Option<pb::Status>,
+    allowed: &[C],
+) -> Result<pb::Status, CallError> {
+    let s = s.unwrap_or_default();
+    match C::try_from(s.code) {
+        Ok(C::Error) if allowed.contains(&C::Error) => Err(CallError::remote(s.reasons.join(", "))),
+        Ok(c) if allowed.contains(&c) => Ok(s),
+        _ => Err(CallError::Malformed(format!(
+            "{point} answered {}, but {point} answers {}",
+            code_name(s.code),
+            codes_text(allowed)
+        ))),
+    }
+}
+
+/// Positions of `ids` in the request, for the rejected nodes of an answer.
+fn positions(asked: &[u32], rejected: &[pb::NodeStatus]) -> Result<Vec<usize>, String> {
+    let unknown = |id: u32| format!("a verdict for node id {id}, which was not asked about");
+    let mut out = Vec::with_capacity(rejected.len());
+    if rejected.len() <= 16 {
+        for r in rejected {
+            out.push(
+                asked
+                    .iter()
+                    .position(|&a| a == r.node_id)
+                    .ok_or_else(|| unknown(r.node_id))?,
+            );
+        }
+    } else {
+        let index: HashMap<u32, usize> = asked.iter().enumerate().map(|(i, &a)| (a, i)).collect();
+        for r in rejected {
+            out.push(*index.get(&r.node_id).ok_or_else(|| unknown(r.node_id))?);
+        }
+    }
+    let mut seen = out.clone();
+    seen.sort_unstable();
+    if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("two verdicts for node id {}", asked[w[0]]));
+    }
+    Ok(out)
+}
+
+/// Checks an answer against its request (and the normalization the
+/// extender declared). A part of the answer that is unusable but can be
+/// done without is dropped, saying why in `unusable`.
+fn check(asked: &Asked, hello: &Hello, r: RawAnswer, unusable: &mut Option<String>) -> Answer {
+    use response::Result as R;
+    let r = r?;
+    if let R::Error(e) = r {
+        return Err(CallError::remote(e.message));
+    }
+    let wrong = |r: &R| {
+        Err(CallError::Malformed(format!(
+            "a {} answer to a {} request",
+            result_name(r),
+            asked.name()
+        )))
+    };
+    let count = |what: &str, got: usize, want: usize| {
+        if got == want {
+            Ok(())
+        } else {
+            Err(CallError::Malformed(format!(
+                "{got} {what} for {want} nodes"
+            )))
+        }
+    };
+    match (asked, r) {
+        (Asked::PreFilter, R::PreFilter(p)) => {
+            let s = checked_status("PreFilter", p.status, PRE_FILTER_CODES)?;
+            Ok(Reply::PreFilter(s, p.node_names.map(|n| n.names)))
+        }
+        (Asked::Filter { ids, score }, R::Filter(f)) => {
+            let at = positions(ids, &f.rejected).map_err(CallError::Malformed)?;
+            let mut rejected = Vec::with_capacity(at.len());
+            for (i, r) in at.into_iter().zip(f.rejected) {
+                match C::try_from(r.code) {
+                    // An error for one node is that node's verdict: it
+                    // fails the attempt only if the node is still a
+                    // candidate when this extender's verdicts count.
+                    Ok(c) if REJECTIONS.contains(&c) || c == C::Error => rejected.push((i, r)),
+                    _ => {
+                        return Err(CallError::Malformed(format!(
+                            "Filter answered {} for node id {}, but a rejection is {}",
+                            code_name(r.code),
+                            r.node_id,
+                            codes_text(&[
+                                C::Unschedulable,
+                                C::UnschedulableAndUnresolvable,
+                                C::Error
+                            ])
+                        )));
+                    }
+                }
+            }
+            let scores = if *score {
+                if f.scores.len() != ids.len() {
+                    // The verdicts stand; the scores are asked for again,
+                    // with a Score request, as if they had not been asked.
+                    *unusable = Some(format!(
+                        "{} scores for {} nodes in a Filter answer that asked for them; asking Score separately",
+                        f.scores.len(),
+                        ids.len()
+                    ));
+                    None
+                } else {
+                    Some(f.scores)
+                }
+            } else if f.scores.is_empty() {
+                None
+            } else {
+                return Err(CallError::Malformed(
+                    "scores in a Filter answer that did not ask for them".into(),
+                ));
+            };
+            Ok(Reply::Filter(rejected, scores))
+        }
+        (Asked::PostFilter, R::PostFilter(p)) => {
+            let s = checked_status("PostFilter", p.status.clone(), DECIDING_CODES)?;
+            if s.code == C::Success as i32 && p.nominated_node.is_empty() {
+                return Err(CallError::Malformed(
+                    "PostFilter answered CODE_SUCCESS without a nominated_node".into(),
+                ));
+            }
+            Ok(Reply::PostFilter(p))
+        }
+        (Asked::PreScore, R::PreScore(p)) => Ok(Reply::PreScore(checked_status(
+            "PreScore",
+            p.status,
+            PRE_SCORE_CODES,
+        )?)),
+        (Asked::Score(n), R::Score(s)) => {
+            count("scores", s.scores.len(), *n)?;
+            let (ok, range): (fn(i64) -> bool, &str) =
+                match pb::ScoreNormalization::try_from(hello.score_normalization) {
+                    Ok(pb::ScoreNormalization::Scale) => {
+                        (|v| v >= 0, "0 or more (SCORE_NORMALIZATION_SCALE)")
+                    }
+                    Ok(pb::ScoreNormalization::Extender) => (|_| true, ""),
+                    _ => (
+                        |v| (0..=100).contains(&v),
+                        "[0, 100] (SCORE_NORMALIZATION_NONE)",
+                    ),
+                };
+            if let Some(v) = s.scores.iter().find(|v| !ok(**v)) {
+                return Err(CallError::Malformed(format!("score {v}, outside {range}")));
+            }
+            Ok(Reply::Score(s.scores))
+        }
+        (Asked::NormalizeScore(n), R::NormalizeScore(s)) => {
+            count("normalized scores", s.scores.len(), *n)?;
+            if let Some(v) = s.scores.iter().find(|v| !(0..=100).contains(*v)) {
+                return Err(CallError::Malformed(format!(
+                    "normalized score {v}, outside [0, 100]"
+                )));
+            }
+            Ok(Reply::NormalizeScore(s.scores))
+        }
+        (Asked::Reserve, R::Reserve(p)) => Ok(Reply::Reserve(checked_status(
+            "Reserve",
+            p.status,
+            DECIDING_CODES,
+        )?)),
+        (Asked::Unreserve, R::Unreserve(_)) => Ok(Reply::Unreserve),
+        (Asked::Permit, R::Permit(p)) => {
+            let s = checked_status("Permit", p.status, PERMIT_CODES)?;
+            let mut wait = Duration::ZERO;
+            if s.code == C::Wait as i32 {
+                wait = p
+                    .wait_timeout
+                    .and_then(|d| Duration::try_from(d).ok())
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| {
+                        CallError::Malformed(
+                            "Permit answered CODE_WAIT without a positive wait_timeout".into(),
+                        )
+                    })?;
+            }
+            Ok(Reply::Permit(s, wait))
+        }
+        (Asked::PreBind, R::PreBind(p)) => Ok(Reply::PreBind(checked_status(
+            "PreBind",
+            p.status,
+            DECIDING_CODES,
+        )?)),
+        (Asked::Bind, R::Bind(p)) => Ok(Reply::Bind(checked_status("Bind", p.status, BIND_CODES)?)),
+        (Asked::PostBind, R::PostBind(_)) => Ok(Reply::PostBind),
+        (_, other) => wrong(&other),
+    }
+}
 
 /// A call waiting for its answer.
 struct Pending {
-    answer: oneshot::Sender<Answer>,
-    /// For Permit calls: the reservation and pod, registered as waiting
-    /// when the answer says Wait (before the answer is delivered, so that
-    /// a decision right behind it finds them).
-    permit: Option<(String, Arc<str>)>,
+    answer: oneshot::Sender<RawAnswer>,
+    /// For Permit calls: the reservation.
+    permit: Option<String>,
+}
+
+/// How a request that is no longer pending ended, to judge a message
+/// naming it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Answered,
+    /// berthd stopped waiting (its timeout passed): an answer now is late.
+    TimedOut,
+    /// Its caller no longer needed it (a Filter sent ahead whose verdicts
+    /// were not needed): an answer now is expected, and dropped quietly.
+    Abandoned,
+}
+
+/// A hasher for the request and cycle ids berthd assigns (unique, mostly
+/// sequential numbers): one multiply instead of SipHash, on the path of
+/// every request and answer.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
+type IdSet = HashSet<u64, std::hash::BuildHasherDefault<IdHasher>>;
+
+/// A bounded memory of keys, the oldest forgotten first.
+struct Recent<K, V, S = std::collections::hash_map::RandomState> {
+    order: VecDeque<K>,
+    map: HashMap<K, V, S>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone, V, S: std::hash::BuildHasher + Default> Default
+    for Recent<K, V, S>
+{
+    fn default() -> Self {
+        Self {
+            order: VecDeque::new(),
+            map: HashMap::default(),
+        }
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone, V, S: std::hash::BuildHasher> Recent<K, V, S> {
+    fn insert(&mut self, k: K, v: V) {
+        if self.map.insert(k.clone(), v).is_none() {
+            self.order.push_back(k);
+            if self.order.len() > REMEMBERED
+                && let Some(old) = self.order.pop_front()
+            {
+                self.map.remove(&old);
+            }
+        }
+    }
+
+    fn get(&self, k: &K) -> Option<&V> {
+        self.map.get(k)
+    }
 }
 
 /// One open stream.
 struct Session {
     tx: mpsc::UnboundedSender<SchedulerMessage>,
     hello: Hello,
-    pending: Mutex<HashMap<u64, Pending>>,
-    cycles: Mutex<HashSet<u64>>,
+    pending: Mutex<IdMap<Pending>>,
+    ended: Mutex<Recent<u64, Ended, std::hash::BuildHasherDefault<IdHasher>>>,
+    cycles: Mutex<IdSet>,
+    /// Cycles that ended, whose CycleEnd goes with the next message (or
+    /// the flusher's, shortly after).
+    ended_cycles: Mutex<Vec<u64>>,
     closed: AtomicBool,
 }
 
 impl Session {
     fn send(&self, m: scheduler_message::Message) -> Result<(), CallError> {
+        self.flush_cycle_ends();
         self.tx
             .send(SchedulerMessage { message: Some(m) })
             .map_err(|_| CallError::Disconnected)
     }
+
+    /// Queues the CycleEnds due, ahead of whatever is sent next.
+    fn flush_cycle_ends(&self) {
+        let ended = std::mem::take(&mut *self.ended_cycles.lock());
+        for cycle_id in ended {
+            let _ = self.tx.send(SchedulerMessage {
+                message: Some(scheduler_message::Message::CycleEnd(pb::CycleEnd {
+                    cycle_id,
+                })),
+            });
+        }
+    }
 }
 
-/// What a call needs: its cycle, its pod and the request.
-#[derive(Clone)]
-pub struct CallRequest {
+/// How long a CycleEnd may wait for another message to travel with: on a
+/// busy stream it goes with the next cycle's messages, in the same write.
+const CYCLE_END_DELAY: Duration = Duration::from_millis(5);
+
+/// What a call needs: its cycle, its pod and the request. The pod is sent
+/// (once per stream and cycle) when the call is made, so it is borrowed.
+pub struct CallRequest<'a> {
     /// The cycle the call belongs to.
-    pub cycle: Arc<CycleToken>,
+    pub cycle: &'a Arc<CycleToken>,
     /// The pod.
-    pub pod: Arc<PodInfo>,
+    pub pod: &'a PodInfo,
     /// The request.
     pub kind: request::Kind,
 }
+
+/// A decision that came before the Permit answer it decides.
+#[derive(Debug, Clone)]
+struct EarlyDecision {
+    allow: bool,
+    reasons: Vec<String>,
+}
+
+/// The Permit requests and waits of one extender.
+#[derive(Default)]
+struct PermitBook {
+    /// Permit requests awaiting their answer, by reservation: the pod, and
+    /// a decision that came first.
+    asked: HashMap<String, (Arc<str>, Option<EarlyDecision>)>,
+    /// Reservations whose Permit answered Wait, awaiting a decision: the
+    /// pod.
+    waiting: HashMap<String, Arc<str>>,
+    /// Reservations decided lately, and whether they were allowed.
+    decided: Recent<String, bool>,
+}
+
+/// How a connection reaches its extender: a fresh channel per stream.
+pub type Dial =
+    Arc<dyn Fn() -> BoxFuture<'static, Result<Channel, tonic::transport::Error>> + Send + Sync>;
 
 /// The shared state of a connection.
 struct Inner {
@@ -170,10 +700,17 @@ struct Inner {
     /// flight).
     unreserves: Mutex<BTreeMap<String, (u64, pb::UnreserveRequest, bool)>>,
     unreserve_kick: Notify,
-    /// Pods waiting at Permit on this extender: reservation id -> pod UID.
-    waiting: Mutex<HashMap<String, Arc<str>>>,
+    /// Set while the flusher is due to send pending CycleEnds.
+    cycle_end_due: AtomicBool,
+    cycle_end_kick: Notify,
+    permits: Mutex<PermitBook>,
     stats: Stats,
+    metrics: Arc<ExtenderMetrics>,
+    breaker: Arc<Breaker>,
     connected: tokio::sync::watch::Sender<u64>,
+    /// Why the last dial or stream failed, for "not connected" errors and
+    /// the startup log.
+    last_error: Mutex<Option<String>>,
     /// The outbox's length, for whoever waits for it to drain.
     outbox_len: tokio::sync::watch::Sender<usize>,
 }
@@ -182,10 +719,10 @@ struct Inner {
 pub struct Connection {
     inner: Arc<Inner>,
     stack: CallStack,
+    created: Instant,
 }
 
-type CallStack =
-    tower::load_shed::LoadShed<tower::limit::ConcurrencyLimit<tower::timeout::Timeout<RawCall>>>;
+type CallStack = CircuitBreaker<Shed<tower::timeout::Timeout<RawCall>>>;
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -221,42 +758,84 @@ fn proto_point(p: ExtensionPoint) -> pb::ExtensionPoint {
     }
 }
 
-/// The innermost service: sends a request on the current stream and waits
-/// for its answer.
+fn point_field(p: i32) -> String {
+    use pb::ExtensionPoint as P;
+    let f = match P::try_from(p) {
+        Ok(P::PreFilter) => "preFilter",
+        Ok(P::Filter) => "filter",
+        Ok(P::PostFilter) => "postFilter",
+        Ok(P::PreScore) => "preScore",
+        Ok(P::Score) => "score",
+        Ok(P::Reserve) => "reserve",
+        Ok(P::Permit) => "permit",
+        Ok(P::PreBind) => "preBind",
+        Ok(P::Bind) => "bind",
+        Ok(P::PostBind) => "postBind",
+        _ => return format!("(unknown point {p})"),
+    };
+    f.to_string()
+}
+
+/// The innermost service: puts a request on the current stream at once and
+/// returns the future of its checked answer.
 #[derive(Clone)]
 pub struct RawCall(Arc<Inner>);
 
-impl Service<CallRequest> for RawCall {
-    type Response = response::Result;
+impl<'a> Service<CallRequest<'a>> for RawCall {
+    type Response = Reply;
     type Error = CallError;
-    type Future = Pin<Box<dyn Future<Output = Answer> + Send>>;
+    type Future = CallFuture;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), CallError>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: CallRequest) -> Self::Future {
-        let inner = self.0.clone();
-        Box::pin(async move { inner.call(req).await })
+    fn call(&mut self, req: CallRequest<'a>) -> CallFuture {
+        self.0.stats.calls.fetch_add(1, Ordering::Relaxed);
+        match self.0.send(req) {
+            Ok(f) => f,
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
     }
 }
 
-/// Removes a call's pending entry and tells the extender to stop, unless
-/// the answer came.
-struct PendingGuard<'a> {
-    session: &'a Session,
+/// Ends a call that is dropped before its answer: forgets it, tells the
+/// extender to stop (`Cancel`), and remembers how it ended.
+struct PendingGuard {
+    inner: Arc<Inner>,
+    session: Arc<Session>,
     id: u64,
+    deadline: Instant,
+    permit: Option<String>,
     answered: bool,
 }
 
-impl Drop for PendingGuard<'_> {
+impl Drop for PendingGuard {
     fn drop(&mut self) {
-        if !self.answered && self.session.pending.lock().remove(&self.id).is_some() {
-            let _ = self
-                .session
-                .send(scheduler_message::Message::Cancel(pb::Cancel {
-                    id: self.id,
-                }));
+        if self.answered || self.session.pending.lock().remove(&self.id).is_none() {
+            return;
+        }
+        let how = if Instant::now() >= self.deadline {
+            Ended::TimedOut
+        } else {
+            Ended::Abandoned
+        };
+        self.session.ended.lock().insert(self.id, how);
+        let _ = self
+            .session
+            .send(scheduler_message::Message::Cancel(pb::Cancel {
+                id: self.id,
+            }));
+        if let Some(reservation) = &self.permit {
+            let early = self.inner.permits.lock().asked.remove(reservation);
+            if let Some((_, Some(_))) = early {
+                self.inner.protocol_error(
+                    kind::UNUSED_DECISION,
+                    format!(
+                        "a PermitDecision for reservation {reservation} came before the Permit answer, which never came; dropped"
+                    ),
+                );
+            }
         }
     }
 }
@@ -266,27 +845,47 @@ impl Inner {
         self.session.read().clone()
     }
 
+    fn not_connected(&self) -> CallError {
+        let why = self.last_error.lock().clone();
+        CallError::NotConnected(match why {
+            Some(e) => e,
+            None => "the first stream is still being opened".into(),
+        })
+    }
+
+    /// Logs and counts a message berthd cannot use.
+    fn protocol_error(&self, kind: usize, what: String) {
+        self.metrics.protocol_error(kind);
+        tracing::warn!(
+            extender = self.name,
+            kind = crate::metrics::PROTOCOL_ERROR_KINDS[kind],
+            "extender {:?} sent a message berthd cannot use: {what}",
+            self.name
+        );
+    }
+
     /// Sends the cycle's pod on `session` if it has not seen the cycle.
     fn ensure_cycle(
         self: &Arc<Self>,
         session: &Session,
-        req: &CallRequest,
+        cycle: &Arc<CycleToken>,
+        pod: &PodInfo,
     ) -> Result<(), CallError> {
-        let id = req.cycle.id();
+        let id = cycle.id();
         if !session.cycles.lock().insert(id) {
             return Ok(());
         }
-        let pod = serde_json::to_vec(&*req.pod.pod)
+        let json = serde_json::to_vec(&*pod.pod)
             .map_err(|e| CallError::Malformed(format!("encoding the pod: {e}")))?;
         session.send(scheduler_message::Message::CycleStart(pb::CycleStart {
             cycle_id: id,
-            pod,
-            namespace: req.pod.namespace.to_string(),
-            name: req.pod.name.to_string(),
-            uid: req.pod.uid.to_string(),
+            pod: json,
+            namespace: pod.namespace.to_string(),
+            name: pod.name.to_string(),
+            uid: pod.uid.to_string(),
         }))?;
         let weak: Weak<Inner> = Arc::downgrade(self);
-        req.cycle.on_end(move |id| {
+        cycle.on_end(move |id| {
             if let Some(inner) = weak.upgrade() {
                 inner.end_cycle(id);
             }
@@ -298,59 +897,98 @@ impl Inner {
         if let Some(s) = self.current()
             && s.cycles.lock().remove(&id)
         {
-            let _ = s.send(scheduler_message::Message::CycleEnd(pb::CycleEnd {
-                cycle_id: id,
-            }));
+            s.ended_cycles.lock().push(id);
+            if !self.cycle_end_due.swap(true, Ordering::AcqRel) {
+                self.cycle_end_kick.notify_one();
+            }
         }
     }
 
-    /// Sends one request on the current stream and waits for the answer
-    /// (no timeout here: the caller's layer has it).
-    async fn request(
+    /// Puts one request on `session` now; the future waits for its answer
+    /// (no timeout here: the caller's layer has it) and checks it.
+    fn request(
         self: &Arc<Self>,
+        session: Arc<Session>,
         cycle_id: u64,
         kind: request::Kind,
         permit: Option<(String, Arc<str>)>,
-        session: Arc<Session>,
-    ) -> Answer {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        session
-            .pending
-            .lock()
-            .insert(id, Pending { answer: tx, permit });
-        let mut guard = PendingGuard {
-            session: &session,
-            id,
-            answered: false,
-        };
+    ) -> Result<CallFuture, CallError> {
         if session.closed.load(Ordering::SeqCst) {
             return Err(CallError::Disconnected);
         }
-        session.send(scheduler_message::Message::Request(pb::Request {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let asked = Asked::of(&kind);
+        let (tx, rx) = oneshot::channel();
+        let reservation = permit.as_ref().map(|(r, _)| r.clone());
+        if let Some((r, uid)) = permit {
+            self.permits.lock().asked.insert(r, (uid, None));
+        }
+        session.pending.lock().insert(
+            id,
+            Pending {
+                answer: tx,
+                permit: reservation.clone(),
+            },
+        );
+        let mut guard = PendingGuard {
+            inner: self.clone(),
+            session: session.clone(),
+            id,
+            deadline: Instant::now() + self.cfg.timeout,
+            permit: reservation,
+            answered: false,
+        };
+        if let Err(e) = session.send(scheduler_message::Message::Request(pb::Request {
             id,
             cycle_id,
             timeout: Some(prost_duration(self.cfg.timeout)),
             kind: Some(kind),
-        }))?;
-        let answer = rx.await.map_err(|_| CallError::Disconnected)?;
-        guard.answered = true;
-        match answer {
-            Ok(response::Result::Error(e)) => Err(CallError::Remote(e.message)),
-            other => other,
+        })) {
+            guard.answered = true;
+            session.pending.lock().remove(&id);
+            if let Some(r) = &guard.permit {
+                self.permits.lock().asked.remove(r);
+            }
+            return Err(e);
         }
+        let inner = self.clone();
+        Ok(Box::pin(async move {
+            let raw = rx.await.unwrap_or(Err(CallError::Disconnected));
+            guard.answered = true;
+            let mut unusable = None;
+            let checked = check(&asked, &guard.session.hello, raw, &mut unusable);
+            if let Some(why) = unusable {
+                inner.protocol_error(
+                    kind::MALFORMED_RESPONSE,
+                    format!("part of the answer to {} request {id}: {why}", asked.name()),
+                );
+                inner
+                    .breaker
+                    .record_failure(format!("malformed answer: {why}"));
+            }
+            if let Err(CallError::Malformed(why)) = &checked {
+                inner.metrics.protocol_error(kind::MALFORMED_RESPONSE);
+                tracing::warn!(
+                    extender = inner.name,
+                    kind = "malformed_response",
+                    request = id,
+                    "extender {:?} answered {} request {id} out of protocol: {why}",
+                    inner.name,
+                    asked.name()
+                );
+            }
+            checked
+        }))
     }
 
-    async fn call(self: Arc<Self>, req: CallRequest) -> Answer {
-        self.stats.calls.fetch_add(1, Ordering::Relaxed);
-        let session = self.current().ok_or(CallError::NotConnected)?;
-        self.ensure_cycle(&session, &req)?;
+    fn send(self: &Arc<Self>, req: CallRequest<'_>) -> Result<CallFuture, CallError> {
+        let session = self.current().ok_or_else(|| self.not_connected())?;
+        self.ensure_cycle(&session, req.cycle, req.pod)?;
         let permit = match &req.kind {
             request::Kind::Permit(p) => Some((p.reservation_id.clone(), req.pod.uid.clone())),
             _ => None,
         };
-        self.request(req.cycle.id(), req.kind, permit, session)
-            .await
+        self.request(session, req.cycle.id(), req.kind, permit)
     }
 
     /// Sends every unacknowledged Unreserve not already in flight.
@@ -387,11 +1025,13 @@ impl Inner {
         req: pb::UnreserveRequest,
         session: Arc<Session>,
     ) -> bool {
-        let attempt = self.request(cycle, request::Kind::Unreserve(req), None, session);
-        let acked = matches!(
-            tokio::time::timeout(self.cfg.timeout, attempt).await,
-            Ok(Ok(response::Result::Unreserve(_)))
-        );
+        let acked = match self.request(session, cycle, request::Kind::Unreserve(req), None) {
+            Ok(attempt) => matches!(
+                tokio::time::timeout(self.cfg.timeout, attempt).await,
+                Ok(Ok(Reply::Unreserve))
+            ),
+            Err(_) => false,
+        };
         let mut outbox = self.unreserves.lock();
         if acked {
             outbox.remove(&id);
@@ -400,6 +1040,7 @@ impl Inner {
             entry.2 = false;
         }
         self.outbox_len.send_replace(outbox.len());
+        self.metrics.pending_unreserves.set(outbox.len() as u64);
         drop(outbox);
         if !acked {
             tracing::warn!(extender = self.name, reservation = %id, "Unreserve not acknowledged; will re-send");
@@ -407,23 +1048,78 @@ impl Inner {
         acked
     }
 
-    /// A decision for a pod waiting at Permit on this extender.
-    fn permit_decision(&self, d: pb::PermitDecision) {
-        let Some(uid) = self.waiting.lock().remove(&d.reservation_id) else {
-            tracing::debug!(extender = self.name, reservation = %d.reservation_id, "Permit decision for a pod no longer waiting");
-            return;
-        };
+    fn apply_decision(&self, uid: &Arc<str>, reservation: &str, allow: bool, reasons: &[String]) {
         let waiting = self.handle.waiting_pods();
-        if d.allow {
-            waiting.allow_or_remember(&uid, self.name);
+        if allow {
+            waiting.allow_or_remember(uid, self.name);
         } else {
-            let message = if d.reasons.is_empty() {
-                format!("rejected by extender {:?}", self.name)
+            let message = if reasons.is_empty() {
+                format!("rejected by extender {:?} at Permit", self.name)
             } else {
-                d.reasons.join(", ")
+                reasons.join(", ")
             };
-            waiting.reject_or_remember(&uid, self.name, &message);
+            waiting.reject_or_remember(uid, self.name, &message);
         }
+        tracing::debug!(extender = self.name, reservation, allow, "Permit decided");
+    }
+
+    /// A decision for a pod at Permit on this extender.
+    fn permit_decision(&self, d: pb::PermitDecision) {
+        let mut book = self.permits.lock();
+        if let Some(uid) = book.waiting.remove(&d.reservation_id) {
+            book.decided.insert(d.reservation_id.clone(), d.allow);
+            drop(book);
+            self.apply_decision(&uid, &d.reservation_id, d.allow, &d.reasons);
+            return;
+        }
+        let verdict = if d.allow { "allow" } else { "reject" };
+        if let Some((_, early)) = book.asked.get_mut(&d.reservation_id) {
+            if early.is_none() {
+                *early = Some(EarlyDecision {
+                    allow: d.allow,
+                    reasons: d.reasons,
+                });
+                tracing::debug!(
+                    extender = self.name,
+                    reservation = %d.reservation_id,
+                    "a Permit decision before its Wait answer: kept until the answer"
+                );
+                return;
+            }
+            drop(book);
+            self.protocol_error(
+                kind::REPEATED_DECISION,
+                format!(
+                    "a second PermitDecision ({verdict}) for reservation {} before its Permit answer; the first stands",
+                    d.reservation_id
+                ),
+            );
+            return;
+        }
+        if let Some(&first) = book.decided.get(&d.reservation_id) {
+            drop(book);
+            let how = if first == d.allow {
+                "repeats"
+            } else {
+                "contradicts"
+            };
+            self.protocol_error(
+                kind::REPEATED_DECISION,
+                format!(
+                    "a PermitDecision ({verdict}) for reservation {}, which was already decided: it {how} the first, which stands",
+                    d.reservation_id
+                ),
+            );
+            return;
+        }
+        drop(book);
+        self.protocol_error(
+            kind::UNKNOWN_RESERVATION,
+            format!(
+                "a PermitDecision ({verdict}) for reservation {}, which does not wait at Permit on this extender (never asked, timed out, or unreserved); dropped",
+                d.reservation_id
+            ),
+        );
     }
 
     /// The stream ended: fail what is in flight, settle waiting pods.
@@ -433,13 +1129,14 @@ impl Inner {
             let mut current = self.session.write();
             if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, session)) {
                 *current = None;
+                self.metrics.connected.set(0);
             }
         }
         let pending: Vec<Pending> = session.pending.lock().drain().map(|(_, p)| p).collect();
         for p in pending {
             let _ = p.answer.send(Err(CallError::Disconnected));
         }
-        let waiting: Vec<(String, Arc<str>)> = self.waiting.lock().drain().collect();
+        let waiting: Vec<(String, Arc<str>)> = self.permits.lock().waiting.drain().collect();
         let pods = self.handle.waiting_pods();
         for (_, uid) in waiting {
             if self.cfg.ignorable {
@@ -461,47 +1158,109 @@ impl Inner {
         }
     }
 
+    fn on_response(&self, session: &Session, r: pb::Response) {
+        let Some(p) = session.pending.lock().remove(&r.id) else {
+            let ended = session.ended.lock().get(&r.id).copied();
+            match ended {
+                Some(Ended::Abandoned) => tracing::debug!(
+                    extender = self.name,
+                    id = r.id,
+                    "answer to a request berthd no longer needed"
+                ),
+                Some(Ended::TimedOut) => self.protocol_error(
+                    kind::LATE_RESPONSE,
+                    format!(
+                        "an answer to request {} after berthd stopped waiting for it ({:?}); dropped",
+                        r.id, self.cfg.timeout
+                    ),
+                ),
+                Some(Ended::Answered) => self.protocol_error(
+                    kind::DUPLICATE_RESPONSE,
+                    format!(
+                        "a second answer to request {}; dropped, the first stands",
+                        r.id
+                    ),
+                ),
+                None => self.protocol_error(
+                    kind::UNKNOWN_REQUEST_ID,
+                    format!(
+                        "an answer to request {}, which berthd never sent on this stream; dropped",
+                        r.id
+                    ),
+                ),
+            }
+            return;
+        };
+        session.ended.lock().insert(r.id, Ended::Answered);
+        let answer = match r.result {
+            Some(result) => Ok(result),
+            None => Err(CallError::Malformed("a response without a result".into())),
+        };
+        if let Some(reservation) = &p.permit {
+            let asked = self.permits.lock().asked.remove(reservation);
+            let waits = match &answer {
+                Ok(response::Result::Permit(pb::PermitResponse {
+                    status: Some(s),
+                    wait_timeout: Some(t),
+                })) => s.code == C::Wait as i32 && (t.seconds > 0 || t.nanos > 0),
+                _ => false,
+            };
+            if let Some((uid, early)) = asked {
+                match (waits, early) {
+                    (true, Some(d)) => {
+                        self.permits
+                            .lock()
+                            .decided
+                            .insert(reservation.clone(), d.allow);
+                        self.apply_decision(&uid, reservation, d.allow, &d.reasons);
+                    }
+                    (true, None) => {
+                        self.permits
+                            .lock()
+                            .waiting
+                            .insert(reservation.clone(), uid);
+                    }
+                    (false, Some(d)) => self.protocol_error(
+                        kind::UNUSED_DECISION,
+                        format!(
+                            "a PermitDecision ({}) for reservation {reservation} came before its Permit answer, which did not say Wait; the answer stands",
+                            if d.allow { "allow" } else { "reject" }
+                        ),
+                    ),
+                    (false, None) => {}
+                }
+            }
+        }
+        let _ = p.answer.send(answer);
+    }
+
     fn on_message(&self, session: &Session, m: ExtenderMessage) {
         match m.message {
-            Some(extender_message::Message::Response(r)) => {
-                let Some(p) = session.pending.lock().remove(&r.id) else {
-                    tracing::debug!(
-                        extender = self.name,
-                        id = r.id,
-                        "answer to a request no longer awaited"
-                    );
-                    return;
-                };
-                let answer = match r.result {
-                    Some(result) => Ok(result),
-                    None => Err(CallError::Malformed("a response without a result".into())),
-                };
-                if let (Some((reservation, uid)), Ok(response::Result::Permit(permit))) =
-                    (&p.permit, &answer)
-                    && permit.status.as_ref().map(|s| s.code) == Some(pb::Code::Wait as i32)
-                {
-                    self.waiting.lock().insert(reservation.clone(), uid.clone());
-                }
-                let _ = p.answer.send(answer);
-            }
+            Some(extender_message::Message::Response(r)) => self.on_response(session, r),
             Some(extender_message::Message::PermitDecision(d)) => self.permit_decision(d),
-            Some(extender_message::Message::Hello(_)) => {
-                tracing::warn!(
-                    extender = self.name,
-                    "a second Hello on the stream; ignored"
-                );
-            }
-            None => tracing::warn!(extender = self.name, "an empty message; ignored"),
+            Some(extender_message::Message::Hello(_)) => self.protocol_error(
+                kind::UNEXPECTED_MESSAGE,
+                "a second Hello on the stream; ignored".into(),
+            ),
+            None => self.protocol_error(
+                kind::UNEXPECTED_MESSAGE,
+                "a message without content (of a kind this berthd does not know?); ignored".into(),
+            ),
         }
     }
 
     /// Checks the extender's declaration against the configuration.
     fn check_hello(&self, hello: &Hello) -> Result<(), String> {
-        if hello.protocol_version != ProtocolVersion::ProtocolVersion1 as i32 {
+        if hello.protocol_version == ProtocolVersion::ProtocolVersion1 as i32 {
             return Err(format!(
-                "speaks protocol version {}, berthd speaks {}",
-                hello.protocol_version,
-                ProtocolVersion::ProtocolVersion1 as i32
+                "it speaks protocol version 1, which berthd no longer accepts: berthd speaks version {v}, where requests name nodes by the ids NodeUpsert assigns (FilterRequest, PreScoreRequest, ScoreRequest and NormalizeScoreRequest carry node_ids, FilterResponse and PostFilterRequest name nodes by NodeStatus.node_id), every extender gets the node table, and FilterRequest.score asks for scores with the verdicts (FilterResponse.scores); update it to extender.proto version {v} (the header lists the changes) and declare PROTOCOL_VERSION_{v} in Hello",
+                v = PROTOCOL_VERSION as i32
+            ));
+        }
+        if hello.protocol_version != PROTOCOL_VERSION as i32 {
+            return Err(format!(
+                "it speaks protocol version {}, berthd speaks version {}: declare PROTOCOL_VERSION_{} in Hello",
+                hello.protocol_version, PROTOCOL_VERSION as i32, PROTOCOL_VERSION as i32
             ));
         }
         let missing: Vec<&str> = self
@@ -512,18 +1271,20 @@ impl Inner {
             .map(|p| p.field())
             .collect();
         if !missing.is_empty() {
+            let declared: Vec<String> = hello.points.iter().map(|p| point_field(*p)).collect();
             return Err(format!(
-                "does not serve {} (configured at {}.points)",
+                "it does not serve {} configured at {}.points, which must list only points the extender declares in its Hello (it declares [{}])",
                 missing.join(", "),
-                self.cfg.path
+                self.cfg.path,
+                declared.join(", ")
             ));
         }
         Ok(())
     }
 
     /// Dials, handshakes and serves one stream until it ends.
-    async fn session_once(self: &Arc<Self>, endpoint: &Endpoint) -> Result<(), String> {
-        let channel: Channel = endpoint.connect().await.map_err(|e| {
+    async fn session_once(self: &Arc<Self>, dial: &Dial) -> Result<(), String> {
+        let channel: Channel = dial().await.map_err(|e| {
             format!(
                 "cannot connect to {}: {}",
                 self.cfg.endpoint,
@@ -533,7 +1294,7 @@ impl Inner {
         let (tx, rx) = mpsc::unbounded_channel();
         let _ = tx.send(SchedulerMessage {
             message: Some(scheduler_message::Message::Open(Open {
-                protocol_version: ProtocolVersion::ProtocolVersion1 as i32,
+                protocol_version: PROTOCOL_VERSION as i32,
                 extender_name: self.name.to_string(),
                 scheduler: concat!("berthd/", env!("CARGO_PKG_VERSION")).to_string(),
             })),
@@ -560,20 +1321,27 @@ impl Inner {
         let (mut inbound, hello) = tokio::time::timeout(self.cfg.timeout, handshake)
             .await
             .map_err(|_| format!("no Hello within {:?}", self.cfg.timeout))??;
-        self.check_hello(&hello)?;
+        self.check_hello(&hello)
+            .map_err(|e| format!("its Hello was refused: {e}"))?;
         let session = Arc::new(Session {
             tx: tx.clone(),
             hello,
-            pending: Mutex::new(HashMap::new()),
-            cycles: Mutex::new(HashSet::new()),
+            pending: Mutex::new(IdMap::default()),
+            ended: Mutex::new(Recent::default()),
+            cycles: Mutex::new(IdSet::default()),
+            ended_cycles: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
         });
-        if session.hello.wants_nodes {
-            self.feed.subscribe(tx);
-        }
+        // Every extender follows the node table (ids name nodes in
+        // requests); the objects go to those that want them.
+        self.feed.subscribe(tx, session.hello.wants_nodes);
         *self.session.write() = Some(session.clone());
-        let n = self.stats.sessions.fetch_add(1, Ordering::Relaxed) + 1;
-        self.connected.send_replace(n);
+        *self.last_error.lock() = None;
+        self.metrics.sessions.inc();
+        self.metrics.connected.set(1);
+        self.breaker
+            .reset("a new stream opened (the extender is back)");
+        self.connected.send_replace(self.metrics.sessions.get());
         tracing::info!(
             extender = self.name,
             endpoint = %self.cfg.endpoint,
@@ -629,6 +1397,8 @@ impl Connection {
         let name: &'static str = Box::leak(cfg.name.clone().into_boxed_str());
         let (connected, _) = tokio::sync::watch::channel(0);
         let (outbox_len, _) = tokio::sync::watch::channel(0);
+        let metrics = Arc::new(ExtenderMetrics::default());
+        let breaker = Breaker::new(name, cfg.circuit_breaker, metrics.clone());
         let inner = Arc::new(Inner {
             name,
             handle,
@@ -637,33 +1407,49 @@ impl Connection {
             next_id: AtomicU64::new(1),
             unreserves: Mutex::new(BTreeMap::new()),
             unreserve_kick: Notify::new(),
-            waiting: Mutex::new(HashMap::new()),
+            cycle_end_due: AtomicBool::new(false),
+            cycle_end_kick: Notify::new(),
+            permits: Mutex::new(PermitBook::default()),
             stats: Stats::default(),
+            metrics,
+            breaker: breaker.clone(),
             connected,
+            last_error: Mutex::new(None),
             outbox_len,
             cfg,
         });
         let stack = ServiceBuilder::new()
-            .load_shed()
-            .concurrency_limit(inner.cfg.max_concurrent_calls)
+            .layer(CircuitBreakerLayer::new(
+                breaker,
+                against_the_extender(inner.cfg.timeout),
+            ))
+            .layer(ShedLayer::new(inner.cfg.max_concurrent_calls))
             .timeout(inner.cfg.timeout)
             .service(RawCall(inner.clone()));
-        Self { inner, stack }
+        Self {
+            inner,
+            stack,
+            created: Instant::now(),
+        }
     }
 
-    /// Starts dialing (and redialing) `endpoint`, and the Unreserve
+    /// Starts dialing (and redialing) with `dial`, and the Unreserve
     /// re-sender.
-    pub fn start(self: &Arc<Self>, endpoint: Endpoint) {
+    pub fn start(self: &Arc<Self>, dial: Dial) {
         let inner = self.inner.clone();
         tokio::spawn(async move {
             let mut backoff = INITIAL_BACKOFF;
             let mut seed = u64::from(std::process::id()) | 1;
             loop {
                 let started = tokio::time::Instant::now();
-                match inner.session_once(&endpoint).await {
-                    Ok(()) => tracing::warn!(extender = inner.name, "extender closed the stream"),
+                match inner.session_once(&dial).await {
+                    Ok(()) => {
+                        *inner.last_error.lock() = Some("the extender closed the stream".into());
+                        tracing::warn!(extender = inner.name, "extender closed the stream")
+                    }
                     Err(e) => {
-                        tracing::warn!(extender = inner.name, error = %e, "extender unavailable")
+                        tracing::warn!(extender = inner.name, error = %e, "extender unavailable");
+                        *inner.last_error.lock() = Some(e);
                     }
                 }
                 if started.elapsed() >= HEALTHY_SESSION {
@@ -671,6 +1457,18 @@ impl Connection {
                 }
                 tokio::time::sleep(jitter(backoff, &mut seed)).await;
                 backoff = next_backoff(backoff);
+            }
+        });
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            // CycleEnds that found no message to travel with.
+            loop {
+                inner.cycle_end_kick.notified().await;
+                tokio::time::sleep(CYCLE_END_DELAY).await;
+                inner.cycle_end_due.store(false, Ordering::Release);
+                if let Some(s) = inner.current() {
+                    s.flush_cycle_ends();
+                }
             }
         });
         let inner = self.inner.clone();
@@ -701,9 +1499,27 @@ impl Connection {
         &self.inner.stats
     }
 
+    /// What `/metrics` shows of this extender.
+    pub fn metrics(&self) -> &ExtenderMetrics {
+        &self.inner.metrics
+    }
+
+    /// The circuit breaker's state: `closed`, `open` or `half_open`.
+    pub fn circuit_state(&self) -> &'static str {
+        self.inner.breaker.state_name()
+    }
+
     /// The extender's declaration on the current stream.
     pub fn hello(&self) -> Option<Hello> {
         self.inner.current().map(|s| s.hello.clone())
+    }
+
+    /// The score normalization the extender declared on the current stream.
+    pub fn score_normalization(&self) -> pb::ScoreNormalization {
+        self.inner
+            .current()
+            .and_then(|s| pb::ScoreNormalization::try_from(s.hello.score_normalization).ok())
+            .unwrap_or(pb::ScoreNormalization::None)
     }
 
     /// Changes with each completed handshake (the count of them).
@@ -711,40 +1527,79 @@ impl Connection {
         self.inner.connected.subscribe()
     }
 
-    /// Makes one call through the timeout, concurrency limit and load
-    /// shedding layers.
-    pub async fn call(&self, req: CallRequest) -> Answer {
-        let point = point_slot(&req.kind);
-        let started = std::time::Instant::now();
-        let result = match self.stack.clone().ready().await {
-            Ok(svc) => svc.call(req).await,
-            Err(e) => Err(e),
-        };
-        let result = result.map_err(|e| self.classify(e));
-        self.inner
-            .stats
-            .by_point
-            .record(point, result_slot(&result), started.elapsed());
-        result
+    /// Whether the extender completed a handshake and was sent the node
+    /// list (`NodesSynced`) since berthd started: scheduling may count on it.
+    pub fn is_started(&self) -> bool {
+        self.inner.metrics.sessions.get() > 0 && self.inner.feed.is_synced()
     }
 
-    fn classify(&self, e: BoxError) -> CallError {
-        self.inner.stats.failures.fetch_add(1, Ordering::Relaxed);
-        if e.is::<tower::timeout::error::Elapsed>() {
-            return CallError::Timeout(self.inner.cfg.timeout);
+    /// What the extender still owes before it [`is_started`](Self::is_started).
+    pub fn startup_holdup(&self) -> Option<String> {
+        if self.inner.metrics.sessions.get() == 0 {
+            let why = self.inner.last_error.lock().clone();
+            return Some(match why {
+                Some(e) => format!("no Hello yet (the last attempt: {e})"),
+                None => "no Hello yet (dialing)".into(),
+            });
         }
-        if e.is::<tower::load_shed::error::Overloaded>() {
-            return CallError::Overloaded(self.inner.cfg.max_concurrent_calls);
+        (!self.inner.feed.is_synced())
+            .then(|| "NodesSynced not sent yet (the cluster's nodes are still being listed)".into())
+    }
+
+    /// When the connection was created (its startup timeout counts from
+    /// here).
+    pub fn created(&self) -> Instant {
+        self.created
+    }
+
+    /// Makes one call through the breaker, load shedding, concurrency limit
+    /// and timeout layers. The request is on the stream when this returns;
+    /// the future is its checked answer.
+    pub fn call(&self, req: CallRequest<'_>) -> impl Future<Output = Answer> + Send + use<> {
+        let point = point_slot(&req.kind);
+        let started = std::time::Instant::now();
+        let mut svc = self.stack.clone();
+        // Always ready at once: the shedding layer refuses a call over the
+        // limit instead of waiting for readiness.
+        let fut = match svc.ready().now_or_never() {
+            Some(Ok(svc)) => svc.call(req),
+            Some(Err(e)) => Box::pin(std::future::ready(Err(e))),
+            None => Box::pin(std::future::ready(Err(CallError::Overloaded(
+                self.inner.cfg.max_concurrent_calls,
+            )
+            .into()))),
+        };
+        let inner = self.inner.clone();
+        async move {
+            let result = fut.await.map_err(|e| inner.classify(e));
+            inner
+                .metrics
+                .calls
+                .record(point, result_slot(&result), started.elapsed());
+            result
         }
-        match e.downcast::<CallError>() {
-            Ok(c) => *c,
-            Err(other) => CallError::Malformed(other.to_string()),
-        }
+    }
+
+    /// Counts an answer found unusable after it was returned (scores out of
+    /// range for the nodes they are used for): a protocol error, and a
+    /// failure for the circuit breaker.
+    pub fn report_malformed(&self, point: &str, why: &str) {
+        self.inner.metrics.protocol_error(kind::MALFORMED_RESPONSE);
+        self.inner
+            .breaker
+            .record_failure(format!("malformed answer: {why}"));
+        tracing::warn!(
+            extender = self.inner.name,
+            kind = "malformed_response",
+            "extender {:?} answered {point} out of protocol: {why}",
+            self.inner.name
+        );
     }
 
     /// Counts a failure that was skipped (ignorable extender).
     pub fn note_skipped(&self) {
         self.inner.stats.skipped.fetch_add(1, Ordering::Relaxed);
+        self.inner.metrics.skipped.inc();
     }
 
     /// Queues an Unreserve until acknowledged and makes a first attempt,
@@ -755,8 +1610,12 @@ impl Connection {
             let mut outbox = self.inner.unreserves.lock();
             outbox.insert(id.clone(), (cycle, req.clone(), true));
             self.inner.outbox_len.send_replace(outbox.len());
+            self.inner
+                .metrics
+                .pending_unreserves
+                .set(outbox.len() as u64);
         }
-        self.inner.waiting.lock().remove(&id);
+        self.inner.permits.lock().waiting.remove(&id);
         let Some(session) = self.inner.current() else {
             if let Some(e) = self.inner.unreserves.lock().get_mut(&id) {
                 e.2 = false;
@@ -783,12 +1642,17 @@ impl Connection {
     /// Forgets that a pod waits at Permit on this extender (its cycle
     /// ended).
     pub fn forget_waiting(&self, reservation_id: &str) {
-        self.inner.waiting.lock().remove(reservation_id);
+        self.inner.permits.lock().waiting.remove(reservation_id);
     }
 
     /// The scheduler's pods waiting at Permit.
     pub fn waiting_pods(&self) -> crate::framework::WaitingPods {
         self.inner.handle.waiting_pods().clone()
+    }
+
+    /// The id the node feed gave the node named `name`.
+    pub fn node_id(&self, name: &str) -> Option<u32> {
+        self.inner.feed.id_of(name)
     }
 
     /// Whether a stream is open.
@@ -799,6 +1663,19 @@ impl Connection {
     /// Asks the re-sender to try the outbox now.
     pub fn kick_unreserves(&self) {
         self.inner.unreserve_kick.notify_one();
+    }
+}
+
+impl Inner {
+    fn classify(&self, e: BoxError) -> CallError {
+        self.stats.failures.fetch_add(1, Ordering::Relaxed);
+        if e.is::<tower::timeout::error::Elapsed>() {
+            return CallError::Timeout(self.cfg.timeout);
+        }
+        match e.downcast::<CallError>() {
+            Ok(c) => *c,
+            Err(other) => CallError::Malformed(other.to_string()),
+        }
     }
 }
 
@@ -830,5 +1707,183 @@ mod tests {
             draws.iter().collect::<HashSet<_>>().len() > 50,
             "spread, not constant"
         );
+    }
+
+    fn status(code: C, reasons: &[&str]) -> Option<pb::Status> {
+        Some(pb::Status {
+            code: code as i32,
+            reasons: reasons.iter().map(|r| r.to_string()).collect(),
+        })
+    }
+
+    #[test]
+    fn answers_are_checked_against_their_request_and_say_what_was_wrong() {
+        use response::Result as R;
+        let hello = Hello::default();
+        let mut dropped = None;
+        let reserve = |code| {
+            check(
+                &Asked::Reserve,
+                &hello,
+                Ok(R::Reserve(pb::ReserveResponse {
+                    status: status(code, &[]),
+                })),
+                &mut None,
+            )
+        };
+        assert_eq!(
+            reserve(C::Skip).unwrap_err().to_string(),
+            "malformed answer: Reserve answered CODE_SKIP, but Reserve answers CODE_SUCCESS, CODE_UNSCHEDULABLE, CODE_UNSCHEDULABLE_AND_UNRESOLVABLE or CODE_ERROR"
+        );
+        assert_eq!(
+            reserve(C::Wait).unwrap_err().to_string(),
+            "malformed answer: Reserve answered CODE_WAIT, but Reserve answers CODE_SUCCESS, CODE_UNSCHEDULABLE, CODE_UNSCHEDULABLE_AND_UNRESOLVABLE or CODE_ERROR"
+        );
+        assert_eq!(
+            reserve(C::Error).unwrap_err().to_string(),
+            "extender error: (an error without a message)"
+        );
+        assert!(matches!(reserve(C::Unschedulable), Ok(Reply::Reserve(_))));
+        assert_eq!(
+            check(
+                &Asked::Reserve,
+                &hello,
+                Ok(R::Reserve(pb::ReserveResponse {
+                    status: Some(pb::Status {
+                        code: 42,
+                        reasons: vec![]
+                    })
+                })),
+                &mut None
+            )
+            .unwrap_err()
+            .to_string(),
+            "malformed answer: Reserve answered unknown code 42, but Reserve answers CODE_SUCCESS, CODE_UNSCHEDULABLE, CODE_UNSCHEDULABLE_AND_UNRESOLVABLE or CODE_ERROR"
+        );
+        assert_eq!(
+            check(
+                &Asked::Reserve,
+                &hello,
+                Ok(R::PostBind(pb::PostBindResponse {})),
+                &mut None
+            )
+            .unwrap_err()
+            .to_string(),
+            "malformed answer: a PostBind answer to a Reserve request"
+        );
+        assert_eq!(
+            check(
+                &Asked::Permit,
+                &hello,
+                Ok(R::Permit(pb::PermitResponse {
+                    status: status(C::Wait, &[]),
+                    wait_timeout: None
+                })),
+                &mut None
+            )
+            .unwrap_err()
+            .to_string(),
+            "malformed answer: Permit answered CODE_WAIT without a positive wait_timeout"
+        );
+        assert_eq!(
+            check(
+                &Asked::PreScore,
+                &hello,
+                Ok(R::PreScore(pb::PreScoreResponse {
+                    status: status(C::Unschedulable, &["x"])
+                })),
+                &mut None
+            )
+            .unwrap_err()
+            .to_string(),
+            "malformed answer: PreScore answered CODE_UNSCHEDULABLE, but PreScore answers CODE_SUCCESS, CODE_SKIP or CODE_ERROR"
+        );
+
+        // Filter: rejections by position; unknown, repeated or wrongly
+        // coded nodes, and the scores' count, are checked.
+        let asked = Asked::Filter {
+            ids: vec![7, 3, 9],
+            score: true,
+        };
+        let node = |id, code| pb::NodeStatus {
+            node_id: id,
+            code: code as i32,
+            reasons: vec!["r".into()],
+            plugin: String::new(),
+        };
+        let filter = |rejected, scores| {
+            check(
+                &asked,
+                &hello,
+                Ok(R::Filter(pb::FilterResponse { rejected, scores })),
+                &mut None,
+            )
+        };
+        match filter(vec![node(9, C::Unschedulable)], vec![1, 2, 3]) {
+            Ok(Reply::Filter(r, Some(s))) => {
+                assert_eq!(r.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [2]);
+                assert_eq!(s, [1, 2, 3]);
+            }
+            other => panic!("{other:?}"),
+        }
+        for (rejected, scores, want) in [
+            (
+                vec![node(4, C::Unschedulable)],
+                vec![0, 0, 0],
+                "malformed answer: a verdict for node id 4, which was not asked about",
+            ),
+            (
+                vec![node(3, C::Unschedulable), node(3, C::Unschedulable)],
+                vec![0, 0, 0],
+                "malformed answer: two verdicts for node id 3",
+            ),
+            (
+                vec![node(3, C::Skip)],
+                vec![0, 0, 0],
+                "malformed answer: Filter answered CODE_SKIP for node id 3, but a rejection is CODE_UNSCHEDULABLE, CODE_UNSCHEDULABLE_AND_UNRESOLVABLE or CODE_ERROR",
+            ),
+        ] {
+            assert_eq!(filter(rejected, scores).unwrap_err().to_string(), want);
+        }
+
+        // Scores of the wrong count are dropped, not the verdicts.
+        match check(
+            &asked,
+            &hello,
+            Ok(R::Filter(pb::FilterResponse {
+                rejected: vec![node(3, C::Unschedulable)],
+                scores: vec![1],
+            })),
+            &mut dropped,
+        ) {
+            Ok(Reply::Filter(r, None)) => assert_eq!(r.len(), 1),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            dropped.as_deref(),
+            Some(
+                "1 scores for 3 nodes in a Filter answer that asked for them; asking Score separately"
+            )
+        );
+
+        // Score ranges follow the declared normalization.
+        let score = |hello: &Hello, scores: Vec<i64>| {
+            check(
+                &Asked::Score(2),
+                hello,
+                Ok(R::Score(pb::ScoreResponse { scores })),
+                &mut None,
+            )
+        };
+        assert_eq!(
+            score(&hello, vec![0, 101]).unwrap_err().to_string(),
+            "malformed answer: score 101, outside [0, 100] (SCORE_NORMALIZATION_NONE)"
+        );
+        let scale = Hello {
+            score_normalization: pb::ScoreNormalization::Scale as i32,
+            ..Hello::default()
+        };
+        assert!(score(&scale, vec![0, 1000]).is_ok());
+        assert!(score(&scale, vec![-1, 10]).is_err());
     }
 }

@@ -6,17 +6,33 @@
 //! entry lists. The framework does not know the plugin is remote: it sees a
 //! batch Filter/Score plugin and async plugins at the other points. The
 //! protocol is `proto/berth/extender/v1/extender.proto`.
+//!
+//! Startup: the scheduling loop starts only once every extender completed
+//! its handshake (Hello, and the node list sent to it) or its
+//! `startupTimeout` passed ([`Extenders::wait_started`]); meanwhile
+//! [`Extenders::readiness`] says which extender holds scheduling back, and
+//! why.
 
+mod breaker;
 mod connection;
 mod feed;
 pub mod http;
 mod remote;
+mod shed;
 #[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
+use std::time::Duration;
 
-pub use connection::{CallError, CallRequest, Connection, INITIAL_BACKOFF, MAX_BACKOFF, Stats};
+use futures::FutureExt;
+use parking_lot::Mutex;
+
+pub use breaker::Breaker;
+pub use connection::{
+    CallError, CallRequest, Connection, Dial, INITIAL_BACKOFF, MAX_BACKOFF, PROTOCOL_VERSION,
+    Reply, Stats,
+};
 pub use feed::NodeFeed;
 pub use remote::{RemotePlugin, reservation_id};
 
@@ -83,11 +99,53 @@ fn client_tls(tls: &ExtenderTls) -> Result<tonic::transport::ClientTlsConfig, Co
     Ok(config)
 }
 
+/// Where scheduling stands with the extenders at startup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Startup {
+    /// Scheduling waits; what each extender still owes.
+    Waiting(String),
+    /// Scheduling started (every extender ready, or its timeout passed).
+    Done,
+}
+
 /// The extenders of one scheduler.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Extenders {
     connections: Vec<Arc<Connection>>,
     feed: Arc<NodeFeed>,
+    startup: Mutex<Startup>,
+}
+
+impl Default for Extenders {
+    fn default() -> Self {
+        Self {
+            connections: Vec::new(),
+            feed: Arc::default(),
+            startup: Mutex::new(Startup::Done),
+        }
+    }
+}
+
+/// How a connection reaches `cfg`'s endpoint (plaintext or TLS).
+fn dialer(cfg: &crate::config::ExtenderConfig) -> Result<Dial, ConfigError> {
+    #[cfg(test)]
+    if let Some(dial) = tests::in_memory::dialer(&cfg.endpoint) {
+        return Ok(dial);
+    }
+    let endpoint = tonic::transport::Endpoint::from_shared(cfg.endpoint.clone())
+        .map_err(|e| ConfigError::new(format!("{}.endpoint", cfg.path), e.to_string()))?
+        .connect_timeout(cfg.timeout)
+        .tcp_nodelay(true);
+    let endpoint = match &cfg.tls {
+        Some(tls) => endpoint
+            .tls_config(client_tls(tls)?)
+            .map_err(|e| ConfigError::new(&tls.path, e.to_string()))?,
+        None => endpoint,
+    };
+    Ok(Arc::new(move || {
+        let endpoint = endpoint.clone();
+        async move { endpoint.connect().await }.boxed()
+    }))
 }
 
 impl Extenders {
@@ -98,21 +156,118 @@ impl Extenders {
         let feed = Arc::new(NodeFeed::new());
         let mut connections = Vec::with_capacity(config.extenders.len());
         for cfg in &config.extenders {
-            let endpoint = tonic::transport::Endpoint::from_shared(cfg.endpoint.clone())
-                .map_err(|e| ConfigError::new(format!("{}.endpoint", cfg.path), e.to_string()))?
-                .connect_timeout(cfg.timeout)
-                .tcp_nodelay(true);
-            let endpoint = match &cfg.tls {
-                Some(tls) => endpoint
-                    .tls_config(client_tls(tls)?)
-                    .map_err(|e| ConfigError::new(&tls.path, e.to_string()))?,
-                None => endpoint,
-            };
+            let dial = dialer(cfg)?;
             let conn = Arc::new(Connection::new(cfg.clone(), handle.clone(), feed.clone()));
-            conn.start(endpoint);
+            conn.start(dial);
             connections.push(conn);
         }
-        Ok(Self { connections, feed })
+        let startup = if connections.is_empty() {
+            Startup::Done
+        } else {
+            Startup::Waiting("the cluster's initial listing is not in the cache yet".into())
+        };
+        Ok(Self {
+            connections,
+            feed,
+            startup: Mutex::new(startup),
+        })
+    }
+
+    /// Ok once scheduling started; until then, which extender holds it
+    /// back and why (the `/readyz` check `extenders`).
+    pub fn readiness(&self) -> Result<(), String> {
+        match &*self.startup.lock() {
+            Startup::Done => Ok(()),
+            Startup::Waiting(what) => Err(what.clone()),
+        }
+    }
+
+    fn holdups(&self, pending: &[Arc<Connection>]) -> String {
+        let parts: Vec<String> = pending
+            .iter()
+            .map(|c| {
+                let what = c.startup_holdup().unwrap_or_else(|| "ready".into());
+                format!("{}: {what}", c.name())
+            })
+            .collect();
+        format!(
+            "waiting for extenders before scheduling: {}",
+            parts.join("; ")
+        )
+    }
+
+    /// Waits until every extender [is started](Connection::is_started) or
+    /// its `startupTimeout` (counted from berthd's start) passed, logging
+    /// which extender held scheduling back, for how long and why. Called by
+    /// the scheduling loop once the cache holds the cluster.
+    pub async fn wait_started(&self) {
+        let mut pending: Vec<Arc<Connection>> = self.connections.clone();
+        let mut announced = false;
+        loop {
+            let now = tokio::time::Instant::now();
+            pending.retain(|c| {
+                let waited = now.saturating_duration_since(c.created());
+                if c.is_started() {
+                    if announced {
+                        tracing::info!(
+                            extender = c.name(),
+                            waited_ms = waited.as_millis() as u64,
+                            "extender {:?} ready after {:.0?}",
+                            c.name(),
+                            waited
+                        );
+                    }
+                    return false;
+                }
+                let timeout = c.config().startup_timeout;
+                if waited >= timeout {
+                    let what = c.startup_holdup().unwrap_or_default();
+                    let then = if c.config().ignorable {
+                        "it is ignorable: its points are skipped while it is away"
+                    } else {
+                        "its points fail the attempts (the pods are retried with backoff) while it is away"
+                    };
+                    tracing::warn!(
+                        extender = c.name(),
+                        startup_timeout = ?timeout,
+                        "extender {:?} not ready after its startupTimeout of {timeout:?}: {what}; scheduling starts without it: {then}",
+                        c.name()
+                    );
+                    return false;
+                }
+                true
+            });
+            if pending.is_empty() {
+                break;
+            }
+            let holdups = self.holdups(&pending);
+            if !announced {
+                tracing::info!("{holdups}");
+                announced = true;
+            }
+            *self.startup.lock() = Startup::Waiting(holdups);
+            let deadline = pending
+                .iter()
+                .map(|c| c.created() + c.config().startup_timeout)
+                .min()
+                .unwrap_or(now);
+            let mut changes: Vec<_> = pending.iter().map(|c| c.connected()).collect();
+            let changed = futures::future::select_all(
+                changes
+                    .iter_mut()
+                    .map(|rx| Box::pin(async move { rx.changed().await })),
+            );
+            tokio::select! {
+                _ = changed => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                // The last dial error changes what the log and /readyz say.
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+        if announced {
+            tracing::info!("extenders ready: scheduling starts");
+        }
+        *self.startup.lock() = Startup::Done;
     }
 
     /// Registers each extender's plugin under its name.

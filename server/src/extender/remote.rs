@@ -4,29 +4,36 @@
 //! * Pods that request none of the extender's managed resources never reach
 //!   it: PreFilter and PreScore answer `Skip`, Filter passes every node,
 //!   Score gives 0, Reserve/Permit/PreBind succeed, Bind skips.
-//! * Filter and Score are batched: one request per cycle for all nodes.
-//! * A failed call (no stream, timeout, shed, an error answer, an answer
-//!   that does not fit) of an `ignorable` extender is skipped: Filter passes,
-//!   Score gives 0, PreFilter/PreScore skip, Reserve/PreBind succeed, Permit
-//!   allows, Bind skips (the next binder binds). Of any other extender it
-//!   fails the attempt with an error naming the extender.
+//! * Filter and Score are batched: one request per cycle for all nodes,
+//!   which are named by the ids the node feed gave them. The framework may
+//!   send Filter ahead, with the sampled candidates, before its own Filter
+//!   plugins run ([`BatchFilter::start_filter_nodes`]), asking for the
+//!   scores in the same round trip when the profile scores with this
+//!   extender and does not run its PreScore.
+//! * A failed call (no stream, timeout, shed, refused by the open circuit
+//!   breaker, an error answer, an answer that does not fit) of an
+//!   `ignorable` extender is skipped: Filter passes, Score gives 0,
+//!   PreFilter/PreScore skip, Reserve/PreBind succeed, Permit allows, Bind
+//!   skips (the next binder binds). Of any other extender it fails the
+//!   attempt with an error naming the extender, the point and what was
+//!   wrong.
 //! * Reserve sends a reservation id (`<pod uid>/<cycle>`); Unreserve sends
 //!   the same id, at least once, also when Reserve itself failed.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use berth_proto::extender::v1::{self as pb, request, response};
+use berth_proto::extender::v1::{self as pb, request};
 
-use super::connection::{CallError, CallRequest, Connection};
+use super::connection::{CallError, CallRequest, Connection, Reply};
 use crate::cache::NodeInfo;
 use crate::framework::{
-    BatchFilter, BatchScore, BindPlugin, Code, CycleState, ExtensionPoint, FilterPlugin, Framework,
-    MAX_NODE_SCORE, MIN_NODE_SCORE, NodeToStatus, PermitPlugin, Plugin, PostBindPlugin,
-    PostFilterPlugin, PostFilterResult, PreBindPlugin, PreFilterPlugin, PreFilterResult,
-    PreScorePlugin, ReservePlugin, ScorePlugin, Status,
+    BatchFilter, BatchFilterAnswer, BatchFilterCall, BatchScore, BindPlugin, Code, CycleState,
+    ExtensionPoint, FilterPlugin, Framework, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeToStatus,
+    NodeWindow, PermitPlugin, Plugin, PostBindPlugin, PostFilterPlugin, PostFilterResult,
+    PreBindPlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin,
+    Status,
 };
 use crate::model::PodInfo;
 
@@ -55,18 +62,6 @@ fn code_of(c: i32) -> Code {
     }
 }
 
-fn status_of(s: Option<pb::Status>) -> Status {
-    let Some(s) = s else {
-        return Status::success();
-    };
-    let code = code_of(s.code);
-    if s.reasons.is_empty() {
-        Status::code_only(code)
-    } else {
-        Status::with_reasons(code, s.reasons.into_iter().map(Into::into))
-    }
-}
-
 fn proto_code(c: Code) -> pb::Code {
     match c {
         Code::Success => pb::Code::Success,
@@ -78,13 +73,60 @@ fn proto_code(c: Code) -> pb::Code {
     }
 }
 
-fn malformed<T>(what: impl Into<String>) -> Result<T, CallError> {
-    Err(CallError::Malformed(what.into()))
-}
-
 /// The reservation id of a pod's cycle.
 pub fn reservation_id(pod: &PodInfo, state: &CycleState) -> String {
     format!("{}/{}", pod.uid, state.token().id())
+}
+
+/// An answer of another kind than its request (the connection checks
+/// answers against requests, so this cannot come from an extender).
+fn mismatch(r: &Reply) -> CallError {
+    CallError::Malformed(format!("an answer of another kind than asked: {r:?}"))
+}
+
+fn node_ids<'a>(nodes: impl Iterator<Item = &'a Arc<NodeInfo>>) -> Vec<u32> {
+    nodes.map(|n| n.node().map_or(0, |s| s.feed_id)).collect()
+}
+
+/// How an ignorable extender's failure is logged and counted, and how any
+/// other's fails the point.
+#[derive(Clone)]
+struct Failure {
+    conn: Arc<Connection>,
+    namespace: Arc<str>,
+    name: Arc<str>,
+}
+
+impl Failure {
+    fn new(conn: &Arc<Connection>, pod: &PodInfo) -> Self {
+        Self {
+            conn: conn.clone(),
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+        }
+    }
+
+    /// `Ok(fallback)` when the extender is ignorable (logged and counted),
+    /// else an error naming the extender, the point and what was wrong.
+    fn handle<T>(&self, point: &str, e: CallError, fallback: T) -> Result<T, Status> {
+        let name = self.conn.name();
+        if self.conn.config().ignorable {
+            self.conn.note_skipped();
+            let pod = format_args!("{}/{}", self.namespace, self.name);
+            tracing::warn!(extender = name, point, pod = %pod, error = %e, "ignorable extender skipped");
+            Ok(fallback)
+        } else {
+            let pod = format_args!("{}/{}", self.namespace, self.name);
+            tracing::warn!(extender = name, point, pod = %pod, error = %e, "extender failed");
+            Err(Status::error(format!(
+                "extender {name:?} failed at {point}: {e}"
+            )))
+        }
+    }
+
+    fn status(&self, point: &str, e: CallError, fallback: Status) -> Status {
+        self.handle(point, e, fallback).unwrap_or_else(|s| s)
+    }
 }
 
 impl RemotePlugin {
@@ -103,151 +145,95 @@ impl RemotePlugin {
         super::requests_managed(pod, &self.conn.config().managed_resources)
     }
 
-    async fn call(
+    fn call(
         &self,
         state: &CycleState,
         pod: &PodInfo,
         kind: request::Kind,
-    ) -> Result<response::Result, CallError> {
-        self.conn
-            .call(CallRequest {
-                cycle: state.token().clone(),
-                pod: Arc::new(pod.clone()),
-                kind,
-            })
-            .await
+    ) -> impl std::future::Future<Output = Result<Reply, CallError>> + Send + use<> {
+        self.conn.call(CallRequest {
+            cycle: state.token(),
+            pod,
+            kind,
+        })
     }
 
-    /// A failed call: `Ok(fallback)` when the extender is ignorable (logged
-    /// and counted), else an error naming the extender.
-    fn failed<T>(
-        &self,
-        point: &str,
-        pod: &PodInfo,
-        e: CallError,
-        fallback: T,
-    ) -> Result<T, Status> {
-        let name = self.conn.name();
-        if self.conn.config().ignorable {
-            self.conn.note_skipped();
-            tracing::warn!(extender = name, point, pod = %pod.key(), error = %e, "ignorable extender skipped");
-            Ok(fallback)
+    fn failure(&self, pod: &PodInfo) -> Failure {
+        Failure::new(&self.conn, pod)
+    }
+
+    /// A rejection's status; reasons default to one naming the extender.
+    fn rejection(&self, point: &str, s: pb::Status) -> Status {
+        let code = code_of(s.code);
+        let reasons = if s.reasons.is_empty() {
+            vec![format!(
+                "rejected by extender {} at {point} (no reason given)",
+                self.conn.name()
+            )]
         } else {
-            tracing::warn!(extender = name, point, pod = %pod.key(), error = %e, "extender failed");
-            Err(Status::error(format!(
-                "extender {name:?} failed at {point}: {e}"
-            )))
-        }
-    }
-
-    fn status_or_fail(
-        &self,
-        point: &str,
-        pod: &PodInfo,
-        r: Result<Status, CallError>,
-        fallback: Status,
-    ) -> Status {
-        match r {
-            Ok(s) if s.is_error() => {
-                let e = CallError::Remote(s.message());
-                self.failed(point, pod, e, fallback).unwrap_or_else(|s| s)
-            }
-            Ok(s) => s,
-            Err(e) => self.failed(point, pod, e, fallback).unwrap_or_else(|s| s),
-        }
-    }
-
-    async fn filter_remote(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        nodes: &[Arc<NodeInfo>],
-    ) -> Result<Vec<Status>, CallError> {
-        let names: Vec<String> = nodes.iter().map(|n| n.name().to_string()).collect();
-        let r = self
-            .call(
-                state,
-                pod,
-                request::Kind::Filter(pb::FilterRequest { nodes: names }),
-            )
-            .await?;
-        let response::Result::Filter(f) = r else {
-            return malformed("not a Filter answer");
+            s.reasons
         };
-        let index: HashMap<&str, usize> = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name(), i))
-            .collect();
-        let mut out = vec![Status::success(); nodes.len()];
-        for rej in f.rejected {
-            let Some(&i) = index.get(rej.node.as_str()) else {
-                return malformed(format!(
-                    "a verdict for node {:?}, which was not asked about",
-                    rej.node
+        Status::with_reasons(code, reasons.into_iter().map(Into::into))
+    }
+
+    /// A checked status (success, skip, a rejection) as the framework's.
+    fn status_of(&self, point: &str, s: pb::Status) -> Status {
+        match code_of(s.code) {
+            Code::Success => Status::success(),
+            Code::Skip => Status::skip(),
+            _ => self.rejection(point, s),
+        }
+    }
+
+    /// Filter verdicts of the nodes that did not pass, by position in the
+    /// request, ascending. An error for a node fails the attempt if that
+    /// node is still a candidate (the framework decides), naming the
+    /// extender; an ignorable extender's error for a node passes it.
+    fn verdicts(
+        &self,
+        mut rejected: Vec<(usize, pb::NodeStatus)>,
+        failure: &Failure,
+    ) -> Vec<(usize, Status)> {
+        rejected.sort_unstable_by_key(|(i, _)| *i);
+        let mut out = Vec::with_capacity(rejected.len());
+        for (i, r) in rejected {
+            let code = code_of(r.code);
+            if code == Code::Error {
+                let e = CallError::remote(format!(
+                    "for node id {}: {}",
+                    r.node_id,
+                    r.reasons.join(", ")
                 ));
-            };
-            let code = code_of(rej.code);
-            let status = match code {
-                Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
-                    let reasons = if rej.reasons.is_empty() {
-                        vec![format!("node(s) didn't pass extender {}", self.conn.name())]
-                    } else {
-                        rej.reasons
-                    };
-                    Status::with_reasons(code, reasons.into_iter().map(Into::into))
+                let s = failure.status("Filter", e, Status::success());
+                if !s.is_success() {
+                    out.push((i, s));
                 }
-                Code::Error => return Err(CallError::Remote(rej.reasons.join(", "))),
-                other => {
-                    return malformed(format!(
-                        "a rejection with code {other:?} for node {:?}",
-                        rej.node
-                    ));
-                }
+                continue;
+            }
+            let reasons = if r.reasons.is_empty() {
+                vec![format!("node(s) didn't pass extender {}", self.conn.name())]
+            } else {
+                r.reasons
             };
-            out[i] = status;
-        }
-        Ok(out)
-    }
-
-    async fn score_remote(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        nodes: &[Arc<NodeInfo>],
-    ) -> Result<Vec<i64>, CallError> {
-        let names: Vec<String> = nodes.iter().map(|n| n.name().to_string()).collect();
-        let r = self
-            .call(
-                state,
-                pod,
-                request::Kind::Score(pb::ScoreRequest {
-                    nodes: names.clone(),
-                }),
-            )
-            .await?;
-        let response::Result::Score(s) = r else {
-            return malformed("not a Score answer");
-        };
-        if s.scores.len() != nodes.len() {
-            return malformed(format!(
-                "{} scores for {} nodes",
-                s.scores.len(),
-                nodes.len()
+            out.push((
+                i,
+                Status::with_reasons(code, reasons.into_iter().map(Into::into)),
             ));
         }
-        let mode = self
-            .conn
-            .hello()
-            .map_or(pb::ScoreNormalization::None as i32, |h| {
-                h.score_normalization
-            });
-        let mut scores = s.scores;
-        match pb::ScoreNormalization::try_from(mode) {
-            Ok(pb::ScoreNormalization::Scale) => {
-                if scores.iter().any(|v| *v < 0) {
-                    return malformed("a negative score");
-                }
+        out
+    }
+
+    /// Scores as the framework weighs them, from the checked raw scores of
+    /// `nodes` (in range for the declared normalization).
+    async fn normalized(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        mut scores: Vec<i64>,
+    ) -> Result<Vec<i64>, CallError> {
+        match self.conn.score_normalization() {
+            pb::ScoreNormalization::Scale => {
                 let max = scores.iter().copied().max().unwrap_or(0);
                 if max > 0 {
                     for v in &mut scores {
@@ -255,73 +241,26 @@ impl RemotePlugin {
                             as i64;
                     }
                 }
+                Ok(scores)
             }
-            Ok(pb::ScoreNormalization::Extender) => {
+            pb::ScoreNormalization::Extender => {
                 let r = self
                     .call(
                         state,
                         pod,
                         request::Kind::NormalizeScore(pb::NormalizeScoreRequest {
-                            nodes: names,
+                            node_ids: node_ids(nodes.iter()),
                             scores,
                         }),
                     )
                     .await?;
-                let response::Result::NormalizeScore(n) = r else {
-                    return malformed("not a NormalizeScore answer");
-                };
-                if n.scores.len() != nodes.len() {
-                    return malformed(format!(
-                        "{} normalized scores for {} nodes",
-                        n.scores.len(),
-                        nodes.len()
-                    ));
+                match r {
+                    Reply::NormalizeScore(v) => Ok(v),
+                    other => Err(mismatch(&other)),
                 }
-                scores = n.scores;
             }
-            _ => {}
+            pb::ScoreNormalization::None => Ok(scores),
         }
-        if let Some(v) = scores
-            .iter()
-            .find(|v| !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(*v))
-        {
-            return malformed(format!(
-                "score {v} outside [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}]"
-            ));
-        }
-        Ok(scores)
-    }
-
-    async fn simple(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        kind: request::Kind,
-    ) -> Result<Status, CallError> {
-        // The answer must be of the request's kind: a PostBind answer to a
-        // Reserve is nonsense, not a success.
-        use request::Kind as K;
-        use response::Result as R;
-        let asked = match &kind {
-            K::PreScore(_) => "PreScore",
-            K::Reserve(_) => "Reserve",
-            K::PreBind(_) => "PreBind",
-            K::Bind(_) => "Bind",
-            K::PostBind(_) => "PostBind",
-            _ => "",
-        };
-        let (answered, status) = match self.call(state, pod, kind).await? {
-            R::PreScore(p) => ("PreScore", status_of(p.status)),
-            R::Reserve(p) => ("Reserve", status_of(p.status)),
-            R::PreBind(p) => ("PreBind", status_of(p.status)),
-            R::Bind(p) => ("Bind", status_of(p.status)),
-            R::PostBind(_) => ("PostBind", Status::success()),
-            _ => ("", Status::success()),
-        };
-        if answered.is_empty() || answered != asked {
-            return malformed("an answer of the wrong kind");
-        }
-        Ok(status)
     }
 }
 
@@ -379,39 +318,20 @@ impl PreFilterPlugin for RemotePlugin {
                 pod,
                 request::Kind::PreFilter(pb::PreFilterRequest {}),
             )
-            .await
-            .and_then(|r| match r {
-                response::Result::PreFilter(p) => Ok(p),
-                _ => malformed("not a PreFilter answer"),
-            });
-        match r {
-            Ok(p) => {
-                let status = status_of(p.status);
-                if status.is_error() {
-                    let e = CallError::Remote(status.message());
-                    return (
-                        None,
-                        self.failed("PreFilter", pod, e, Status::success())
-                            .unwrap_or_else(|s| s),
-                    );
-                }
-                if status.is_wait() {
-                    let e = CallError::Malformed("Wait at PreFilter".into());
-                    return (
-                        None,
-                        self.failed("PreFilter", pod, e, Status::success())
-                            .unwrap_or_else(|s| s),
-                    );
-                }
-                let result = p.node_names.map(|n| PreFilterResult {
-                    node_names: Some(n.names.into_iter().map(Arc::from).collect()),
+            .await;
+        match r.and_then(|r| match r {
+            Reply::PreFilter(s, names) => Ok((s, names)),
+            other => Err(mismatch(&other)),
+        }) {
+            Ok((s, names)) => {
+                let result = names.map(|n| PreFilterResult {
+                    node_names: Some(n.into_iter().map(Arc::from).collect()),
                 });
-                (result, status)
+                (result, self.status_of("PreFilter", s))
             }
             Err(e) => (
                 None,
-                self.failed("PreFilter", pod, e, Status::success())
-                    .unwrap_or_else(|s| s),
+                self.failure(pod).status("PreFilter", e, Status::success()),
             ),
         }
     }
@@ -436,14 +356,49 @@ impl BatchFilter for RemotePlugin {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> Result<Vec<Status>, Status> {
-        let pass = || vec![Status::success(); nodes.len()];
+        match self.start_filter_nodes(state, pod, NodeWindow::of(nodes), false) {
+            Some(call) => call.await.map(BatchFilterAnswer::into_statuses),
+            None => Ok(vec![Status::success(); nodes.len()]),
+        }
+    }
+
+    fn start_filter_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: NodeWindow<'_>,
+        score: bool,
+    ) -> Option<BatchFilterCall> {
+        let n = nodes.len();
+        let pass = move || BatchFilterAnswer {
+            nodes: n,
+            rejected: Vec::new(),
+            scores: None,
+        };
         if !self.interested(pod) {
-            return Ok(pass());
+            return Some(Box::pin(std::future::ready(Ok(pass()))));
         }
-        match self.filter_remote(state, pod, nodes).await {
-            Ok(v) => Ok(v),
-            Err(e) => self.failed("Filter", pod, e, pass()),
-        }
+        let call = self.call(
+            state,
+            pod,
+            request::Kind::Filter(pb::FilterRequest {
+                node_ids: node_ids(nodes.iter()),
+                score,
+            }),
+        );
+        let failure = self.failure(pod);
+        let this = RemotePlugin::new(self.conn.clone());
+        Some(Box::pin(async move {
+            match call.await {
+                Ok(Reply::Filter(rejected, scores)) => Ok(BatchFilterAnswer {
+                    nodes: n,
+                    rejected: this.verdicts(rejected, &failure),
+                    scores,
+                }),
+                Ok(other) => failure.handle("Filter", mismatch(&other), pass()),
+                Err(e) => failure.handle("Filter", e, pass()),
+            }
+        }))
     }
 }
 
@@ -463,11 +418,13 @@ impl PostFilterPlugin for RemotePlugin {
         }
         let node_statuses = filtered
             .iter()
-            .map(|(node, s)| pb::NodeStatus {
-                node: node.to_string(),
-                code: proto_code(s.code()) as i32,
-                reasons: s.reasons().iter().map(|r| r.to_string()).collect(),
-                plugin: s.plugin().unwrap_or_default().to_string(),
+            .filter_map(|(node, s)| {
+                Some(pb::NodeStatus {
+                    node_id: self.conn.node_id(node)?,
+                    code: proto_code(s.code()) as i32,
+                    reasons: s.reasons().iter().map(|r| r.to_string()).collect(),
+                    plugin: s.plugin().unwrap_or_default().to_string(),
+                })
             })
             .collect();
         let r = self
@@ -476,35 +433,26 @@ impl PostFilterPlugin for RemotePlugin {
                 pod,
                 request::Kind::PostFilter(pb::PostFilterRequest { node_statuses }),
             )
-            .await
-            .and_then(|r| match r {
-                response::Result::PostFilter(p) => Ok(p),
-                _ => malformed("not a PostFilter answer"),
-            });
+            .await;
         match r {
-            Ok(p) => {
-                let status = status_of(p.status);
-                if status.is_success() && !p.nominated_node.is_empty() {
+            Ok(Reply::PostFilter(p)) => {
+                let s = p.status.unwrap_or_default();
+                if s.code == pb::Code::Success as i32 {
                     return (
                         Some(PostFilterResult::nominate(Some(Arc::from(
                             p.nominated_node,
                         )))),
-                        status,
+                        Status::success(),
                     );
                 }
-                if status.is_success() {
-                    return (None, declined());
-                }
-                (
-                    None,
-                    self.status_or_fail("PostFilter", pod, Ok(status), declined()),
-                )
+                (None, self.rejection("PostFilter", s))
             }
-            Err(e) => (
+            Ok(other) => (
                 None,
-                self.failed("PostFilter", pod, e, declined())
-                    .unwrap_or_else(|s| s),
+                self.failure(pod)
+                    .status("PostFilter", mismatch(&other), declined()),
             ),
+            Err(e) => (None, self.failure(pod).status("PostFilter", e, declined())),
         }
     }
 }
@@ -520,15 +468,22 @@ impl PreScorePlugin for RemotePlugin {
         if !self.interested(pod) {
             return Status::skip();
         }
-        let names = nodes.iter().map(|n| n.name().to_string()).collect();
         let r = self
-            .simple(
+            .call(
                 state,
                 pod,
-                request::Kind::PreScore(pb::PreScoreRequest { nodes: names }),
+                request::Kind::PreScore(pb::PreScoreRequest {
+                    node_ids: node_ids(nodes.iter()),
+                }),
             )
             .await;
-        self.status_or_fail("PreScore", pod, r, Status::skip())
+        match r {
+            Ok(Reply::PreScore(s)) => self.status_of("PreScore", s),
+            Ok(other) => self
+                .failure(pod)
+                .status("PreScore", mismatch(&other), Status::skip()),
+            Err(e) => self.failure(pod).status("PreScore", e, Status::skip()),
+        }
     }
 }
 
@@ -554,10 +509,52 @@ impl BatchScore for RemotePlugin {
         if !self.interested(pod) {
             return Ok(vec![0; nodes.len()]);
         }
-        match self.score_remote(state, pod, nodes).await {
-            Ok(v) => Ok(v),
-            Err(e) => self.failed("Score", pod, e, vec![0; nodes.len()]),
+        let r = self
+            .call(
+                state,
+                pod,
+                request::Kind::Score(pb::ScoreRequest {
+                    node_ids: node_ids(nodes.iter()),
+                }),
+            )
+            .await;
+        let r = match r {
+            Ok(Reply::Score(v)) => self.normalized(state, pod, nodes, v).await,
+            Ok(other) => Err(mismatch(&other)),
+            Err(e) => Err(e),
+        };
+        r.or_else(|e| self.failure(pod).handle("Score", e, vec![0; nodes.len()]))
+    }
+
+    async fn score_prefetched(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        raw: Vec<i64>,
+    ) -> Result<Vec<i64>, Status> {
+        if !self.interested(pod) {
+            return Ok(vec![0; nodes.len()]);
         }
+        // The scores came with the Filter answer for more nodes than these;
+        // only these nodes' scores must be in range.
+        let (ok, range): (fn(i64) -> bool, &str) = match self.conn.score_normalization() {
+            pb::ScoreNormalization::Scale => (|v| v >= 0, "0 or more (SCORE_NORMALIZATION_SCALE)"),
+            pb::ScoreNormalization::Extender => (|_| true, ""),
+            pb::ScoreNormalization::None => (
+                |v| (MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&v),
+                "[0, 100] (SCORE_NORMALIZATION_NONE)",
+            ),
+        };
+        let r = match raw.iter().find(|v| !ok(**v)) {
+            Some(v) => {
+                let why = format!("score {v} (in the Filter answer), outside {range}");
+                self.conn.report_malformed("Filter", &why);
+                Err(CallError::Malformed(why))
+            }
+            None => self.normalized(state, pod, nodes, raw).await,
+        };
+        r.or_else(|e| self.failure(pod).handle("Score", e, vec![0; nodes.len()]))
     }
 }
 
@@ -568,7 +565,7 @@ impl ReservePlugin for RemotePlugin {
             return Status::success();
         }
         let r = self
-            .simple(
+            .call(
                 state,
                 pod,
                 request::Kind::Reserve(pb::ReserveRequest {
@@ -577,7 +574,13 @@ impl ReservePlugin for RemotePlugin {
                 }),
             )
             .await;
-        self.status_or_fail("Reserve", pod, r, Status::success())
+        match r {
+            Ok(Reply::Reserve(s)) => self.status_of("Reserve", s),
+            Ok(other) => self
+                .failure(pod)
+                .status("Reserve", mismatch(&other), Status::success()),
+            Err(e) => self.failure(pod).status("Reserve", e, Status::success()),
+        }
     }
 
     async fn unreserve(&self, state: &CycleState, pod: &PodInfo, node: &str) {
@@ -615,26 +618,21 @@ impl PermitPlugin for RemotePlugin {
                     reservation_id: reservation.clone(),
                 }),
             )
-            .await
-            .and_then(|r| match r {
-                response::Result::Permit(p) => Ok(p),
-                _ => malformed("not a Permit answer"),
-            });
-        let p = match r {
-            Ok(p) => p,
-            Err(e) => {
+            .await;
+        let (s, timeout) = match r {
+            Ok(Reply::Permit(s, timeout)) => (s, timeout),
+            Ok(other) => {
                 let s = self
-                    .failed("Permit", pod, e, Status::success())
-                    .unwrap_or_else(|s| s);
+                    .failure(pod)
+                    .status("Permit", mismatch(&other), Status::success());
+                return (s, Duration::ZERO);
+            }
+            Err(e) => {
+                let s = self.failure(pod).status("Permit", e, Status::success());
                 return (s, Duration::ZERO);
             }
         };
-        let status = status_of(p.status);
-        if status.is_wait() {
-            let timeout = p
-                .wait_timeout
-                .and_then(|d| Duration::try_from(d).ok())
-                .unwrap_or_default();
+        if s.code == pb::Code::Wait as i32 {
             // The pod's waiting registration ends with its cycle.
             let conn = self.conn.clone();
             let uid = pod.uid.clone();
@@ -650,14 +648,7 @@ impl PermitPlugin for RemotePlugin {
                 timeout,
             );
         }
-        if status.is_error() {
-            let e = CallError::Remote(status.message());
-            let s = self
-                .failed("Permit", pod, e, Status::success())
-                .unwrap_or_else(|s| s);
-            return (s, Duration::ZERO);
-        }
-        (status, Duration::ZERO)
+        (self.status_of("Permit", s), Duration::ZERO)
     }
 }
 
@@ -668,7 +659,7 @@ impl PreBindPlugin for RemotePlugin {
             return Status::success();
         }
         let r = self
-            .simple(
+            .call(
                 state,
                 pod,
                 request::Kind::PreBind(pb::PreBindRequest {
@@ -676,7 +667,13 @@ impl PreBindPlugin for RemotePlugin {
                 }),
             )
             .await;
-        self.status_or_fail("PreBind", pod, r, Status::success())
+        match r {
+            Ok(Reply::PreBind(s)) => self.status_of("PreBind", s),
+            Ok(other) => self
+                .failure(pod)
+                .status("PreBind", mismatch(&other), Status::success()),
+            Err(e) => self.failure(pod).status("PreBind", e, Status::success()),
+        }
     }
 }
 
@@ -687,7 +684,7 @@ impl BindPlugin for RemotePlugin {
             return Status::skip();
         }
         let r = self
-            .simple(
+            .call(
                 state,
                 pod,
                 request::Kind::Bind(pb::BindRequest {
@@ -695,7 +692,13 @@ impl BindPlugin for RemotePlugin {
                 }),
             )
             .await;
-        self.status_or_fail("Bind", pod, r, Status::skip())
+        match r {
+            Ok(Reply::Bind(s)) => self.status_of("Bind", s),
+            Ok(other) => self
+                .failure(pod)
+                .status("Bind", mismatch(&other), Status::skip()),
+            Err(e) => self.failure(pod).status("Bind", e, Status::skip()),
+        }
     }
 }
 
@@ -706,7 +709,7 @@ impl PostBindPlugin for RemotePlugin {
             return;
         }
         let r = self
-            .simple(
+            .call(
                 state,
                 pod,
                 request::Kind::PostBind(pb::PostBindRequest {

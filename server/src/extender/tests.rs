@@ -1,5 +1,9 @@
 //! The scheduler side of the extender protocol against a scripted extender
-//! served by a real gRPC server on a loopback port.
+//! served by a real gRPC server: on a loopback port, or, for the tests that
+//! run on tokio's paused clock (timeouts, the circuit breaker, a decision
+//! racing its Wait), over an in-memory connection (see [`in_memory`]), so
+//! that no real I/O lets the paused clock jump while a message is in
+//! flight.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -26,6 +30,14 @@ use crate::testing::{NodeBuilder, PodBuilder, make_node, make_pod};
 struct Script {
     points: Vec<pb::ExtensionPoint>,
     wants_nodes: bool,
+    /// The protocol version Hello declares (default: berthd's).
+    version: Option<pb::ProtocolVersion>,
+    /// Never answer Open with Hello.
+    silent: bool,
+    /// Permit: send the decision (allow) before the Wait answer.
+    decide_before_wait: bool,
+    /// Answer every request twice, and answer a request id never sent.
+    duplicate_and_unknown: bool,
     /// Filter: these nodes are rejected.
     reject: Vec<&'static str>,
     /// Filter: answer about a node that was not asked about.
@@ -62,6 +74,10 @@ fn kind_name(k: &Kind) -> &'static str {
 #[derive(Clone, Default)]
 struct Fake {
     script: Arc<Mutex<Script>>,
+    /// The node table berthd streamed: id -> name.
+    names: Arc<Mutex<HashMap<u32, String>>>,
+    /// Requests received, by kind.
+    received: Arc<Mutex<HashMap<&'static str, usize>>>,
     /// Everything received, as short lines.
     log: Arc<Mutex<Vec<String>>>,
     /// Each received line, as it comes.
@@ -104,6 +120,18 @@ impl Fake {
         self.log.lock().push(line);
     }
 
+    fn name_of(&self, id: u32) -> String {
+        self.names
+            .lock()
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(|| format!("unknown-id-{id}"))
+    }
+
+    fn received(&self, kind: &str) -> usize {
+        self.received.lock().get(kind).copied().unwrap_or(0)
+    }
+
     fn answer(&self, id: u64, kind: &Kind) -> Option<response::Result> {
         let s = self.script.lock().clone();
         if s.hang.contains(&kind_name(kind)) {
@@ -127,11 +155,11 @@ impl Fake {
             }),
             Kind::Filter(f) => {
                 let mut rejected: Vec<pb::NodeStatus> = f
-                    .nodes
+                    .node_ids
                     .iter()
-                    .filter(|n| s.reject.contains(&n.as_str()))
+                    .filter(|n| s.reject.contains(&self.name_of(**n).as_str()))
                     .map(|n| pb::NodeStatus {
-                        node: n.clone(),
+                        node_id: *n,
                         code: pb::Code::Unschedulable as i32,
                         reasons: vec!["node(s) didn't have a free widget".into()],
                         plugin: String::new(),
@@ -139,19 +167,37 @@ impl Fake {
                     .collect();
                 if s.garbage {
                     rejected.push(pb::NodeStatus {
-                        node: "no-such-node".into(),
+                        node_id: 999_999,
                         code: pb::Code::Unschedulable as i32,
                         reasons: vec![],
                         plugin: String::new(),
                     });
                 }
-                response::Result::Filter(pb::FilterResponse { rejected })
+                let scores = if f.score {
+                    f.node_ids
+                        .iter()
+                        .map(|n| {
+                            s.scores
+                                .get(self.name_of(*n).as_str())
+                                .copied()
+                                .unwrap_or(0)
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                response::Result::Filter(pb::FilterResponse { rejected, scores })
             }
             Kind::Score(sc) => response::Result::Score(pb::ScoreResponse {
                 scores: sc
-                    .nodes
+                    .node_ids
                     .iter()
-                    .map(|n| s.scores.get(n.as_str()).copied().unwrap_or(0))
+                    .map(|n| {
+                        s.scores
+                            .get(self.name_of(*n).as_str())
+                            .copied()
+                            .unwrap_or(0)
+                    })
                     .collect(),
             }),
             Kind::PreScore(_) => response::Result::PreScore(pb::PreScoreResponse {
@@ -219,25 +265,43 @@ impl extender_server::Extender for Fake {
                     Some(Message::Open(o)) => {
                         fake.note(format!("open {}", o.extender_name));
                         let s = fake.script.lock().clone();
+                        if s.silent {
+                            continue;
+                        }
                         let _ = tx.send(out(extender_message::Message::Hello(pb::Hello {
                             name: "fake".into(),
-                            protocol_version: pb::ProtocolVersion::ProtocolVersion1 as i32,
+                            protocol_version: s.version.unwrap_or(crate::extender::PROTOCOL_VERSION)
+                                as i32,
                             points: s.points.iter().map(|p| *p as i32).collect(),
                             score_normalization: 0,
                             wants_nodes: s.wants_nodes,
                         })));
                     }
-                    Some(Message::NodeUpsert(n)) => fake.note(format!("node {}", n.name)),
-                    Some(Message::NodeDelete(n)) => fake.note(format!("node-delete {}", n.name)),
+                    Some(Message::NodeUpsert(n)) => {
+                        fake.names.lock().insert(n.id, n.name.clone());
+                        fake.note(format!("node {}", n.name))
+                    }
+                    Some(Message::NodeDelete(n)) => {
+                        fake.names.lock().remove(&n.id);
+                        fake.note(format!("node-delete {}", n.name))
+                    }
                     Some(Message::NodesSynced(n)) => fake.note(format!("synced {}", n.nodes)),
                     Some(Message::CycleStart(c)) => fake.note(format!("start {}", c.name)),
                     Some(Message::CycleEnd(_)) => fake.note("end".into()),
                     Some(Message::Cancel(_)) => fake.note("cancel".into()),
                     Some(Message::Request(r)) => {
                         let Some(kind) = r.kind else { continue };
+                        *fake.received.lock().entry(kind_name(&kind)).or_default() += 1;
+                        let names = |ids: &[u32]| {
+                            ids.iter()
+                                .map(|i| fake.name_of(*i))
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        };
                         let detail = match &kind {
-                            Kind::Filter(f) => f.nodes.join(","),
-                            Kind::Score(f) => f.nodes.join(","),
+                            Kind::Filter(f) if f.score => format!("{} +score", names(&f.node_ids)),
+                            Kind::Filter(f) => names(&f.node_ids),
+                            Kind::Score(f) => names(&f.node_ids),
                             Kind::Unreserve(u) => u.name.clone(),
                             Kind::Reserve(u) => u.node.clone(),
                             Kind::Permit(p) => p.reservation_id.clone(),
@@ -258,12 +322,35 @@ impl extender_server::Extender for Fake {
                                 return;
                             }
                         }
+                        let s = fake.script.lock().clone();
+                        if let (true, Kind::Permit(p)) = (s.decide_before_wait, &kind) {
+                            // Decided at once, sent before the Wait answer.
+                            let _ = tx.send(out(extender_message::Message::PermitDecision(
+                                pb::PermitDecision {
+                                    reservation_id: p.reservation_id.clone(),
+                                    allow: true,
+                                    reasons: vec![],
+                                },
+                            )));
+                        }
                         if let Some(result) = fake.answer(r.id, &kind) {
-                            let _ =
-                                tx.send(out(extender_message::Message::Response(pb::Response {
-                                    id: r.id,
-                                    result: Some(result),
-                                })));
+                            let times = if s.duplicate_and_unknown { 2 } else { 1 };
+                            for _ in 0..times {
+                                let _ = tx.send(out(extender_message::Message::Response(
+                                    pb::Response {
+                                        id: r.id,
+                                        result: Some(result.clone()),
+                                    },
+                                )));
+                            }
+                            if s.duplicate_and_unknown {
+                                let _ = tx.send(out(extender_message::Message::Response(
+                                    pb::Response {
+                                        id: r.id + 1_000_000,
+                                        result: Some(result),
+                                    },
+                                )));
+                            }
                         }
                     }
                     None => {}
@@ -311,6 +398,69 @@ async fn serve_with(
     (format!("{scheme}://{addr}"), stop)
 }
 
+/// Extenders served in memory: a real tonic server and client over
+/// `tokio::io::duplex` pairs instead of TCP, for tests on the paused clock.
+pub(super) mod in_memory {
+    use std::collections::HashMap;
+    use std::sync::LazyLock;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use berth_proto::extender::v1::extender_server;
+    use futures::FutureExt;
+    use parking_lot::Mutex;
+    use tokio::io::DuplexStream;
+    use tokio::sync::mpsc;
+    use tokio_stream::StreamExt;
+    use tokio_stream::wrappers::UnboundedReceiverStream;
+
+    use super::Fake;
+    use crate::extender::Dial;
+
+    static SERVERS: LazyLock<Mutex<HashMap<String, mpsc::UnboundedSender<DuplexStream>>>> =
+        LazyLock::new(Default::default);
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+
+    /// Serves `fake` in memory; the endpoint to configure.
+    pub(super) fn serve(fake: Fake) -> String {
+        let endpoint = format!(
+            "http://in-memory-{}.invalid:1",
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let (tx, rx) = mpsc::unbounded_channel::<DuplexStream>();
+        SERVERS.lock().insert(endpoint.clone(), tx);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(extender_server::ExtenderServer::new(fake))
+                .serve_with_incoming(UnboundedReceiverStream::new(rx).map(Ok::<_, std::io::Error>)),
+        );
+        endpoint
+    }
+
+    /// How berthd reaches an in-memory extender, if `endpoint` is one.
+    pub(in crate::extender) fn dialer(endpoint: &str) -> Option<Dial> {
+        let server = SERVERS.lock().get(endpoint)?.clone();
+        let endpoint = tonic::transport::Endpoint::from_shared(endpoint.to_string()).ok()?;
+        Some(std::sync::Arc::new(move || {
+            let server = server.clone();
+            let endpoint = endpoint.clone();
+            async move {
+                let connector = tower::service_fn(move |_: http::Uri| {
+                    let (client, served) = tokio::io::duplex(1 << 20);
+                    let sent = server.send(served);
+                    async move {
+                        sent.map_err(|_| {
+                            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "stopped")
+                        })?;
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(client))
+                    }
+                });
+                endpoint.connect_with_connector(connector).await
+            }
+            .boxed()
+        }))
+    }
+}
+
 struct Env {
     cluster: Arc<EmbeddedCluster>,
     scheduler: Scheduler,
@@ -344,6 +494,39 @@ berthExtenders:
     )
 }
 
+/// Starts a scheduler on `nodes` with the pods already there: its first
+/// cycles run as soon as it starts scheduling.
+async fn start_with_pods(yaml: &str, nodes: Vec<NodeBuilder>, pods: Vec<PodBuilder>) -> Env {
+    let cluster = EmbeddedCluster::new();
+    for n in nodes {
+        cluster.apply_node(n.object()).unwrap();
+    }
+    for p in pods {
+        cluster.apply_pod(p.object()).unwrap();
+    }
+    let registry = in_tree_registry();
+    let known = |n: &str| registry.contains(n);
+    let cfg = config::parse(yaml, &known).unwrap();
+    let scheduler = Scheduler::start(
+        &cfg,
+        &registry,
+        cluster.clone(),
+        Options {
+            seed: Some(1),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let decisions = scheduler.decisions();
+    Env {
+        cluster,
+        scheduler,
+        decisions,
+    }
+}
+
+/// Starts a scheduler on `nodes`, waits for the extender's stream (unless
+/// the endpoint is unreachable on purpose), then adds the pods.
 async fn start(yaml: &str, nodes: Vec<NodeBuilder>, pods: Vec<PodBuilder>) -> Env {
     let cluster = EmbeddedCluster::new();
     for n in nodes {
@@ -480,7 +663,7 @@ async fn filter_and_score_are_one_batched_call_each_and_decide_the_node() {
 async fn an_unreachable_extender_fails_the_attempt_unless_ignorable() {
     let endpoint = "http://127.0.0.1:1";
     let mut env = start(
-        &config(endpoint, "  ignorable: false\n"),
+        &config(endpoint, "  ignorable: false\n  startupTimeout: 0s\n"),
         three_nodes(),
         vec![make_pod("p")],
     )
@@ -499,19 +682,14 @@ async fn an_unreachable_extender_fails_the_attempt_unless_ignorable() {
     }
 
     let mut env = start(
-        &config(endpoint, "  ignorable: true\n"),
+        &config(endpoint, "  ignorable: true\n  startupTimeout: 0s\n"),
         three_nodes(),
         vec![make_pod("p")],
     )
     .await;
     assert!(matches!(env.next().await, Decision::Scheduled { .. }));
     let conn = &env.scheduler.extenders().connections()[0];
-    assert!(
-        conn.stats()
-            .skipped
-            .load(std::sync::atomic::Ordering::Relaxed)
-            >= 1
-    );
+    assert!(conn.metrics().skipped.get() >= 1);
 }
 
 #[tokio::test]
@@ -526,7 +704,9 @@ async fn garbage_answers_are_failures_not_verdicts() {
     let mut env = start(&config(&endpoint, ""), three_nodes(), vec![make_pod("p")]).await;
     match env.next().await {
         Decision::Failed { message, .. } => assert!(
-            message.contains("malformed answer: a verdict for node \"no-such-node\""),
+            message.contains(
+                "malformed answer: a verdict for node id 999999, which was not asked about"
+            ),
             "{message}"
         ),
         d => panic!("expected a failure, got {d:?}"),
@@ -596,12 +776,7 @@ async fn an_unreserve_survives_a_broken_stream_and_is_resent_until_acknowledged(
     }
     let mut outbox = conn.outbox();
     outbox.wait_for(|n| *n == 0).await.unwrap();
-    assert!(
-        conn.stats()
-            .sessions
-            .load(std::sync::atomic::Ordering::Relaxed)
-            >= 2
-    );
+    assert!(conn.metrics().sessions.get() >= 2);
     let log = fake.log.lock().clone();
     assert!(
         log.iter().filter(|l| l.starts_with("open")).count() >= 2,
@@ -734,4 +909,478 @@ async fn extenders_are_reached_over_tls_verified_against_the_configured_ca() {
         "{err}"
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Captures this thread's log lines (a `#[tokio::test]` runtime runs every
+/// task on the test's thread) until the guard is dropped.
+///
+/// One process-wide subscriber writes each event to the buffer of the
+/// thread that emitted it, if that thread is capturing: a global subscriber,
+/// because callsites first hit with no subscriber at all could otherwise be
+/// cached as never enabled while another test captures.
+fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, CaptureGuard) {
+    use std::cell::RefCell;
+    thread_local! {
+        static CAPTURE: RefCell<Option<Arc<Mutex<Vec<u8>>>>> = const { RefCell::new(None) };
+    }
+    struct ThreadWriter;
+    impl std::io::Write for ThreadWriter {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            CAPTURE.with(|c| {
+                if let Some(buf) = c.borrow().as_ref() {
+                    buf.lock().extend_from_slice(b);
+                }
+            });
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(|| ThreadWriter)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        // Another test binary's setup may have set one: then this module's
+        // log assertions cannot hold, and say so by failing.
+        let _ = tracing::subscriber::set_global_default(subscriber);
+    });
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    CAPTURE.with(|c| *c.borrow_mut() = Some(buf.clone()));
+    fn stop() {
+        CAPTURE.with(|c| *c.borrow_mut() = None);
+    }
+    (buf, CaptureGuard(stop))
+}
+
+/// Stops a capture when dropped.
+struct CaptureGuard(fn());
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
+fn text(buf: &Arc<Mutex<Vec<u8>>>) -> String {
+    String::from_utf8_lossy(&buf.lock()).into_owned()
+}
+
+fn failed_message(d: Decision) -> String {
+    match d {
+        Decision::Failed { message, .. } => message,
+        d => panic!("expected a failure, got {d:?}"),
+    }
+}
+
+/// Issue 13, item 1: an extender already listening when berthd starts is
+/// asked from the very first cycle. (Before the startup gate, the first
+/// cycles ran before its handshake: `not connected`.)
+#[tokio::test]
+async fn an_extender_listening_when_berthd_starts_is_asked_from_the_first_cycle() {
+    let fake = Fake::default();
+    *fake.script.lock() = Script {
+        points: all_points(),
+        reject: vec!["n1", "n2"],
+        ..Default::default()
+    };
+    let (endpoint, _stop) = serve(fake.clone()).await;
+    // The pods are there before the scheduler starts: nothing waits for
+    // the extender but the scheduler itself.
+    let mut env = start_with_pods(
+        &config(&endpoint, ""),
+        three_nodes(),
+        vec![make_pod("first"), make_pod("second")],
+    )
+    .await;
+    let mut got = vec![env.next().await, env.next().await];
+    got.sort_by_key(|d| format!("{d:?}"));
+    assert_eq!(got, [scheduled("first", "n3"), scheduled("second", "n3")]);
+    assert_eq!(fake.received("Filter"), 2);
+    assert_eq!(env.scheduler.extenders().readiness(), Ok(()));
+}
+
+/// Item 1: an extender that never completes its handshake holds scheduling
+/// back for its startupTimeout (the `/readyz` check says which extender
+/// and why), then the usual rules apply: a non-ignorable one fails the
+/// attempts, naming what is wrong.
+#[tokio::test(start_paused = true)]
+async fn scheduling_waits_for_a_silent_extender_until_its_startup_timeout_then_fails_attempts() {
+    let fake = Fake::default();
+    *fake.script.lock() = Script {
+        points: all_points(),
+        silent: true,
+        ..Default::default()
+    };
+    let endpoint = in_memory::serve(fake.clone());
+    let (logs, _guard) = capture_logs();
+    let started = tokio::time::Instant::now();
+    let mut env = start_with_pods(
+        &config(&endpoint, "  startupTimeout: 30s\n"),
+        three_nodes(),
+        vec![make_pod("p")],
+    )
+    .await;
+    env.scheduler.wait_synced().await;
+    // Held back, and /readyz says by whom.
+    let mut lines = fake.listen();
+    until(&mut lines, "open").await;
+    let holdup = env.scheduler.extenders().readiness().unwrap_err();
+    assert!(
+        holdup.starts_with("waiting for extenders before scheduling: widgets: no Hello yet"),
+        "{holdup}"
+    );
+    let message = failed_message(env.next().await);
+    assert!(
+        started.elapsed() >= Duration::from_secs(30),
+        "not before the startup timeout: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        message.contains(
+            "extender \"widgets\" failed at PreFilter: not connected (no Hello within 10s)"
+        ),
+        "{message}"
+    );
+    assert_eq!(env.scheduler.extenders().readiness(), Ok(()));
+    let log = text(&logs);
+    assert!(
+        log.contains("extender \"widgets\" not ready after its startupTimeout of 30s: no Hello yet (the last attempt: no Hello within 10s); scheduling starts without it: its points fail the attempts"),
+        "{log}"
+    );
+}
+
+/// Item 1: an extender that speaks the first protocol version is refused
+/// at Hello with a message saying what to change.
+#[tokio::test(start_paused = true)]
+async fn an_extender_of_protocol_version_1_is_refused_saying_what_to_change() {
+    let fake = Fake::default();
+    *fake.script.lock() = Script {
+        points: all_points(),
+        version: Some(pb::ProtocolVersion::ProtocolVersion1),
+        ..Default::default()
+    };
+    let endpoint = in_memory::serve(fake.clone());
+    let (logs, _guard) = capture_logs();
+    let mut env = start_with_pods(
+        &config(&endpoint, "  startupTimeout: 1s\n"),
+        three_nodes(),
+        vec![make_pod("p")],
+    )
+    .await;
+    let message = failed_message(env.next().await);
+    assert!(
+        message.contains("its Hello was refused: it speaks protocol version 1, which berthd no longer accepts: berthd speaks version 2, where requests name nodes by the ids NodeUpsert assigns"),
+        "{message}"
+    );
+    assert!(
+        text(&logs).contains("declare PROTOCOL_VERSION_2 in Hello"),
+        "{}",
+        text(&logs)
+    );
+}
+
+/// Item 2: a PermitDecision that comes before its Wait answer (a
+/// multithreaded extender decided while the answer was on its way) is
+/// kept and applied: the pod is bound at once, not after the 10-minute
+/// wait the answer asked for.
+#[tokio::test(start_paused = true)]
+async fn a_permit_decision_before_its_wait_answer_is_kept_until_the_answer() {
+    let fake = Fake::default();
+    *fake.script.lock() = Script {
+        points: all_points(),
+        permit_wait: true,
+        decide_before_wait: true,
+        ..Default::default()
+    };
+    let endpoint = in_memory::serve(fake.clone());
+    let started = tokio::time::Instant::now();
+    let mut env = start_with_pods(&config(&endpoint, ""), three_nodes(), vec![make_pod("p")]).await;
+    assert!(matches!(env.next().await, Decision::Scheduled { .. }));
+    assert!(
+        started.elapsed() < Duration::from_secs(600),
+        "the pod waited out its timeout: {:?}",
+        started.elapsed()
+    );
+    let conn = &env.scheduler.extenders().connections()[0];
+    assert_eq!(
+        conn.metrics().protocol_errors(5),
+        0,
+        "the decision was used"
+    );
+}
+
+/// Item 2: answers berthd cannot use (a second answer to a request, an
+/// answer to a request never sent) and decisions for reservations that do
+/// not wait, or were already decided, are WARNs naming the extender and
+/// counted by kind; the real requests are answered as usual.
+#[tokio::test(start_paused = true)]
+async fn unusable_messages_are_warned_about_and_counted_by_kind() {
+    let fake = Fake::default();
+    *fake.script.lock() = Script {
+        points: all_points(),
+        permit_wait: true,
+        duplicate_and_unknown: true,
+        ..Default::default()
+    };
+    let (logs, _guard) = capture_logs();
+    let mut lines = fake.listen();
+    let endpoint = in_memory::serve(fake.clone());
+    let mut env = start_with_pods(&config(&endpoint, ""), three_nodes(), vec![make_pod("p")]).await;
+    let reservation = loop {
+        let line = lines.recv().await.unwrap();
+        if let Some(id) = line.strip_prefix("Permit ") {
+            break id.to_string();
+        }
+    };
+    let decider = fake.decider.lock().clone().unwrap();
+    let decide = |reservation: &str, allow: bool| {
+        decider
+            .send(out(extender_message::Message::PermitDecision(
+                pb::PermitDecision {
+                    reservation_id: reservation.into(),
+                    allow,
+                    reasons: vec![],
+                },
+            )))
+            .unwrap();
+    };
+    decide("no-such-reservation", true);
+    decide(&reservation, true);
+    decide(&reservation, false);
+    assert_eq!(env.next().await, scheduled("p", "n1"));
+    // On the paused clock this returns once nothing is left to do: every
+    // message in flight (in memory) has been handled.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let answered: usize = [
+        "PreFilter",
+        "Filter",
+        "PreScore",
+        "Score",
+        "Reserve",
+        "Permit",
+        "PreBind",
+        "PostBind",
+    ]
+    .iter()
+    .map(|k| fake.received(k))
+    .sum();
+    assert_eq!(answered, 8, "one request per point");
+    let conn = env.scheduler.extenders().connections()[0].clone();
+    let got: HashMap<&str, u64> = crate::metrics::PROTOCOL_ERROR_KINDS
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (*k, conn.metrics().protocol_errors(i)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert_eq!(
+        got,
+        HashMap::from([
+            ("duplicate_response", 8),
+            ("unknown_request_id", 8),
+            ("unknown_reservation", 1),
+            ("repeated_decision", 1),
+        ])
+    );
+    let log = text(&logs);
+    for want in [
+        "extender \"widgets\" sent a message berthd cannot use: a second answer to request",
+        "extender \"widgets\" sent a message berthd cannot use: an answer to request 1000",
+        "extender \"widgets\" sent a message berthd cannot use: a PermitDecision (allow) for reservation no-such-reservation, which does not wait at Permit on this extender",
+        "which was already decided: it contradicts the first, which stands",
+    ] {
+        assert!(log.contains(want), "{want:?} not in:\n{log}");
+    }
+    let exposition = crate::observe::render(&env.scheduler);
+    assert!(
+        exposition.contains(
+            r#"berth_extender_protocol_errors_total{extender="widgets",kind="repeated_decision"} 1"#
+        ),
+        "{exposition}"
+    );
+}
+
+/// Item 3: a Reserve answered with CODE_SKIP fails the attempt with a
+/// text saying which code came and which were expected (it was empty).
+#[tokio::test]
+async fn a_reserve_answered_skip_fails_saying_what_was_answered_and_what_was_expected() {
+    let fake = Fake::default();
+    *fake.script.lock() = Script {
+        points: all_points(),
+        reserve: Some(pb::Code::Skip),
+        ..Default::default()
+    };
+    let (endpoint, _stop) = serve(fake.clone()).await;
+    let mut env = start(&config(&endpoint, ""), three_nodes(), vec![make_pod("p")]).await;
+    let message = failed_message(env.next().await);
+    assert!(
+        message.contains(r#"running Reserve plugin "widgets": extender "widgets" failed at Reserve: malformed answer: Reserve answered CODE_SKIP, but Reserve answers CODE_SUCCESS, CODE_UNSCHEDULABLE, CODE_UNSCHEDULABLE_AND_UNRESOLVABLE or CODE_ERROR"#),
+        "{message}"
+    );
+}
+
+/// The first decision of each of `n` pods named `p0`..: (pod, decision).
+async fn first_decisions(env: &mut Env, n: usize) -> Vec<(String, Decision)> {
+    let mut seen: Vec<(String, Decision)> = Vec::new();
+    while seen.len() < n {
+        let d = env.next().await;
+        let pod = match &d {
+            Decision::Scheduled { pod, .. } | Decision::Failed { pod, .. } => pod.clone(),
+        };
+        if !seen.iter().any(|(p, _)| *p == pod) {
+            seen.push((pod, d));
+        }
+    }
+    seen
+}
+
+/// Item 4: a hung extender costs its timeout for the first calls only; the
+/// circuit breaker then fails a non-ignorable extender's attempts at once,
+/// saying why: twenty pods are decided in about five timeouts, not twenty.
+#[tokio::test(start_paused = true)]
+async fn a_hung_extender_opens_the_circuit_breaker_and_twenty_pods_are_decided_quickly() {
+    let fake = Fake::default();
+    *fake.script.lock() = Script {
+        points: vec![pb::ExtensionPoint::Filter],
+        hang: vec!["Filter"],
+        ..Default::default()
+    };
+    let endpoint = in_memory::serve(fake.clone());
+    let yaml = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    filter: {{enabled: [{{name: widgets}}]}}
+berthExtenders:
+- name: widgets
+  endpoint: {endpoint}
+  points: [filter]
+  timeout: 1s
+"
+    );
+    let pods = (0..20).map(|i| make_pod(&format!("p{i:02}"))).collect();
+    let started = tokio::time::Instant::now();
+    let mut env = start_with_pods(&yaml, three_nodes(), pods).await;
+    let decided = first_decisions(&mut env, 20).await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "twenty pods took {took:?}: one timeout each?"
+    );
+    let conn = env.scheduler.extenders().connections()[0].clone();
+    assert_eq!(conn.circuit_state(), "open");
+    assert_eq!(
+        fake.received("Filter"),
+        5,
+        "only the calls before the breaker opened reached the extender"
+    );
+    let messages: Vec<String> = decided
+        .into_iter()
+        .map(|(_, d)| failed_message(d))
+        .collect();
+    assert_eq!(
+        messages
+            .iter()
+            .filter(|m| m.contains("failed at Filter: no answer within 1s"))
+            .count(),
+        5
+    );
+    let fast: Vec<&String> = messages
+        .iter()
+        .filter(|m| m.contains("failed at Filter: circuit breaker open after 5 failed calls in a row (the last: no answer within 1s); calls fail at once for"))
+        .collect();
+    assert_eq!(fast.len(), 15, "{messages:#?}");
+    assert_eq!(conn.metrics().circuit_opened.get(), 1);
+}
+
+/// Item 4: an ignorable extender that hangs is skipped at once while the
+/// breaker is open: twenty pods are bound quickly.
+#[tokio::test(start_paused = true)]
+async fn a_hung_ignorable_extender_is_skipped_at_once_while_the_breaker_is_open() {
+    let fake = Fake::default();
+    *fake.script.lock() = Script {
+        points: vec![pb::ExtensionPoint::Filter],
+        hang: vec!["Filter"],
+        ..Default::default()
+    };
+    let endpoint = in_memory::serve(fake.clone());
+    let yaml = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    filter: {{enabled: [{{name: widgets}}]}}
+berthExtenders:
+- name: widgets
+  endpoint: {endpoint}
+  points: [filter]
+  timeout: 1s
+  ignorable: true
+  circuitBreaker: {{consecutiveFailures: 3, coolDown: 1m}}
+"
+    );
+    let pods = (0..20).map(|i| make_pod(&format!("p{i:02}"))).collect();
+    let started = tokio::time::Instant::now();
+    let mut env = start_with_pods(&yaml, three_nodes(), pods).await;
+    let decided = first_decisions(&mut env, 20).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        decided
+            .iter()
+            .all(|(_, d)| matches!(d, Decision::Scheduled { .. }))
+    );
+    assert_eq!(fake.received("Filter"), 3);
+    let conn = &env.scheduler.extenders().connections()[0];
+    assert_eq!(conn.metrics().skipped.get(), 20);
+}
+
+/// Item 6: where the extender serves Filter and Score and the profile runs
+/// no PreScore of it, Filter brings the scores: one round trip, and the
+/// same node as the sequential path.
+#[tokio::test]
+async fn filter_brings_the_scores_in_one_round_trip_when_no_pre_score_runs_first() {
+    let fake = Fake::default();
+    *fake.script.lock() = Script {
+        points: vec![pb::ExtensionPoint::Filter, pb::ExtensionPoint::Score],
+        reject: vec!["n1"],
+        scores: HashMap::from([("n2", 10), ("n3", 90)]),
+        ..Default::default()
+    };
+    let mut lines = fake.listen();
+    let (endpoint, _stop) = serve(fake.clone()).await;
+    let yaml = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    filter: {{enabled: [{{name: widgets}}]}}
+    score: {{enabled: [{{name: widgets, weight: 5}}]}}
+berthExtenders:
+- name: widgets
+  endpoint: {endpoint}
+  points: [filter, score]
+"
+    );
+    let mut env = start(&yaml, three_nodes(), vec![make_pod("p").req_cpu("1")]).await;
+    assert_eq!(env.next().await, scheduled("p", "n3"));
+    until(&mut lines, "end").await;
+    let requests: Vec<String> = fake
+        .log
+        .lock()
+        .iter()
+        .filter(|l| l.starts_with("Filter") || l.starts_with("Score"))
+        .cloned()
+        .collect();
+    assert_eq!(requests, ["Filter n1,n2,n3 +score"]);
 }

@@ -160,7 +160,19 @@ pub struct CycleState {
     /// This cycle records each plugin's execution time (a sampled share
     /// of cycles, as upstream).
     pub record_plugin_metrics: bool,
+    /// Raw scores batch Score plugins gave with their Filter answer, for
+    /// the feasible nodes (see `Framework::finish_batch_filters`).
+    pub(super) prefetched_scores: Option<Arc<PrefetchedScores>>,
     token: Arc<CycleToken>,
+}
+
+/// Raw scores of batch Score plugins that came with their Filter answer.
+#[derive(Debug)]
+pub(super) struct PrefetchedScores {
+    /// The feasible nodes they are for, by address, in order.
+    pub nodes: Vec<usize>,
+    /// Per Score plugin (by position): one raw score per node.
+    pub scores: Vec<(usize, Vec<i64>)>,
 }
 
 impl Default for CycleState {
@@ -173,6 +185,7 @@ impl Default for CycleState {
             skip_filter: PluginMask::default(),
             skip_score: PluginMask::default(),
             record_plugin_metrics: false,
+            prefetched_scores: None,
             token: CycleToken::new(),
         }
     }
@@ -192,6 +205,7 @@ impl Clone for CycleState {
             skip_filter: self.skip_filter,
             skip_score: self.skip_score,
             record_plugin_metrics: self.record_plugin_metrics,
+            prefetched_scores: self.prefetched_scores.clone(),
             token: self.token.clone(),
         }
     }

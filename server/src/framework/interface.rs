@@ -188,6 +188,120 @@ pub trait BatchFilter: Send + Sync {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> Result<Vec<Status>, Status>;
+
+    /// Starts judging `nodes` now, without waiting for the verdicts, and
+    /// with `score` asks for the nodes' raw scores in the same call (for
+    /// [`BatchScore::score_prefetched`]). The framework sends this with the
+    /// cycle's sampled candidates before the per-node plugins run, awaits it
+    /// after them, and uses only the verdicts of the nodes those plugins
+    /// kept, so the outcome is that of [`BatchFilter::filter_nodes`] on
+    /// them; the call must therefore judge each node on its own. `None`
+    /// (the default): the plugin is only asked through `filter_nodes`.
+    fn start_filter_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: NodeWindow<'_>,
+        score: bool,
+    ) -> Option<BatchFilterCall> {
+        let _ = (state, pod, nodes, score);
+        None
+    }
+}
+
+/// A batch Filter call under way (see [`BatchFilter::start_filter_nodes`]):
+/// owns what it needs, and is dropped unawaited when its verdicts are no
+/// longer needed.
+pub type BatchFilterCall = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<BatchFilterAnswer, Status>> + Send + 'static>,
+>;
+
+/// What a batch Filter call answers: the nodes that did not pass (most
+/// pass, so only those are listed).
+#[derive(Debug, Clone, Default)]
+pub struct BatchFilterAnswer {
+    /// How many nodes were sent.
+    pub nodes: usize,
+    /// The nodes that did not pass, by position among those sent, in
+    /// ascending order, each with its status (a rejection or an error).
+    pub rejected: Vec<(usize, Status)>,
+    /// When scores were asked for and came: one raw score per node sent
+    /// (meaningless for nodes it rejected).
+    pub scores: Option<Vec<i64>>,
+}
+
+impl BatchFilterAnswer {
+    /// The answer giving `statuses`, one per node sent.
+    pub fn from_statuses(statuses: Vec<Status>) -> Self {
+        Self {
+            nodes: statuses.len(),
+            rejected: statuses
+                .into_iter()
+                .enumerate()
+                .filter(|(_, s)| !s.is_success())
+                .collect(),
+            scores: None,
+        }
+    }
+
+    /// One status per node sent.
+    pub fn into_statuses(self) -> Vec<Status> {
+        let mut out = vec![Status::success(); self.nodes];
+        for (i, s) in self.rejected {
+            if let Some(slot) = out.get_mut(i) {
+                *slot = s;
+            }
+        }
+        out
+    }
+}
+
+/// Nodes in the order a cycle evaluates them: a rotation of the node list,
+/// as two slices.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeWindow<'a> {
+    /// From the cycle's start index to the end of the list.
+    pub head: &'a [Arc<NodeInfo>],
+    /// From the start of the list.
+    pub tail: &'a [Arc<NodeInfo>],
+}
+
+impl<'a> NodeWindow<'a> {
+    /// The first `len` nodes of `nodes` taken from `start` on, wrapping.
+    pub fn rotated(nodes: &'a [Arc<NodeInfo>], start: usize, len: usize) -> Self {
+        let start = if nodes.is_empty() {
+            0
+        } else {
+            start % nodes.len()
+        };
+        let len = len.min(nodes.len());
+        let head = &nodes[start..(start + len).min(nodes.len())];
+        let tail = &nodes[..len - head.len()];
+        Self { head, tail }
+    }
+
+    /// A window over `nodes`, in their order.
+    pub fn of(nodes: &'a [Arc<NodeInfo>]) -> Self {
+        Self {
+            head: nodes,
+            tail: &[],
+        }
+    }
+
+    /// How many nodes.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The nodes, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &'a Arc<NodeInfo>> + 'a {
+        self.head.iter().chain(self.tail.iter())
+    }
 }
 
 /// Score over a whole list of nodes at once.
@@ -201,6 +315,21 @@ pub trait BatchScore: Send + Sync {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> Result<Vec<i64>, Status>;
+
+    /// What [`BatchScore::score_nodes`] would answer for `nodes`, given the
+    /// raw scores its Filter call already brought (one per node of
+    /// `nodes`, see [`BatchFilter::start_filter_nodes`]): only what is left
+    /// to do (normalizing, checking the range). The default asks again.
+    async fn score_prefetched(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        raw: Vec<i64>,
+    ) -> Result<Vec<i64>, Status> {
+        let _ = raw;
+        self.score_nodes(state, pod, nodes).await
+    }
 }
 
 /// Runs when no node fits (preemption).

@@ -34,10 +34,15 @@ pub use parallelize::{Parallelizer, WorkCost};
 pub use registry::{
     DuplicatePlugin, NoArgs, PluginArgs, PluginFactory, Registry, ValidateArgs, parse_args,
 };
-pub use runtime::{FilterVerdict, Framework, PluginEvents, ScoreResult};
+pub use runtime::{BatchFiltersAhead, FilterVerdict, Framework, PluginEvents, ScoreResult};
 pub use status::{Code, Reason, Status};
 pub use types::*;
 pub use waiting_pods::{MAX_PERMIT_TIMEOUT, WaitingPod, WaitingPods, go_duration};
+
+/// The target of berth's trace spans (a scheduling attempt's, its binding
+/// cycle's and each extension point's): `observe::telemetry` exports them
+/// and keeps them out of the logs.
+pub const TRACE_TARGET: &str = "berth::trace";
 
 /// The extension points a profile configures, in the order they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

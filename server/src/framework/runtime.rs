@@ -33,12 +33,13 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use tracing::Instrument;
 
 use parking_lot::Mutex;
 
 use super::ExtensionPoint;
-use super::cycle_state::{CycleState, PluginMask};
+use super::cycle_state::{CycleState, PluginMask, PrefetchedScores};
 use super::events::{
     ActionType, ClusterEvent, ClusterEventWithHint, EventResource, wildcard_registrations,
 };
@@ -54,8 +55,8 @@ use super::types::{
 use super::waiting_pods::MAX_PERMIT_TIMEOUT;
 use crate::cache::NodeInfo;
 use crate::config::{ConfigError, Placement, PluginRef, Profile};
+use crate::metrics::{FrameworkMetrics, Metrics, Point};
 use crate::model::{PodInfo, PodRef};
-use crate::observe::metrics::{FrameworkMetrics, Point};
 
 struct PreFilterEntry {
     plugin: Arc<dyn PreFilterPlugin>,
@@ -102,6 +103,33 @@ pub enum FilterVerdict {
     NotEvaluated,
 }
 
+/// Nodes a batch Filter plugin did not pass, by position, with their status.
+type Rejected = Vec<(usize, Status)>;
+
+/// Batch Filter calls sent ahead of the per-node plugins, with a cycle's
+/// candidates ([`Framework::start_batch_filters`]).
+pub struct BatchFiltersAhead {
+    calls: Vec<AheadCall>,
+    /// How many nodes were sent.
+    sent: usize,
+}
+
+struct AheadCall {
+    filter_index: usize,
+    /// The plugin's Score position, when its scores were asked for.
+    score_index: Option<usize>,
+    call: BatchFilterCall,
+}
+
+impl std::fmt::Debug for BatchFiltersAhead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchFiltersAhead")
+            .field("calls", &self.calls.len())
+            .field("sent", &self.sent)
+            .finish()
+    }
+}
+
 /// Scores of the feasible nodes, as computed by [`Framework::run_score`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScoreResult {
@@ -128,6 +156,10 @@ pub struct Framework {
     filter: Vec<Arc<dyn FilterPlugin>>,
     /// Filter plugins (by position) that judge nodes in batches.
     batch_filter: PluginMask,
+    /// Per Filter plugin: the position among the Score plugins of the same
+    /// batch plugin when its Filter call may bring its scores (it scores in
+    /// this profile, and has no PreScore here to run first).
+    fused_score: Vec<Option<usize>>,
     post_filter: Vec<Arc<dyn PostFilterPlugin>>,
     pre_score: Vec<PreScoreEntry>,
     score: Vec<ScoreEntry>,
@@ -442,6 +474,20 @@ impl Framework {
             }
         }
         let score_names: Vec<&'static str> = score.iter().map(|s| s.plugin.name()).collect();
+        let pre_score_names: Vec<&'static str> = list(ExtensionPoint::PreScore)
+            .iter()
+            .map(|(p, _)| p.name())
+            .collect();
+        let fused_score = filter
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let j = score_names.iter().position(|n| *n == p.name())?;
+                let batch_scores = score[j].plugin.as_batch().is_some();
+                (batch_filter.contains(i) && batch_scores && !pre_score_names.contains(&p.name()))
+                    .then_some(j)
+            })
+            .collect();
 
         // Event registrations of the plugins that can reject pods.
         let mut events: Vec<PluginEvents> = Vec::new();
@@ -500,6 +546,7 @@ impl Framework {
                 .collect(),
             filter,
             batch_filter,
+            fused_score,
             post_filter: typed(ExtensionPoint::PostFilter)
                 .map(|p| p.as_post_filter().expect("checked"))
                 .collect(),
@@ -541,6 +588,15 @@ impl Framework {
         let _ = self.metrics.set(m);
     }
 
+    /// Resolves this profile's label sets in `metrics` and records there
+    /// from now on (once; later calls are ignored).
+    pub fn attach_metrics(&self, metrics: &Arc<Metrics>) {
+        let m = metrics.attach(self.profile_name(), &|p| {
+            self.plugin_names(metric_point_plugins(p)).to_vec()
+        });
+        self.set_metrics(m);
+    }
+
     /// The profile's metrics, if attached.
     pub fn metrics(&self) -> Option<&FrameworkMetrics> {
         self.metrics.get()
@@ -557,7 +613,7 @@ impl Framework {
     #[inline]
     pub fn point_done(&self, p: Point, code: Code, started: Option<Instant>) {
         if let (Some(t), Some(m)) = (started, self.metrics.get()) {
-            m.point(p, code, t.elapsed());
+            m.point(p, code as usize, t.elapsed());
         }
     }
 
@@ -587,7 +643,7 @@ impl Framework {
     #[inline]
     fn plugin_done(&self, p: Point, index: usize, code: Code, started: Option<Instant>) {
         if let (Some(t), Some(m)) = (started, self.metrics.get()) {
-            m.plugin(p, index, code, t.elapsed());
+            m.plugin(p, index, code as usize, t.elapsed());
         }
     }
 
@@ -950,6 +1006,230 @@ impl Framework {
         Ok(())
     }
 
+    /// Sends the batch Filter plugins' calls for `window` (the cycle's
+    /// candidates, in evaluation order) now, before the per-node plugins
+    /// run, asking for the scores of plugins that also score in this
+    /// profile without a PreScore. [`Framework::finish_batch_filters`]
+    /// awaits them. `None` when no batch plugin can be asked ahead.
+    pub fn start_batch_filters(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        window: NodeWindow<'_>,
+    ) -> Option<BatchFiltersAhead> {
+        if self.batch_filter.is_empty() || window.is_empty() {
+            return None;
+        }
+        let mut calls = Vec::new();
+        for (i, p) in self.filter.iter().enumerate() {
+            if !self.batch_filter.contains(i) || state.skip_filter.contains(i) {
+                continue;
+            }
+            let Some(batch) = p.as_batch() else {
+                continue;
+            };
+            let score = self.fused_score[i];
+            if let Some(call) = batch.start_filter_nodes(state, pod, window, score.is_some()) {
+                calls.push(AheadCall {
+                    filter_index: i,
+                    score_index: score,
+                    call,
+                });
+            }
+        }
+        (!calls.is_empty()).then_some(BatchFiltersAhead {
+            calls,
+            sent: window.len(),
+        })
+    }
+
+    /// Runs the batch Filter plugins on `nodes` (those the per-node plugins
+    /// kept), as [`Framework::run_batch_filters`] does, using the calls
+    /// `ahead` sent: `offsets[k]` is the position of `nodes[k]` in the
+    /// window sent; a node past the window is judged by a second call with
+    /// such nodes only. The result (kept nodes, rejections, errors) is that
+    /// of `run_batch_filters` on `nodes`: each plugin only counts for the
+    /// nodes the plugins before it kept. Scores that came along are kept in
+    /// `state` for [`Framework::run_score`] on the nodes kept.
+    pub async fn finish_batch_filters(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        ahead: Option<BatchFiltersAhead>,
+        nodes: &mut Vec<Arc<NodeInfo>>,
+        offsets: &[usize],
+        reject: &mut (dyn FnMut(&'static str, &Arc<NodeInfo>, Status) + Send),
+    ) -> Result<(), Status> {
+        state.prefetched_scores = None;
+        let Some(mut ahead) = ahead else {
+            return self.run_batch_filters(state, pod, nodes, reject).await;
+        };
+        let mut offsets = offsets.to_vec();
+        // Per Score plugin, a raw score per node of `nodes`.
+        let mut fused: Vec<(usize, Vec<i64>)> = Vec::new();
+        for (i, p) in self.filter.iter().enumerate() {
+            if !self.batch_filter.contains(i) || state.skip_filter.contains(i) || nodes.is_empty() {
+                continue;
+            }
+            let Some(batch) = p.as_batch() else {
+                continue;
+            };
+            let name = p.name();
+            let wraps = p.wraps_errors();
+            let failure = |s: Status| {
+                if wraps || s.is_rejected() {
+                    self.filter_failure(name, s)
+                } else {
+                    Status::error(s.message()).with_plugin(name)
+                }
+            };
+            let bad_count = |got: usize, want: usize| {
+                Status::error(format!(
+                    "running {name:?} filter plugin: {got} verdicts for {want} nodes"
+                ))
+                .with_plugin(name)
+            };
+            let early = ahead
+                .calls
+                .iter()
+                .position(|c| c.filter_index == i)
+                .map(|at| ahead.calls.swap_remove(at));
+            // The nodes (by position in `nodes`) this plugin did not pass,
+            // ascending, and the raw scores of all of them if they came.
+            let (rejected, scores): (Rejected, Option<(usize, Vec<i64>)>) = match early {
+                None => {
+                    let statuses = batch
+                        .filter_nodes(state, pod, nodes)
+                        .await
+                        .map_err(failure)?;
+                    if statuses.len() != nodes.len() {
+                        return Err(bad_count(statuses.len(), nodes.len()));
+                    }
+                    let rejected = statuses
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(_, s)| !s.is_success())
+                        .collect();
+                    (rejected, None)
+                }
+                Some(c) => {
+                    let mut answer = c.call.await.map_err(failure)?;
+                    if !answer.rejected.is_sorted_by_key(|(at, _)| *at) {
+                        answer.rejected.sort_by_key(|(at, _)| *at);
+                    }
+                    if answer.nodes != ahead.sent {
+                        return Err(bad_count(answer.nodes, ahead.sent));
+                    }
+                    // Nodes past the window sent: asked about now.
+                    let beyond: Vec<usize> = (0..nodes.len())
+                        .filter(|k| offsets[*k] >= ahead.sent)
+                        .collect();
+                    let rest = if beyond.is_empty() {
+                        None
+                    } else {
+                        let listed: Vec<Arc<NodeInfo>> =
+                            beyond.iter().map(|k| nodes[*k].clone()).collect();
+                        let call = batch.start_filter_nodes(
+                            state,
+                            pod,
+                            NodeWindow::of(&listed),
+                            c.score_index.is_some(),
+                        );
+                        let rest = match call {
+                            Some(call) => call.await.map_err(failure)?,
+                            None => BatchFilterAnswer::from_statuses(
+                                batch
+                                    .filter_nodes(state, pod, &listed)
+                                    .await
+                                    .map_err(failure)?,
+                            ),
+                        };
+                        if rest.nodes != listed.len() {
+                            return Err(bad_count(rest.nodes, listed.len()));
+                        }
+                        let mut rest = rest;
+                        rest.rejected.sort_by_key(|(at, _)| *at);
+                        Some(rest)
+                    };
+                    // Offsets ascend with positions in `nodes`: one merge.
+                    let mut rejected = Vec::new();
+                    let mut sent = answer.rejected.iter().peekable();
+                    for (k, &o) in offsets.iter().enumerate() {
+                        if o >= ahead.sent {
+                            break;
+                        }
+                        while sent.next_if(|(at, _)| *at < o).is_some() {}
+                        if let Some((_, s)) = sent.next_if(|(at, _)| *at == o) {
+                            rejected.push((k, s.clone()));
+                        }
+                    }
+                    if let Some(r) = &rest {
+                        for (j, s) in &r.rejected {
+                            if let Some(k) = beyond.get(*j) {
+                                rejected.push((*k, s.clone()));
+                            }
+                        }
+                    }
+                    let scores = c.score_index.and_then(|j| {
+                        let head = answer.scores.as_ref()?;
+                        let tail = match &rest {
+                            None => None,
+                            Some(r) => Some(r.scores.as_ref()?),
+                        };
+                        let mut next_beyond = 0;
+                        let v = offsets
+                            .iter()
+                            .map(|&o| {
+                                if o < ahead.sent {
+                                    head.get(o).copied().unwrap_or(0)
+                                } else {
+                                    next_beyond += 1;
+                                    tail.and_then(|t| t.get(next_beyond - 1).copied())
+                                        .unwrap_or(0)
+                                }
+                            })
+                            .collect();
+                        Some((j, v))
+                    });
+                    (rejected, scores)
+                }
+            };
+            if let Some(s) = scores {
+                fused.push(s);
+            }
+            let mut kept = 0;
+            let mut rejected = rejected.into_iter().peekable();
+            for k in 0..nodes.len() {
+                if let Some((_, s)) = rejected.next_if(|(at, _)| *at == k) {
+                    let s = failure(s);
+                    if s.code() == Code::Error {
+                        return Err(s);
+                    }
+                    reject(name, &nodes[k], s);
+                    continue;
+                }
+                nodes.swap(kept, k);
+                offsets.swap(kept, k);
+                for (_, v) in &mut fused {
+                    v.swap(kept, k);
+                }
+                kept += 1;
+            }
+            nodes.truncate(kept);
+            offsets.truncate(kept);
+            for (_, v) in &mut fused {
+                v.truncate(kept);
+            }
+        }
+        if !fused.is_empty() && !nodes.is_empty() {
+            state.prefetched_scores = Some(Arc::new(PrefetchedScores {
+                nodes: nodes.iter().map(|n| Arc::as_ptr(n) as usize).collect(),
+                scores: fused,
+            }));
+        }
+        Ok(())
+    }
+
     /// The Score plugins and their weights, in order.
     pub fn score_weights(&self) -> Vec<(&'static str, i64)> {
         self.score
@@ -1158,31 +1438,38 @@ impl Framework {
         let np = active.len();
         let n = nodes.len();
         let mut raw = vec![0i64; n * np];
-        // Batch plugins first: one call each for all nodes.
+        // Scores that came with the batch Filter calls, if they are for
+        // exactly these nodes.
+        let prefetched = state.prefetched_scores.as_ref().filter(|p| {
+            p.nodes.len() == n
+                && p.nodes
+                    .iter()
+                    .zip(nodes)
+                    .all(|(a, b)| *a == Arc::as_ptr(b) as usize)
+        });
+        // Batch plugins first: one call each for all nodes, sent now (the
+        // first poll puts a remote request on its way) and awaited after
+        // the per-node plugins ran, so that the two overlap.
+        type Scores = Result<Vec<i64>, Status>;
+        type BatchScores<'f> =
+            std::pin::Pin<Box<dyn std::future::Future<Output = Scores> + Send + 'f>>;
+        // (position, timer, the call, its answer if it came at once)
+        type Started<'f> = (usize, Option<Instant>, BatchScores<'f>, Option<Scores>);
+        let mut batches: Vec<Started<'_>> = Vec::new();
         for (pi, e) in active.iter().enumerate() {
             let Some(batch) = e.plugin.as_batch() else {
                 continue;
             };
-            let name = e.plugin.name();
             let t = self.plugin_timer(state);
-            let scores = batch.score_nodes(state, pod, nodes).await;
-            let code = scores.as_ref().map_or_else(|s| s.code(), |_| Code::Success);
-            self.plugin_done(Point::Score, slot[pi], code, t);
-            let scores = scores.map_err(|s| {
-                Status::error(format!(
-                    "running Score plugins: plugin {name:?} failed with: {}",
-                    s.message()
-                ))
-            })?;
-            if scores.len() != n {
-                return Err(Status::error(format!(
-                    "running Score plugins: plugin {name:?} returned {} scores for {n} nodes",
-                    scores.len()
-                )));
-            }
-            for (ni, v) in scores.into_iter().enumerate() {
-                raw[ni * np + pi] = v;
-            }
+            let early = prefetched
+                .and_then(|p| p.scores.iter().find(|(j, _)| *j == slot[pi]))
+                .map(|(_, v)| v.clone());
+            let mut f = match early {
+                Some(v) => batch.score_prefetched(state, pod, nodes, v),
+                None => batch.score_nodes(state, pod, nodes),
+            };
+            let done = (&mut f).now_or_never();
+            batches.push((pi, t, f, done));
         }
         let per_node = active.iter().any(|e| e.plugin.as_batch().is_none());
         let failure: Mutex<Option<Status>> = Mutex::new(None);
@@ -1215,6 +1502,31 @@ impl Framework {
                     }
                 }
             });
+        }
+        for (pi, t, f, done) in batches {
+            let e = active[pi];
+            let name = e.plugin.name();
+            let scores = match done {
+                Some(r) => r,
+                None => f.await,
+            };
+            let code = scores.as_ref().map_or_else(|s| s.code(), |_| Code::Success);
+            self.plugin_done(Point::Score, slot[pi], code, t);
+            let scores = scores.map_err(|s| {
+                Status::error(format!(
+                    "running Score plugins: plugin {name:?} failed with: {}",
+                    s.message()
+                ))
+            })?;
+            if scores.len() != n {
+                return Err(Status::error(format!(
+                    "running Score plugins: plugin {name:?} returned {} scores for {n} nodes",
+                    scores.len()
+                )));
+            }
+            for (ni, v) in scores.into_iter().enumerate() {
+                raw[ni * np + pi] = v;
+            }
         }
         if let Some(s) = failure.into_inner() {
             return Err(s);
@@ -1514,12 +1826,30 @@ thread_local! {
     static PER_NODE_TICK: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
+/// The extension point whose plugin list a metrics point runs.
+fn metric_point_plugins(p: Point) -> ExtensionPoint {
+    match p {
+        Point::PreFilter | Point::PreFilterExtensionAddPod | Point::PreFilterExtensionRemovePod => {
+            ExtensionPoint::PreFilter
+        }
+        Point::Filter => ExtensionPoint::Filter,
+        Point::PostFilter => ExtensionPoint::PostFilter,
+        Point::PreScore => ExtensionPoint::PreScore,
+        Point::Score | Point::ScoreExtensionNormalize => ExtensionPoint::Score,
+        Point::PreBind => ExtensionPoint::PreBind,
+        Point::Bind => ExtensionPoint::Bind,
+        Point::PostBind => ExtensionPoint::PostBind,
+        Point::Reserve | Point::Unreserve => ExtensionPoint::Reserve,
+        Point::Permit => ExtensionPoint::Permit,
+    }
+}
+
 /// A span for one extension point's run: DEBUG, under the `berth::trace`
 /// target, so that it costs one disabled-callsite check unless a tracing
 /// exporter asks for extension points.
 #[inline]
 fn point_span(p: Point) -> tracing::Span {
-    tracing::debug_span!(target: "berth::trace", "extension_point", extension_point = p.label())
+    tracing::debug_span!(target: super::TRACE_TARGET, "extension_point", extension_point = p.label())
 }
 
 /// Adds a Score weight to the running total of weight × 100, failing when

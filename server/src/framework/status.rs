@@ -228,6 +228,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_codes_metrics_slot_is_its_discriminant_and_labels_it_by_name() {
+        let all = [
+            Code::Success,
+            Code::Error,
+            Code::Unschedulable,
+            Code::UnschedulableAndUnresolvable,
+            Code::Wait,
+            Code::Skip,
+            Code::Pending,
+        ];
+        assert_eq!(all.len(), crate::metrics::STATUS_LABELS.len());
+        for c in all {
+            assert_eq!(crate::metrics::STATUS_LABELS[c as usize], c.as_str());
+        }
+    }
+
+    #[test]
     fn message_joins_reasons() {
         let mut s = Status::unschedulable("Insufficient cpu");
         s.push_reason("Insufficient memory");

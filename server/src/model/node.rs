@@ -41,6 +41,9 @@ pub struct NodeSpec {
     pub allocatable: Resource,
     /// status.images.
     pub images: Vec<NodeImage>,
+    /// The compact id remote extenders know the node by (assigned by the
+    /// extender node feed before the cache sees the node; 0 without one).
+    pub feed_id: u32,
 }
 
 impl NodeSpec {
@@ -103,8 +106,15 @@ impl NodeSpec {
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             allocatable,
             images,
+            feed_id: 0,
             node,
         })
+    }
+
+    /// The node with the id the extender node feed gave it.
+    pub fn with_feed_id(mut self, id: u32) -> Self {
+        self.feed_id = id;
+        self
     }
 
     /// The zone the node is in, as `region:\0:zone` (empty when unlabelled):

@@ -1,8 +1,9 @@
 //! Observability: Prometheus metrics, health checks and tracing.
 //!
-//! * [`metrics`]: kube-scheduler's metrics with upstream's names, labels
-//!   and buckets, recorded with relaxed atomics into slots resolved at
-//!   start;
+//! * the metrics themselves live below every layer that records them, in
+//!   [`crate::metrics`] over the Prometheus primitives of [`crate::prom`]
+//!   (both re-exported here); this module renders them as `/metrics`, with
+//!   the kube client's `rest_client_*`;
 //! * [`health`]: `/healthz`, `/livez` and `/readyz` with named checks
 //!   (others, such as leader election, register theirs);
 //! * [`http`]: the HTTP server for both;
@@ -10,10 +11,12 @@
 
 pub mod health;
 pub mod http;
-pub mod metrics;
 pub mod telemetry;
 
-/// The Prometheus primitives, kept below every module that records.
+/// The metrics, recorded below this layer (see [`crate::metrics`]).
+pub use crate::metrics;
+/// The Prometheus primitives, a leaf module below every module that
+/// records (see [`crate::prom`]).
 pub use crate::prom;
 
 use crate::scheduler::Scheduler;
@@ -60,7 +63,13 @@ pub fn render(scheduler: &Scheduler) -> String {
         &[("operation", "binding")],
         scheduler.bindings_in_flight() as u64,
     );
-    metrics::render_extenders(scheduler.extenders().connections(), &mut e);
+    let extenders: Vec<(&str, &metrics::ExtenderMetrics)> = scheduler
+        .extenders()
+        .connections()
+        .iter()
+        .map(|c| (c.name(), c.metrics()))
+        .collect();
+    metrics::render_extenders(&extenders, &mut e);
     crate::cluster::kube::rest_metrics().render(&mut e);
     e.finish()
 }

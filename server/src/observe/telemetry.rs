@@ -16,8 +16,7 @@ use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-/// The target of berth's trace spans.
-pub const TRACE_TARGET: &str = "berth::trace";
+pub use crate::framework::TRACE_TARGET;
 
 /// How logs are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

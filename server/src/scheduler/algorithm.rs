@@ -6,7 +6,9 @@ use std::sync::Arc;
 pub use crate::rng::FastRng;
 
 use crate::cache::{NodeInfo, Snapshot};
-use crate::framework::{Code, CycleState, Diagnosis, FitError, Framework, NominatedPods, Status};
+use crate::framework::{
+    Code, CycleState, Diagnosis, FitError, Framework, NodeWindow, NominatedPods, Status,
+};
 use crate::model::PodInfo;
 
 /// Below this many nodes, every node is evaluated.
@@ -53,6 +55,10 @@ async fn run_batch_filters(
     .map_err(ScheduleError::Error)
 }
 
+/// The nodes that passed the per-node Filter plugins, how many nodes were
+/// evaluated, and each passing node's position in the evaluation order.
+type Passed = (Vec<Arc<NodeInfo>>, usize, Vec<usize>);
+
 /// Why no node was chosen.
 #[derive(Debug, Clone)]
 pub enum ScheduleError {
@@ -84,6 +90,10 @@ pub struct Algorithm {
     /// The global percentageOfNodesToScore (0: adaptive).
     pub percentage_of_nodes_to_score: i32,
     rng: FastRng,
+    /// Nodes evaluated per feasible node found, as last seen (smoothed):
+    /// how far past the wanted count the sampling window sent ahead to
+    /// batch Filter plugins reaches.
+    evaluated_per_feasible: f64,
 }
 
 /// The feasible nodes found and what was learned about the others.
@@ -103,6 +113,7 @@ impl Algorithm {
             next_start_node_index: 0,
             percentage_of_nodes_to_score,
             rng,
+            evaluated_per_feasible: 1.0,
         }
     }
 
@@ -212,6 +223,24 @@ impl Algorithm {
                 )));
         }
         let nodes: &[Arc<NodeInfo>] = restricted.as_deref().unwrap_or(all);
+        // Batch Filter plugins (remote extenders) get the candidates the
+        // sampling will look at now, so that their round trip overlaps the
+        // per-node plugins; their verdicts only count for the nodes those
+        // keep, which is what judging the kept nodes afterwards gives.
+        let ahead = if fw.has_batch_filters() {
+            let want = self.num_to_find(fw, nodes.len());
+            let reach = (want as f64 * self.evaluated_per_feasible).ceil() as usize;
+            let window = NodeWindow::rotated(nodes, self.next_start_node_index, reach.max(want));
+            fw.start_batch_filters(state, pod, window)
+        } else {
+            None
+        };
+        if ahead.is_some() {
+            // Let the requests leave now: the tasks that write them to the
+            // network were woken on this thread, and would otherwise wait
+            // until the per-node plugins below are done.
+            tokio::task::yield_now().await;
+        }
         let timer = fw.point_timer(state);
         let passed = self.find_nodes_that_pass_filters(
             fw,
@@ -227,9 +256,27 @@ impl Algorithm {
         } else {
             Code::Error
         };
-        fw.point_done(crate::observe::metrics::Point::Filter, code, timer);
-        let (mut feasible, evaluated) = passed?;
-        run_batch_filters(fw, state, pod, &mut feasible, &mut diagnosis).await?;
+        fw.point_done(crate::metrics::Point::Filter, code, timer);
+        let (mut feasible, evaluated, offsets) = passed?;
+        if !feasible.is_empty() {
+            let observed = evaluated as f64 / feasible.len() as f64;
+            self.evaluated_per_feasible = (self.evaluated_per_feasible + observed) / 2.0;
+        }
+        if fw.has_batch_filters() {
+            fw.finish_batch_filters(
+                state,
+                pod,
+                ahead,
+                &mut feasible,
+                &offsets,
+                &mut |_, node, s| {
+                    diagnosis.add_plugin_status(&s);
+                    diagnosis.node_to_status.set(Arc::from(node.name()), s);
+                },
+            )
+            .await
+            .map_err(ScheduleError::Error)?;
+        }
         Ok(Feasible {
             nodes: feasible,
             diagnosis,
@@ -251,29 +298,28 @@ impl Algorithm {
         num_all_nodes: usize,
         nominated: &NominatedPods,
         diagnosis: &mut Diagnosis,
-    ) -> Result<(Vec<Arc<NodeInfo>>, usize), ScheduleError> {
+    ) -> Result<Passed, ScheduleError> {
         let n = nodes.len();
         if n == 0 {
-            return Ok((Vec::new(), 0));
+            return Ok((Vec::new(), 0, Vec::new()));
         }
-        let percentage = fw
-            .percentage_of_nodes_to_score()
-            .unwrap_or(self.percentage_of_nodes_to_score);
-        let mut want = num_feasible_nodes_to_find(percentage, n);
-        if !fw.has_score_plugins() {
-            // Without scoring, any feasible node will do.
-            want = 1;
-        }
+        let want = self.num_to_find(fw, n);
         let start = self.next_start_node_index;
         let at = |i: usize| &nodes[(start + i) % n];
         if !fw.has_filter_plugins() {
             let take = want.min(n);
             self.next_start_node_index = (start + take) % num_all_nodes;
-            return Ok(((0..take).map(|i| at(i).clone()).collect(), take));
+            return Ok((
+                (0..take).map(|i| at(i).clone()).collect(),
+                take,
+                (0..take).collect(),
+            ));
         }
 
         let parallelizer = fw.handle().parallelizer();
         let mut feasible = Vec::with_capacity(want.min(n));
+        // Each feasible node's position in the evaluation order.
+        let mut offsets = Vec::with_capacity(want.min(n));
         let mut statuses: Vec<Status> = Vec::new();
         let mut processed = 0;
         while processed < n && feasible.len() < want {
@@ -289,6 +335,7 @@ impl Algorithm {
                 let node = at(processed + i);
                 if status.is_success() {
                     feasible.push(node.clone());
+                    offsets.push(processed + i);
                     if feasible.len() == want {
                         processed += i + 1;
                         break;
@@ -305,7 +352,21 @@ impl Algorithm {
             }
         }
         self.next_start_node_index = (start + processed) % num_all_nodes;
-        Ok((feasible, processed))
+        Ok((feasible, processed, offsets))
+    }
+
+    /// How many feasible nodes the search looks for among `n`: the
+    /// sampling's count (percentageOfNodesToScore), or one when nothing
+    /// scores.
+    fn num_to_find(&self, fw: &Framework, n: usize) -> usize {
+        if !fw.has_score_plugins() {
+            // Without scoring, any feasible node will do.
+            return 1;
+        }
+        let percentage = fw
+            .percentage_of_nodes_to_score()
+            .unwrap_or(self.percentage_of_nodes_to_score);
+        num_feasible_nodes_to_find(percentage, n)
     }
 
     /// Scores the feasible nodes; totals in the same order.

@@ -31,11 +31,10 @@ pub(crate) async fn run(
     while let Some(change) = changes.recv().await {
         match change {
             ClusterChange::Node(e) => {
-                // Extenders learn of a node before any request can name it.
-                if let Some(feed) = &shared.node_feed {
-                    feed.apply(&e);
-                }
-                on_node(&shared, e)
+                // Extenders learn of a node (and the id requests name it
+                // by) before any request can name it.
+                let feed_id = shared.node_feed.as_ref().map_or(0, |feed| feed.apply(&e));
+                on_node(&shared, e, feed_id)
             }
             ClusterChange::Pod(e) => on_pod(&shared, e),
             ClusterChange::Object(e) => on_object(&shared, e),
@@ -62,9 +61,9 @@ pub(crate) async fn run(
     tracing::info!("cluster change stream ended");
 }
 
-fn node_spec(node: &Arc<Node>) -> Option<Arc<NodeSpec>> {
+fn node_spec(node: &Arc<Node>, feed_id: u32) -> Option<Arc<NodeSpec>> {
     match NodeSpec::new(node.clone()) {
-        Ok(n) => Some(Arc::new(n)),
+        Ok(n) => Some(Arc::new(n.with_feed_id(feed_id))),
         Err(e) => {
             let name = node.metadata.name.as_deref().unwrap_or("<unnamed>");
             tracing::error!(node = name, error = %e, "ignoring invalid node");
@@ -85,10 +84,12 @@ fn pod_info(pod: &Arc<Pod>) -> Option<PodRef> {
     }
 }
 
-fn on_node(shared: &Shared, e: WatchEvent<Arc<Node>>) {
+fn on_node(shared: &Shared, e: WatchEvent<Arc<Node>>, feed_id: u32) {
     match e {
         WatchEvent::Added(n) => {
-            let Some(n) = node_spec(&n) else { return };
+            let Some(n) = node_spec(&n, feed_id) else {
+                return;
+            };
             shared.cache.lock().add_node(n.clone());
             shared.queue.move_all_to_active_or_backoff(
                 ClusterEvent::NODE_ADD,
@@ -98,9 +99,13 @@ fn on_node(shared: &Shared, e: WatchEvent<Arc<Node>>) {
             );
         }
         WatchEvent::Modified { old, new } => {
-            let Some(new) = node_spec(&new) else { return };
+            let Some(new) = node_spec(&new, feed_id) else {
+                return;
+            };
             shared.cache.lock().update_node(new.clone());
-            let Some(old) = node_spec(&old) else { return };
+            let Some(old) = node_spec(&old, feed_id) else {
+                return;
+            };
             for event in node_scheduling_property_changes(&old, &new) {
                 shared.queue.move_all_to_active_or_backoff(
                     event,
@@ -111,7 +116,9 @@ fn on_node(shared: &Shared, e: WatchEvent<Arc<Node>>) {
             }
         }
         WatchEvent::Deleted(n) => {
-            let Some(n) = node_spec(&n) else { return };
+            let Some(n) = node_spec(&n, feed_id) else {
+                return;
+            };
             shared.queue.move_all_to_active_or_backoff(
                 ClusterEvent::NODE_DELETE,
                 Some(EventObject::Node(n.clone())),

@@ -268,7 +268,7 @@ pub(crate) struct Shared {
     /// Counters and latencies.
     pub metrics: Arc<SchedulerMetrics>,
     /// kube-scheduler's Prometheus metrics.
-    pub prom: Arc<crate::observe::metrics::Metrics>,
+    pub prom: Arc<crate::metrics::Metrics>,
 }
 
 /// A running scheduler's public face.
@@ -363,9 +363,9 @@ impl Scheduler {
         let http_extenders = Arc::new(HttpExtenders::new(&config.http_extenders, &handle)?);
         http_extenders.register(&mut registry, &handle)?;
         let profiles = build_profiles(config, &registry, &handle)?;
-        let prom = Arc::new(crate::observe::metrics::Metrics::default());
+        let prom = Arc::new(crate::metrics::Metrics::default());
         for fw in profiles.values() {
-            fw.set_metrics(prom.attach(fw));
+            fw.attach_metrics(&prom);
         }
         let queue = SchedulingQueue::new(
             QueueConfig {
@@ -421,6 +421,10 @@ impl Scheduler {
             if ready.wait_for(|s| *s).await.is_err() {
                 return;
             }
+            // And, with remote extenders, once each has said Hello and been
+            // sent the nodes (or its startupTimeout passed): the first
+            // cycles must not run without them.
+            loop_shared.extenders.wait_started().await;
             schedule_one::Loop::new(loop_shared, algorithm)
                 .run(leader)
                 .await;
@@ -434,7 +438,7 @@ impl Scheduler {
     }
 
     /// kube-scheduler's metrics, as `/metrics` shows them.
-    pub fn prometheus(&self) -> &Arc<crate::observe::metrics::Metrics> {
+    pub fn prometheus(&self) -> &Arc<crate::metrics::Metrics> {
         &self.shared.prom
     }
 

@@ -15,13 +15,13 @@ use super::{EventKind, SchedulingEvent, Shared};
 use crate::cache::Snapshot;
 use crate::cluster::PodScheduledCondition;
 use crate::framework::FitError;
+use crate::framework::TRACE_TARGET;
 use crate::framework::{
     ClusterEvent, Code, CycleState, Diagnosis, EventObject, EventType, Eviction, Framework,
     NominatingInfo, PodEvent, QueuedPodInfo, Status,
 };
+use crate::metrics::AttemptResult;
 use crate::model::{PodInfo, PodRef};
-use crate::observe::metrics::AttemptResult;
-use crate::observe::telemetry::TRACE_TARGET;
 
 /// Why an attempt failed, with what the requeue and the messages need.
 struct Failure {

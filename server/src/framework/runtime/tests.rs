@@ -28,6 +28,8 @@ struct Behaviour {
     bind: Option<Status>,
     /// Filter and Score through the batch traits.
     batch: bool,
+    /// Batch Filter can also be sent ahead (and bring the scores).
+    ahead: bool,
 }
 
 type Log = Arc<Mutex<Vec<String>>>;
@@ -101,8 +103,48 @@ impl BatchFilter for TestPlugin {
         nodes: &[Arc<NodeInfo>],
     ) -> Result<Vec<Status>, Status> {
         self.note(&format!("FilterBatch({})", names(nodes)));
+        self.verdicts(nodes.iter())
+    }
+
+    fn start_filter_nodes(
+        &self,
+        _: &CycleState,
+        _: &PodInfo,
+        nodes: NodeWindow<'_>,
+        score: bool,
+    ) -> Option<BatchFilterCall> {
+        if !self.b.ahead {
+            return None;
+        }
+        let listed: Vec<Arc<NodeInfo>> = nodes.iter().cloned().collect();
+        self.note(&format!(
+            "FilterAhead({}{})",
+            names(&listed),
+            if score { " +score" } else { "" }
+        ));
+        let statuses = self.verdicts(listed.iter());
+        let scores = score.then(|| {
+            listed
+                .iter()
+                .map(|n| self.b.score.get(n.name()).copied().unwrap_or(0))
+                .collect()
+        });
+        Some(Box::pin(async move {
+            let mut answer = BatchFilterAnswer::from_statuses(statuses?);
+            answer.scores = scores;
+            Ok(answer)
+        }))
+    }
+}
+
+impl TestPlugin {
+    /// Batch verdicts (a node's error is that node's status: the framework
+    /// fails the attempt only for a node it still considers).
+    fn verdicts<'a>(
+        &self,
+        nodes: impl Iterator<Item = &'a Arc<NodeInfo>>,
+    ) -> Result<Vec<Status>, Status> {
         Ok(nodes
-            .iter()
             .map(|n| self.b.filter.get(n.name()).cloned().unwrap_or_default())
             .collect())
     }
@@ -121,6 +163,17 @@ impl BatchScore for TestPlugin {
             .iter()
             .map(|n| self.b.score.get(n.name()).copied().unwrap_or(0))
             .collect())
+    }
+
+    async fn score_prefetched(
+        &self,
+        _: &CycleState,
+        _: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        raw: Vec<i64>,
+    ) -> Result<Vec<i64>, Status> {
+        self.note(&format!("ScorePrefetched({})", names(nodes)));
+        Ok(raw)
     }
 }
 
@@ -642,6 +695,155 @@ async fn batch_plugins_judge_the_survivors_of_per_node_plugins_in_one_call() {
         ["B.FilterBatch(n2,n3)", "B.ScoreBatch(n2,n3)"],
         "one call per cycle, never per node"
     );
+}
+
+/// Batch Filter calls sent ahead with a window of candidates give what
+/// judging the per-node survivors afterwards gives: the same nodes kept,
+/// the same rejections (by the same plugin), the same error, the same
+/// scores; whatever the window's length (nodes past it are asked about in
+/// a second call), and with a later plugin's verdicts on nodes an earlier
+/// one rejected ignored, as if never asked.
+#[tokio::test]
+async fn batch_filters_sent_ahead_give_the_outcome_of_judging_the_survivors_afterwards() {
+    let names10: Vec<&'static str> =
+        vec!["n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9"];
+    let native = Behaviour {
+        filter: HashMap::from([
+            ("n1", Status::unschedulable("A says no")),
+            ("n4", Status::unresolvable("A never")),
+        ]),
+        score: names10
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (*n, i as i64))
+            .collect(),
+        ..Default::default()
+    };
+    let b = |ahead| Behaviour {
+        filter: HashMap::from([
+            ("n2", Status::unschedulable("B says no")),
+            ("n7", Status::unresolvable("B never")),
+        ]),
+        score: names10
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (*n, (i * 7 % 10) as i64 * 10))
+            .collect(),
+        batch: true,
+        ahead,
+        ..Default::default()
+    };
+    // C errs on n2, which B rejects first: never asked about it, so no error.
+    let c = |ahead, error_on: &'static str| Behaviour {
+        filter: HashMap::from([
+            (error_on, Status::error("C broke")),
+            ("n5", Status::unschedulable("C says no")),
+        ]),
+        score: names10
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (*n, 100 - 10 * i as i64))
+            .collect(),
+        batch: true,
+        ahead,
+        ..Default::default()
+    };
+    let yaml = indent(
+        "filter:\n  enabled: [{name: A}, {name: B}, {name: C}]\nscore:\n  enabled: [{name: A}, {name: B, weight: 2}, {name: C, weight: 3}]",
+    );
+    type Outcome = Result<(Vec<String>, Vec<(String, String, String)>, ScoreResult), String>;
+    async fn run(f: &Fixture, all: &[Arc<NodeInfo>], window: Option<usize>) -> Outcome {
+        let mut st = CycleState::new();
+        let pod = pod();
+        let ahead = window.and_then(|k| {
+            f.fw.start_batch_filters(&st, &pod, NodeWindow::rotated(all, 0, k))
+        });
+        let mut kept = Vec::new();
+        let mut offsets = Vec::new();
+        for (i, n) in all.iter().enumerate() {
+            if f.fw.run_filter(&st, &pod, n).is_success() {
+                kept.push(n.clone());
+                offsets.push(i);
+            }
+        }
+        let mut rejected = Vec::new();
+        let mut reject = |p: &'static str, n: &Arc<NodeInfo>, s: Status| {
+            rejected.push((p.to_string(), n.name().to_string(), s.message()))
+        };
+        let r = match window {
+            Some(_) => {
+                f.fw.finish_batch_filters(&mut st, &pod, ahead, &mut kept, &offsets, &mut reject)
+                    .await
+            }
+            None => {
+                f.fw.run_batch_filters(&st, &pod, &mut kept, &mut reject)
+                    .await
+            }
+        };
+        r.map_err(|s| s.message())?;
+        let scores =
+            f.fw.run_score(&st, &pod, &kept)
+                .await
+                .map_err(|s| s.message())?;
+        Ok((
+            kept.iter().map(|n| n.name().to_string()).collect(),
+            rejected,
+            scores,
+        ))
+    }
+    for error_on in ["n2", "n3"] {
+        let sequential = fixture(
+            &yaml,
+            &[
+                ("A", native.clone()),
+                ("B", b(false)),
+                ("C", c(false, error_on)),
+            ],
+        )
+        .unwrap();
+        let ten: Vec<Arc<NodeInfo>> = names10
+            .iter()
+            .map(|n| Arc::new(NodeInfo::new(Arc::new(make_node(n).cpu("1").build()))))
+            .collect();
+        let want = run(&sequential, &ten, None).await;
+        if error_on == "n2" {
+            let (kept, rejected, _) = want.as_ref().unwrap();
+            assert_eq!(kept.join(","), "n0,n3,n6,n8,n9");
+            assert_eq!(rejected.len(), 3);
+        } else {
+            assert_eq!(
+                want.as_ref().unwrap_err(),
+                "running \"C\" filter plugin: C broke"
+            );
+        }
+        let ahead = fixture(
+            &yaml,
+            &[
+                ("A", native.clone()),
+                ("B", b(true)),
+                ("C", c(true, error_on)),
+            ],
+        )
+        .unwrap();
+        for k in [1, 3, 6, 10] {
+            let got = run(&ahead, &ten, Some(k)).await;
+            assert_eq!(got, want, "error on {error_on}, window of {k}");
+            let log = taken(&ahead.log);
+            let calls: Vec<&String> = log
+                .iter()
+                .filter(|l| l.starts_with("B.") || l.starts_with("C."))
+                .collect();
+            // Filter goes ahead with the window, with the scores.
+            assert!(
+                calls[0].starts_with("B.FilterAhead(") && calls[0].ends_with(" +score)"),
+                "{calls:?}"
+            );
+            if error_on == "n2" {
+                // Never a separate Score call: the scores came along.
+                assert!(!calls.iter().any(|l| l.contains("ScoreBatch")), "{calls:?}");
+            }
+        }
+    }
 }
 
 #[test]

@@ -1,13 +1,19 @@
-//! kube-scheduler's metrics (pkg/scheduler/metrics), with upstream's names,
-//! labels and buckets, resolved to array slots when the scheduler starts:
-//! recording is an array index and a few relaxed atomic adds.
+//! The metrics every layer records into: kube-scheduler's (pkg/scheduler/
+//! metrics, with upstream's names, labels and buckets) and berth's own for
+//! remote extenders, resolved to array slots when the scheduler starts, so
+//! that recording is an array index and a few relaxed atomic adds.
+//!
+//! This module sits below everything that records (the framework, the
+//! scheduler, the extenders) and imports nothing of the crate but the
+//! Prometheus primitives of the leaf [`crate::prom`]: callers pass plain
+//! slots and names (a framework status code is its `Code as usize`, whose
+//! label is [`STATUS_LABELS`] at that index). `observe` renders it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::prom::{Counter, Exposition, Histogram, exponential_buckets};
-use crate::framework::{Code, ExtensionPoint, Framework};
+use crate::prom::{Counter, Exposition, Gauge, Histogram, exponential_buckets};
 
 /// Upstream samples plugin execution times in this share of scheduling
 /// cycles (pluginMetricsSamplePercent); berth samples every tenth cycle.
@@ -71,47 +77,19 @@ impl Point {
             Self::Permit => "Permit",
         }
     }
-
-    /// The profile's extension point whose plugin list this point runs.
-    fn plugins_of(self) -> ExtensionPoint {
-        match self {
-            Self::PreFilter
-            | Self::PreFilterExtensionAddPod
-            | Self::PreFilterExtensionRemovePod => ExtensionPoint::PreFilter,
-            Self::Filter => ExtensionPoint::Filter,
-            Self::PostFilter => ExtensionPoint::PostFilter,
-            Self::PreScore => ExtensionPoint::PreScore,
-            Self::Score | Self::ScoreExtensionNormalize => ExtensionPoint::Score,
-            Self::PreBind => ExtensionPoint::PreBind,
-            Self::Bind => ExtensionPoint::Bind,
-            Self::PostBind => ExtensionPoint::PostBind,
-            Self::Reserve | Self::Unreserve => ExtensionPoint::Reserve,
-            Self::Permit => ExtensionPoint::Permit,
-        }
-    }
 }
 
-const CODES: [Code; 7] = [
-    Code::Success,
-    Code::Error,
-    Code::Unschedulable,
-    Code::UnschedulableAndUnresolvable,
-    Code::Wait,
-    Code::Skip,
-    Code::Pending,
+/// The `status` label values, by slot: a framework `Code`'s slot is its
+/// discriminant (`Code as usize`), in the order the framework declares them.
+pub const STATUS_LABELS: [&str; 7] = [
+    "Success",
+    "Error",
+    "Unschedulable",
+    "UnschedulableAndUnresolvable",
+    "Wait",
+    "Skip",
+    "Pending",
 ];
-
-fn code_slot(c: Code) -> usize {
-    match c {
-        Code::Success => 0,
-        Code::Error => 1,
-        Code::Unschedulable => 2,
-        Code::UnschedulableAndUnresolvable => 3,
-        Code::Wait => 4,
-        Code::Skip => 5,
-        Code::Pending => 6,
-    }
-}
 
 /// How a scheduling attempt ended (the `result` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +125,7 @@ pub struct ProfileMetrics {
     name: Arc<str>,
     attempts: [Counter; 3],
     attempt_duration: [Histogram; 3],
-    /// `Point::ALL.len() × CODES.len()`.
+    /// `Point::ALL.len() × STATUS_LABELS.len()`.
     points: Box<[Histogram]>,
 }
 
@@ -159,7 +137,7 @@ impl ProfileMetrics {
             name,
             attempts: Default::default(),
             attempt_duration: std::array::from_fn(|_| Histogram::seconds(&b)),
-            points: (0..Point::ALL.len() * CODES.len())
+            points: (0..Point::ALL.len() * STATUS_LABELS.len())
                 .map(|_| Histogram::seconds(&pb))
                 .collect(),
         }
@@ -201,15 +179,24 @@ pub struct FrameworkMetrics {
 impl FrameworkMetrics {
     /// Records an extension point's run.
     #[inline]
-    pub fn point(&self, p: Point, code: Code, took: Duration) {
-        self.profile.points[p as usize * CODES.len() + code_slot(code)].observe_duration(took);
+    pub fn point(&self, p: Point, status: usize, took: Duration) {
+        if let Some(h) = self
+            .profile
+            .points
+            .get(p as usize * STATUS_LABELS.len() + status)
+        {
+            h.observe_duration(took);
+        }
     }
 
     /// Records one plugin's run (in sampled cycles).
     #[inline]
-    pub fn plugin(&self, p: Point, index: usize, code: Code, took: Duration) {
-        if let Some(m) = self.plugins[p as usize].get(index) {
-            m.by_code[code_slot(code)].observe_duration(took);
+    pub fn plugin(&self, p: Point, index: usize, status: usize, took: Duration) {
+        if let Some(h) = self.plugins[p as usize]
+            .get(index)
+            .and_then(|m| m.by_code.get(status))
+        {
+            h.observe_duration(took);
         }
     }
 }
@@ -258,13 +245,19 @@ impl Default for Metrics {
 impl Metrics {
     /// Resolves a framework's label sets: its profile's slot and a slot per
     /// (plugin, point), shared between profiles as upstream's series are.
-    pub fn attach(self: &Arc<Self>, fw: &Framework) -> FrameworkMetrics {
+    /// `plugins` names, per point, the plugins a profile runs there, in
+    /// order (their positions are the `index` of [`FrameworkMetrics::plugin`]).
+    pub fn attach(
+        self: &Arc<Self>,
+        profile_name: &Arc<str>,
+        plugins: &dyn Fn(Point) -> Vec<&'static str>,
+    ) -> FrameworkMetrics {
         let profile = {
             let mut profiles = self.profiles.write();
-            match profiles.iter().find(|p| p.name == *fw.profile_name()) {
+            match profiles.iter().find(|p| p.name == *profile_name) {
                 Some(p) => p.clone(),
                 None => {
-                    let p = Arc::new(ProfileMetrics::new(fw.profile_name().clone()));
+                    let p = Arc::new(ProfileMetrics::new(profile_name.clone()));
                     profiles.push(p.clone());
                     p
                 }
@@ -275,16 +268,16 @@ impl Metrics {
         let plugins = Point::ALL
             .iter()
             .map(|&point| {
-                fw.plugin_names(point.plugins_of())
-                    .iter()
-                    .map(|&plugin| {
+                plugins(point)
+                    .into_iter()
+                    .map(|plugin| {
                         match all.iter().find(|m| m.plugin == plugin && m.point == point) {
                             Some(m) => m.clone(),
                             None => {
                                 let m = Arc::new(PluginMetrics {
                                     plugin,
                                     point,
-                                    by_code: (0..CODES.len())
+                                    by_code: (0..STATUS_LABELS.len())
                                         .map(|_| Histogram::seconds(&pb))
                                         .collect(),
                                 });
@@ -380,15 +373,15 @@ impl Metrics {
         );
         for p in &profiles {
             for (pi, point) in Point::ALL.iter().enumerate() {
-                for (ci, code) in CODES.iter().enumerate() {
-                    let h = &p.points[pi * CODES.len() + ci];
+                for (ci, code) in STATUS_LABELS.iter().enumerate() {
+                    let h = &p.points[pi * STATUS_LABELS.len() + ci];
                     if h.count() > 0 {
                         e.histogram(
                             "scheduler_framework_extension_point_duration_seconds",
                             &[
                                 ("extension_point", point.label()),
                                 ("profile", &p.name),
-                                ("status", code.as_str()),
+                                ("status", code),
                             ],
                             h,
                         );
@@ -402,7 +395,7 @@ impl Metrics {
             "Duration for running a plugin at a specific extension point.",
         );
         for m in self.plugins.read().iter() {
-            for (ci, code) in CODES.iter().enumerate() {
+            for (ci, code) in STATUS_LABELS.iter().enumerate() {
                 let h = &m.by_code[ci];
                 if h.count() > 0 {
                     e.histogram(
@@ -410,7 +403,7 @@ impl Metrics {
                         &[
                             ("extension_point", m.point.label()),
                             ("plugin", m.plugin),
-                            ("status", code.as_str()),
+                            ("status", code),
                         ],
                         h,
                     );
@@ -481,9 +474,45 @@ pub const EXTENDER_POINTS: [&str; 12] = [
     "PostBind",
 ];
 
-/// The `result` label values of remote extender calls.
-pub const EXTENDER_RESULTS: [&str; 5] =
-    ["success", "error", "timeout", "overloaded", "unavailable"];
+/// The `result` label values of remote extender calls: answered; failed
+/// on the extender's side or answered out of protocol; no answer in time;
+/// shed at the concurrency limit; no stream; refused at once by the open
+/// circuit breaker.
+pub const EXTENDER_RESULTS: [&str; 6] = [
+    "success",
+    "error",
+    "timeout",
+    "overloaded",
+    "unavailable",
+    "circuit_open",
+];
+
+/// The `kind` label values of `berth_extender_protocol_errors_total`: the
+/// messages from an extender that berthd cannot use (each also a WARN
+/// naming the extender).
+pub const PROTOCOL_ERROR_KINDS: [&str; 8] = [
+    // A Response whose id berthd never sent on this stream.
+    "unknown_request_id",
+    // A second Response for a request already answered.
+    "duplicate_response",
+    // A Response after berthd stopped waiting (timeout).
+    "late_response",
+    // A PermitDecision for a reservation not waiting on this extender.
+    "unknown_reservation",
+    // A PermitDecision for a reservation already decided.
+    "repeated_decision",
+    // A PermitDecision sent before a Permit answer that was not Wait.
+    "unused_decision",
+    // A second Hello, or a message without content.
+    "unexpected_message",
+    // An answer of the wrong kind or shape for its request.
+    "malformed_response",
+];
+
+/// The states of an extender's circuit breaker, as
+/// `berth_extender_circuit_state` shows them (the gauge's value is the
+/// index).
+pub const CIRCUIT_STATES: [&str; 3] = ["closed", "open", "half_open"];
 
 /// A remote extender's calls by point and result, and their latency by
 /// point.
@@ -528,22 +557,75 @@ impl ExtenderCalls {
     }
 }
 
-/// Writes berth's own metrics of remote extenders.
-pub fn render_extenders(conns: &[Arc<crate::extender::Connection>], e: &mut Exposition) {
+/// What berthd records about one remote extender.
+#[derive(Debug)]
+pub struct ExtenderMetrics {
+    /// Calls by point and result, and their latency.
+    pub calls: ExtenderCalls,
+    /// Unusable messages, by [`PROTOCOL_ERROR_KINDS`] slot.
+    protocol_errors: Box<[Counter]>,
+    /// Failed calls of an ignorable extender that were skipped.
+    pub skipped: Counter,
+    /// Streams opened (handshakes completed).
+    pub sessions: Counter,
+    /// 1 while a stream is open.
+    pub connected: Gauge,
+    /// Unreserves waiting for the extender's acknowledgement.
+    pub pending_unreserves: Gauge,
+    /// The circuit breaker's state, a [`CIRCUIT_STATES`] slot.
+    pub circuit_state: Gauge,
+    /// Times the circuit breaker opened.
+    pub circuit_opened: Counter,
+}
+
+impl Default for ExtenderMetrics {
+    fn default() -> Self {
+        Self {
+            calls: ExtenderCalls::default(),
+            protocol_errors: (0..PROTOCOL_ERROR_KINDS.len())
+                .map(|_| Counter::default())
+                .collect(),
+            skipped: Counter::default(),
+            sessions: Counter::default(),
+            connected: Gauge::default(),
+            pending_unreserves: Gauge::default(),
+            circuit_state: Gauge::default(),
+            circuit_opened: Counter::default(),
+        }
+    }
+}
+
+impl ExtenderMetrics {
+    /// Counts an unusable message of `kind` (a [`PROTOCOL_ERROR_KINDS`]
+    /// slot).
+    #[inline]
+    pub fn protocol_error(&self, kind: usize) {
+        if let Some(c) = self.protocol_errors.get(kind) {
+            c.inc();
+        }
+    }
+
+    /// Unusable messages so far of `kind`.
+    pub fn protocol_errors(&self, kind: usize) -> u64 {
+        self.protocol_errors.get(kind).map_or(0, Counter::get)
+    }
+}
+
+/// Writes berth's own metrics of remote extenders, given by name.
+pub fn render_extenders(extenders: &[(&str, &ExtenderMetrics)], e: &mut Exposition) {
     e.family(
         "berth_extender_calls_total",
         "counter",
         "Calls to remote extenders, by extender, extension point and result.",
     );
-    for c in conns {
-        let calls = &c.stats().by_point;
+    for (name, m) in extenders {
         for (pi, point) in EXTENDER_POINTS.iter().enumerate() {
             for (ri, result) in EXTENDER_RESULTS.iter().enumerate() {
-                let n = calls.count(pi, ri);
+                let n = m.calls.count(pi, ri);
                 if n > 0 {
                     e.sample(
                         "berth_extender_calls_total",
-                        &[("extender", c.name()), ("point", point), ("result", result)],
+                        &[("extender", name), ("point", point), ("result", result)],
                         n,
                     );
                 }
@@ -555,27 +637,43 @@ pub fn render_extenders(conns: &[Arc<crate::extender::Connection>], e: &mut Expo
         "histogram",
         "Latency of calls to remote extenders, by extender and extension point.",
     );
-    for c in conns {
-        let calls = &c.stats().by_point;
+    for (name, m) in extenders {
         for (pi, point) in EXTENDER_POINTS.iter().enumerate() {
-            let h = &calls.durations[pi];
+            let h = &m.calls.durations[pi];
             if h.count() > 0 {
                 e.histogram(
                     "berth_extender_call_duration_seconds",
-                    &[("extender", c.name()), ("point", point)],
+                    &[("extender", name), ("point", point)],
                     h,
                 );
             }
         }
     }
+    e.family(
+        "berth_extender_protocol_errors_total",
+        "counter",
+        "Messages from remote extenders that berthd could not use, by extender and kind.",
+    );
+    for (name, m) in extenders {
+        for (ki, kind) in PROTOCOL_ERROR_KINDS.iter().enumerate() {
+            let n = m.protocol_errors(ki);
+            if n > 0 {
+                e.sample(
+                    "berth_extender_protocol_errors_total",
+                    &[("extender", name), ("kind", kind)],
+                    n,
+                );
+            }
+        }
+    }
     let per_extender = |e: &mut Exposition,
-                        name: &str,
+                        family: &str,
                         kind: &str,
                         help: &str,
-                        f: &dyn Fn(&crate::extender::Connection) -> u64| {
-        e.family(name, kind, help);
-        for c in conns {
-            e.sample(name, &[("extender", c.name())], f(c));
+                        f: &dyn Fn(&ExtenderMetrics) -> u64| {
+        e.family(family, kind, help);
+        for (name, m) in extenders {
+            e.sample(family, &[("extender", name)], f(m));
         }
     };
     per_extender(
@@ -583,27 +681,49 @@ pub fn render_extenders(conns: &[Arc<crate::extender::Connection>], e: &mut Expo
         "berth_extender_skips_total",
         "counter",
         "Failed calls to ignorable remote extenders that were skipped.",
-        &|c| c.stats().skipped.load(Ordering::Relaxed),
+        &|m| m.skipped.get(),
     );
     per_extender(
         e,
         "berth_extender_stream_reconnects_total",
         "counter",
         "Streams to remote extenders opened after the first.",
-        &|c| c.stats().sessions.load(Ordering::Relaxed).saturating_sub(1),
+        &|m| m.sessions.get().saturating_sub(1),
     );
     per_extender(
         e,
         "berth_extender_pending_unreserves",
         "gauge",
         "Unreserves waiting for the remote extender's acknowledgement.",
-        &|c| c.pending_unreserves() as u64,
+        &|m| m.pending_unreserves.get(),
     );
     per_extender(
         e,
         "berth_extender_connected",
         "gauge",
         "Whether the stream to the remote extender is open (1) or not (0).",
-        &|c| u64::from(c.is_connected()),
+        &|m| m.connected.get(),
     );
+    per_extender(
+        e,
+        "berth_extender_circuit_opened_total",
+        "counter",
+        "Times the remote extender's circuit breaker opened.",
+        &|m| m.circuit_opened.get(),
+    );
+    e.family(
+        "berth_extender_circuit_state",
+        "gauge",
+        "The remote extender's circuit breaker: 1 for its current state, 0 for the others.",
+    );
+    for (name, m) in extenders {
+        let now = m.circuit_state.get() as usize;
+        for (si, state) in CIRCUIT_STATES.iter().enumerate() {
+            e.sample(
+                "berth_extender_circuit_state",
+                &[("extender", name), ("state", state)],
+                u64::from(si == now),
+            );
+        }
+    }
 }
