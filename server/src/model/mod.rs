@@ -6,6 +6,7 @@
 //! pre-parsed. The scheduling hot path reads only these.
 
 pub mod affinity;
+pub mod dra;
 pub mod labels;
 pub mod node;
 pub mod pod;

@@ -55,6 +55,10 @@ fn object_path(kind: ObjectKind, namespace: &str, name: &str) -> String {
         ObjectKind::ReplicaSet => ("/apis/apps/v1", "replicasets"),
         ObjectKind::StatefulSet => ("/apis/apps/v1", "statefulsets"),
         ObjectKind::ReplicationController => ("/api/v1", "replicationcontrollers"),
+        ObjectKind::DeviceClass => ("/apis/resource.k8s.io/v1", "deviceclasses"),
+        ObjectKind::ResourceClaim => ("/apis/resource.k8s.io/v1", "resourceclaims"),
+        ObjectKind::ResourceClaimTemplate => ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
+        ObjectKind::ResourceSlice => ("/apis/resource.k8s.io/v1", "resourceslices"),
     };
     if kind.namespaced() {
         format!("{group}/namespaces/{namespace}/{plural}/{name}")
