@@ -339,6 +339,8 @@ type Key = (ObjectKind, String, String);
 #[derive(Debug, Default)]
 pub struct ObjectStore {
     objects: RwLock<BTreeMap<Key, KubeObject>>,
+    /// DRA objects, also kept pre-parsed.
+    dra: super::dra::DraStore,
     /// Namespace labels, with `kubernetes.io/metadata.name` as the API
     /// server sets it.
     namespace_labels: RwLock<HashMap<String, Labels>>,
@@ -368,8 +370,19 @@ macro_rules! getter {
 }
 
 impl ObjectStore {
+    /// The DRA objects, pre-parsed, with allocation bookkeeping.
+    pub fn dra(&self) -> &super::dra::DraStore {
+        &self.dra
+    }
+
     /// Stores (adds or replaces) an object.
     pub fn upsert(&self, obj: KubeObject) {
+        match &obj {
+            KubeObject::DeviceClass(c) => self.dra.upsert_class(c.clone()),
+            KubeObject::ResourceClaim(c) => self.dra.upsert_claim(c.clone()),
+            KubeObject::ResourceSlice(s) => self.dra.upsert_slice(s),
+            _ => {}
+        }
         if let KubeObject::Namespace(ns) = &obj {
             let name = ns.metadata.name.clone().unwrap_or_default();
             let mut labels = ns.metadata.labels.clone().unwrap_or_default();
@@ -384,6 +397,12 @@ impl ObjectStore {
     /// Removes an object.
     pub fn remove(&self, obj: &KubeObject) {
         let key = obj.key();
+        match obj {
+            KubeObject::DeviceClass(_) => self.dra.remove_class(&key.2),
+            KubeObject::ResourceClaim(_) => self.dra.remove_claim(&key.1, &key.2),
+            KubeObject::ResourceSlice(_) => self.dra.remove_slice(&key.2),
+            _ => {}
+        }
         if key.0 == ObjectKind::Namespace {
             self.namespace_labels.write().remove(&key.2);
         }

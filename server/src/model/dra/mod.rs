@@ -39,6 +39,26 @@ pub const FIRST_AVAILABLE_MAX_SIZE: i64 = 8;
 /// A quantity in nano units (value × 10⁹), exact for what the API accepts.
 pub type Nano = i128;
 
+/// `(driver, pool)`.
+pub type PoolKey = (Arc<str>, Arc<str>);
+
+/// `(driver, pool, device)`.
+pub type DeviceKey = (Arc<str>, Arc<str>, Arc<str>);
+
+/// A claim's controller: `(apiVersion, kind, name, uid)` of its owner
+/// reference with `controller: true`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerRef {
+    /// apiVersion.
+    pub api_version: Arc<str>,
+    /// kind.
+    pub kind: Arc<str>,
+    /// name.
+    pub name: Arc<str>,
+    /// uid.
+    pub uid: Arc<str>,
+}
+
 fn nano(q: &K8sQuantity, path: &str) -> Result<Nano, InvalidObject> {
     Quantity::parse(&q.0)
         .and_then(|q| q.nano_value())
@@ -404,6 +424,11 @@ pub struct Slice {
     pub devices: Vec<Device>,
     /// Counter sets.
     pub shared_counters: Vec<CounterSet>,
+    /// `spec.nodeSelector` as published (for allocation results).
+    pub raw_node_selector: Option<k8s_openapi::api::core::v1::NodeSelector>,
+    /// Each device's `nodeSelector` as published, with per-device node
+    /// selection.
+    pub raw_device_node_selectors: Vec<Option<k8s_openapi::api::core::v1::NodeSelector>>,
 }
 
 impl Slice {
@@ -570,7 +595,7 @@ pub struct Claim {
     /// metadata.deletionTimestamp is set.
     pub deleting: bool,
     /// The controller owner reference: `(apiVersion, kind, name, uid)`.
-    pub controller: Option<(Arc<str>, Arc<str>, Arc<str>, Arc<str>)>,
+    pub controller: Option<ControllerRef>,
     /// Why the spec cannot be used, if it cannot.
     pub invalid: Option<String>,
 }
@@ -633,7 +658,7 @@ impl SelectorCache {
 /// Assigns each `driver/pool/device` a stable slot.
 #[derive(Debug, Default)]
 pub struct DeviceSlots {
-    slots: HashMap<(Arc<str>, Arc<str>, Arc<str>), u32>,
+    slots: HashMap<DeviceKey, u32>,
 }
 
 impl DeviceSlots {
@@ -885,13 +910,11 @@ pub fn parse_claim(
         .iter()
         .flatten()
         .find(|o| o.controller == Some(true))
-        .map(|o| {
-            (
-                Arc::from(o.api_version.as_str()),
-                Arc::from(o.kind.as_str()),
-                Arc::from(o.name.as_str()),
-                Arc::from(o.uid.as_str()),
-            )
+        .map(|o| ControllerRef {
+            api_version: Arc::from(o.api_version.as_str()),
+            kind: Arc::from(o.kind.as_str()),
+            name: Arc::from(o.name.as_str()),
+            uid: Arc::from(o.uid.as_str()),
         });
     Claim {
         namespace: Arc::from(meta.namespace.as_deref().unwrap_or("default")),
@@ -1141,6 +1164,19 @@ pub fn parse_slice(
         pool,
         generation: spec.pool.generation,
         slice_count: spec.pool.resource_slice_count,
+        raw_node_selector: match nodes {
+            SliceNodes::Selector(_) => spec.node_selector.clone(),
+            _ => None,
+        },
+        raw_device_node_selectors: if per_device {
+            spec.devices
+                .iter()
+                .flatten()
+                .map(|d| d.node_selector.clone())
+                .collect()
+        } else {
+            Vec::new()
+        },
         nodes,
         devices,
         shared_counters,

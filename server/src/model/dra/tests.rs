@@ -243,7 +243,7 @@ fn claims_parse_requests_constraints_and_status() {
     assert!(c.reserved_for_pod("pu"));
     let labels = crate::model::Labels::from_map(None);
     assert!(c.allocation_nodes.as_ref().unwrap().matches(&labels, "n1"));
-    assert_eq!(c.controller.as_ref().map(|o| &*o.1), Some("Pod"));
+    assert_eq!(c.controller.as_ref().map(|o| &*o.kind), Some("Pod"));
 }
 
 #[test]
