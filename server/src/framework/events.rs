@@ -396,6 +396,9 @@ pub fn pod_scheduling_property_changes(old: &PodInfo, new: &PodInfo) -> Vec<Clus
     if old.tolerations.len() != new.tolerations.len() {
         actions.push(ActionType::UPDATE_POD_TOLERATION);
     }
+    if old.resource_claims != new.resource_claims {
+        actions.push(ActionType::UPDATE_POD_GENERATED_RESOURCE_CLAIM);
+    }
     if actions.is_empty() {
         actions.push(ActionType::UPDATE);
     }
@@ -446,6 +449,15 @@ pub fn node_scheduling_property_changes(old: &NodeSpec, new: &NodeSpec) -> Vec<C
     }
     if old.node.metadata.annotations != new.node.metadata.annotations {
         actions.push(ActionType::UPDATE_NODE_ANNOTATION);
+    }
+    let declared = |n: &NodeSpec| {
+        n.node
+            .status
+            .as_ref()
+            .and_then(|s| s.declared_features.clone())
+    };
+    if declared(old) != declared(new) {
+        actions.push(ActionType::UPDATE_NODE_DECLARED_FEATURE);
     }
     actions.dedup();
     actions

@@ -286,6 +286,20 @@ pub trait PermitPlugin: Plugin {
 pub trait PreBindPlugin: Plugin {
     /// A failure runs Unreserve and requeues the pod.
     async fn pre_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status;
+
+    /// Whether PreBind will have work for this pod (`Success`) or not
+    /// (`Skip`, the default), asked at the start of the binding cycle: a
+    /// pod with PreBind work (or waiting at Permit) is nominated to its
+    /// node first, so that other components see where it is about to land
+    /// (upstream's PreBindPreFlight, NominatedNodeNameForExpectation).
+    async fn pre_bind_pre_flight(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _node: &str,
+    ) -> Status {
+        Status::skip()
+    }
 }
 
 /// Binds the pod. Tried in order until one does not return `Skip`.

@@ -1384,6 +1384,38 @@ impl Framework {
         e
     }
 
+    /// Asks PreBind plugins whether they have work for the pod: `Success`
+    /// at the first that has, `Skip` if none has, an error or rejection as
+    /// soon as one answers so.
+    pub async fn run_pre_bind_pre_flights(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &str,
+    ) -> Status {
+        for p in &self.pre_bind {
+            let s = p.pre_bind_pre_flight(state, pod, node).await;
+            if s.is_skip() {
+                continue;
+            }
+            if s.is_success() || s.is_rejected() {
+                return s.or_plugin(p.name());
+            }
+            return Status::error(format!(
+                "running PreBindPreFlight {:?}: {}",
+                p.name(),
+                s.message()
+            ))
+            .with_plugin(p.name());
+        }
+        Status::skip()
+    }
+
+    /// Whether the pod waits at Permit.
+    pub fn will_wait_on_permit(&self, pod: &PodInfo) -> bool {
+        self.handle.waiting_pods().get(&pod.uid).is_some()
+    }
+
     /// Runs PreBind plugins until one fails.
     pub async fn run_pre_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
         let t = self.point_timer(state);

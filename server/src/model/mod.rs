@@ -21,7 +21,7 @@ pub use affinity::{
 };
 pub use labels::Labels;
 pub use node::NodeSpec;
-pub use pod::{HostPort, PodInfo, PodRef, Protocol};
+pub use pod::{ClaimSource, HostPort, PodClaim, PodInfo, PodRef, Protocol};
 pub use resource::{Resource, ResourceName};
 pub use selector::{LabelSelector, NodeSelector, NodeSelectorTerm, Operator, Requirement};
 pub use taint::{Taint, TaintEffect, Toleration, TolerationOperator};

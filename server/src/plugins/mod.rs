@@ -9,6 +9,7 @@ pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod names;
 pub mod node_affinity;
+pub mod node_declared_features;
 pub mod node_name;
 pub mod node_ports;
 pub mod node_resources;
@@ -116,6 +117,17 @@ pub fn in_tree_registry() -> Registry {
             pod_topology_spread::PodTopologySpread::new(a, h)
         },
     )
+    .expect(ok);
+    r.register(
+        names::DYNAMIC_RESOURCES,
+        |a: dynamic_resources::DynamicResourcesArgs, h| {
+            Ok(dynamic_resources::DynamicResources::new(a, h))
+        },
+    )
+    .expect(ok);
+    r.register(names::NODE_DECLARED_FEATURES, |a: NoArgs, _| {
+        Ok(node_declared_features::NodeDeclaredFeatures::new(a))
+    })
     .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {
         Ok(default_binder::DefaultBinder::new(a, h))

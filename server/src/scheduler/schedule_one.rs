@@ -422,6 +422,28 @@ async fn bind_steps(
     assumed: &PodRef,
     host: &Arc<str>,
 ) -> Result<(), Failure> {
+    let pre_flight = fw.run_pre_bind_pre_flights(state, assumed, host).await;
+    if pre_flight.is_error() || pre_flight.is_rejected() {
+        // Rejections are not expected here: treated as errors, as upstream.
+        let mut e = Status::error(pre_flight.message());
+        if let Some(p) = pre_flight.plugin() {
+            e = e.with_plugin(p);
+        }
+        return Err(Failure::from_status(e));
+    }
+    if pre_flight.is_success() || fw.will_wait_on_permit(assumed) {
+        // Tell other components (autoscalers) where the pod is about to
+        // land, before the PreBind writes or the wait.
+        if let Err(e) = shared
+            .handle
+            .cluster()
+            .set_nominated_node_name(assumed, Some(host))
+            .await
+        {
+            tracing::warn!(pod = %assumed.key(), node = %host, error = %e,
+                "setting the nominated node before binding failed; binding anyway");
+        }
+    }
     let s = fw.wait_on_permit(assumed).await;
     if !s.is_success() {
         return Err(if s.is_rejected() {

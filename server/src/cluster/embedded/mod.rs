@@ -8,6 +8,7 @@
 //! UID); every change is delivered to subscribers as a watch event; events
 //! are kept as `events.k8s.io/v1` objects.
 
+mod dra;
 pub mod load;
 mod volumes;
 
@@ -272,6 +273,7 @@ impl EmbeddedCluster {
             .put_object(obj, None)
             .map_err(|e| ApplyError::Malformed(e.to_string()))?;
         volumes::reconcile(&mut s);
+        dra::object_changed(&mut s, &stored.key());
         Ok(stored)
     }
 
@@ -362,12 +364,13 @@ impl EmbeddedCluster {
         pod.metadata.resource_version = Some(s.next_rv());
         let pod = Arc::new(pod);
         PodInfo::new(pod.clone())?;
-        s.pods.insert(key, pod.clone());
+        s.pods.insert(key.clone(), pod.clone());
         let change = match old {
             Some(old) => WatchEvent::Modified { old, new: pod },
             None => WatchEvent::Added(pod),
         };
         s.emit(ClusterChange::Pod(change));
+        dra::pod_changed(&mut s, &key);
         Ok((ns, name))
     }
 
@@ -406,7 +409,8 @@ impl EmbeddedCluster {
                 };
                 match s.pods.remove(&(ns.to_string(), name.to_string())) {
                     Some(p) => {
-                        s.emit(ClusterChange::Pod(WatchEvent::Deleted(p)));
+                        s.emit(ClusterChange::Pod(WatchEvent::Deleted(p.clone())));
+                        dra::pod_removed(&mut s, &p);
                         true
                     }
                     None => false,
@@ -481,8 +485,9 @@ impl EmbeddedCluster {
         f(&mut new)?;
         new.metadata.resource_version = Some(s.next_rv());
         let new = Arc::new(new);
-        s.pods.insert(key, new.clone());
+        s.pods.insert(key.clone(), new.clone());
         s.emit(ClusterChange::Pod(WatchEvent::Modified { old, new }));
+        dra::pod_changed(&mut s, &key);
         Ok(())
     }
 }
@@ -524,6 +529,11 @@ impl ClusterClient for EmbeddedCluster {
                 )));
             }
             spec.node_name = Some(node.to_string());
+            // The API server clears the nomination when it binds
+            // (ClearingNominatedNodeNameAfterBinding, on since v1.34).
+            if let Some(st) = p.status.as_mut() {
+                st.nominated_node_name = None;
+            }
             set_condition(
                 p.status.get_or_insert_with(Default::default),
                 PodCondition {
@@ -564,9 +574,97 @@ impl ClusterClient for EmbeddedCluster {
     async fn update_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
         let mut s = self.store.lock();
         let rv = obj.metadata().resource_version.clone().unwrap_or_default();
+        // A claim's status is written through its subresource only.
+        let obj = match (&obj, s.objects.get(&obj.key())) {
+            (KubeObject::ResourceClaim(new), Some(KubeObject::ResourceClaim(old))) => {
+                let mut c = (**new).clone();
+                c.status = old.status.clone();
+                KubeObject::ResourceClaim(Arc::new(c))
+            }
+            _ => obj,
+        };
         let stored = s.put_object(obj, Some(&rv))?;
         volumes::reconcile(&mut s);
+        dra::object_changed(&mut s, &stored.key());
         Ok(stored)
+    }
+
+    async fn update_object_status(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
+        let mut s = self.store.lock();
+        let rv = obj.metadata().resource_version.clone().unwrap_or_default();
+        let obj = match (&obj, s.objects.get(&obj.key())) {
+            (KubeObject::ResourceClaim(new), Some(KubeObject::ResourceClaim(old))) => {
+                let mut c = (**old).clone();
+                c.status = new.status.clone();
+                c.metadata.resource_version = new.metadata.resource_version.clone();
+                KubeObject::ResourceClaim(Arc::new(c))
+            }
+            (KubeObject::ResourceClaim(_), None) => {
+                return Err(ClusterError::NotFound(format!(
+                    "resourceclaims.resource.k8s.io {:?} not found",
+                    obj.key().2
+                )));
+            }
+            _ => {
+                return Err(ClusterError::Unsupported(format!(
+                    "the embedded cluster keeps no status subresource for {}",
+                    obj.kind().type_meta().1
+                )));
+            }
+        };
+        let stored = s.put_object(obj, Some(&rv))?;
+        dra::object_changed(&mut s, &stored.key());
+        Ok(stored)
+    }
+
+    async fn get_object(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<KubeObject, ClusterError> {
+        self.object(kind, namespace, name).ok_or_else(|| {
+            let (_, k) = kind.type_meta();
+            ClusterError::NotFound(format!("{} {name:?} not found", k.to_ascii_lowercase()))
+        })
+    }
+
+    async fn remove_claim_reservation(
+        &self,
+        namespace: &str,
+        name: &str,
+        claim_uid: &str,
+        consumer_uid: &str,
+    ) -> Result<(), ClusterError> {
+        let mut s = self.store.lock();
+        let key = (
+            ObjectKind::ResourceClaim,
+            namespace.to_string(),
+            name.to_string(),
+        );
+        let Some(KubeObject::ResourceClaim(old)) = s.objects.get(&key).cloned() else {
+            return Err(ClusterError::NotFound(format!(
+                "resourceclaims.resource.k8s.io {name:?} not found"
+            )));
+        };
+        let uid = old.metadata.uid.clone().unwrap_or_default();
+        if uid != claim_uid {
+            return Err(ClusterError::Conflict(format!(
+                "Operation cannot be fulfilled on resourceclaims.resource.k8s.io {name:?}: Precondition failed: UID in precondition: {claim_uid}, UID in object meta: {uid}"
+            )));
+        }
+        let mut c = (*old).clone();
+        if let Some(st) = c.status.as_mut() {
+            if let Some(r) = st.reserved_for.as_mut() {
+                r.retain(|r| r.uid != consumer_uid);
+            }
+            if st.reserved_for.as_ref().is_some_and(Vec::is_empty) {
+                st.reserved_for = None;
+            }
+        }
+        s.put_object(KubeObject::ResourceClaim(Arc::new(c)), None)?;
+        dra::object_changed(&mut s, &key);
+        Ok(())
     }
 }
 

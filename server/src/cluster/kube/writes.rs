@@ -9,8 +9,10 @@
 //!   subresource; `status.nominatedNodeName`: a merge patch of it;
 //! * preemption victims: a status patch adding the `DisruptionTarget`
 //!   condition, then `DELETE` with a UID precondition;
-//! * other objects (volume binding): `PUT` with the resourceVersion read
-//!   (409 Conflict when stale).
+//! * other objects (volume binding, DRA claims): `PUT` with the
+//!   resourceVersion read (409 Conflict when stale), `PUT` of a claim's
+//!   `status` subresource, and a strategic merge patch of it that removes
+//!   one `reservedFor` entry (Unreserve).
 
 use std::sync::Arc;
 
@@ -206,6 +208,53 @@ impl ClusterClient for KubeCluster {
         let path = format!("{}/status", pod_path(&pod.namespace, &pod.name));
         let patch = json!({"status": {"nominatedNodeName": node}});
         self.send(http::Method::PATCH, &path, MERGE, &patch)
+            .await
+            .map(|_| ())
+    }
+
+    async fn update_object_status(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
+        let (kind, namespace, name) = obj.key();
+        let path = format!("{}/status", object_path(kind, &namespace, &name));
+        let stored = self
+            .send(http::Method::PUT, &path, JSON, &obj.to_json())
+            .await?;
+        KubeObject::from_json(kind, stored).map_err(|e| ClusterError::Other(e.to_string()))
+    }
+
+    async fn get_object(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<KubeObject, ClusterError> {
+        let req = http::Request::get(object_path(kind, namespace, name))
+            .header(http::header::ACCEPT, JSON)
+            .body(Vec::new())
+            .map_err(|e| ClusterError::Other(e.to_string()))?;
+        let got = self
+            .client
+            .request::<Value>(req)
+            .await
+            .map_err(cluster_error)?;
+        KubeObject::from_json(kind, got).map_err(|e| ClusterError::Other(e.to_string()))
+    }
+
+    async fn remove_claim_reservation(
+        &self,
+        namespace: &str,
+        name: &str,
+        claim_uid: &str,
+        consumer_uid: &str,
+    ) -> Result<(), ClusterError> {
+        let path = format!(
+            "{}/status",
+            object_path(ObjectKind::ResourceClaim, namespace, name)
+        );
+        let patch = json!({
+            "metadata": {"uid": claim_uid},
+            "status": {"reservedFor": [{"$patch": "delete", "uid": consumer_uid}]},
+        });
+        self.send(http::Method::PATCH, &path, STRATEGIC_MERGE, &patch)
             .await
             .map(|_| ())
     }

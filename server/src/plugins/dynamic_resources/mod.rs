@@ -1,4 +1,514 @@
 //! DynamicResources: allocates a pod's ResourceClaims (Dynamic Resource
-//! Allocation with structured parameters) as part of scheduling it.
+//! Allocation with structured parameters) as part of scheduling it, as
+//! kube-scheduler v1.36's plugin of the same name does:
+//!
+//! * PreEnqueue holds a pod until every claim it names exists (a claim
+//!   from a template once the resourceclaim controller has made it), is
+//!   not being deleted and, if made from a template, is owned by the pod;
+//! * PreFilter reads the claims: allocated ones restrict the nodes to
+//!   where their devices are; unallocated ones need existing device
+//!   classes and no allocation in flight for another pod; their allocation
+//!   is prepared ([`allocator`]) against the devices allocated right now;
+//! * Filter runs the allocator per node (without keeping the result) and
+//!   checks allocated claims' node selectors and binding conditions;
+//! * PostFilter deallocates an allocated claim that kept the pod off every
+//!   node, when no other pod uses it, before preemption evicts anyone;
+//! * Score ranks nodes by how preferred the `firstAvailable` alternatives
+//!   they can satisfy are;
+//! * Reserve allocates on the chosen node and marks the allocation in
+//!   flight (its devices count as taken from now on); Unreserve undoes it
+//!   and removes the pod from claims it was already written into;
+//! * PreBind writes each claim: the delete-protection finalizer, then one
+//!   status write with the allocation and the pod in `reservedFor`; then,
+//!   for devices with binding conditions, waits for them.
+//!
+//! Messages, codes, events and queueing hints are upstream's. Rejections
+//! are `UnschedulableAndUnresolvable`, as upstream's are (preemption cannot
+//! free devices; PostFilter deallocation does that).
 
 pub mod allocator;
+mod args;
+mod binding;
+mod events;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use k8s_openapi::api::resource::v1 as api;
+use parking_lot::Mutex;
+
+pub use args::*;
+
+use crate::cache::NodeInfo;
+use crate::cache::dra::DraStore;
+use crate::extension_points;
+use crate::framework::{
+    ClusterEventWithHint, CycleState, FilterPlugin, Handle, NodeScore, NodeToStatus, Plugin,
+    PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin,
+    PreFilterResult, ReservePlugin, ScoreExtensions, ScorePlugin, StateKey, Status,
+};
+use crate::model::dra::{Claim, FINALIZER, Request};
+use crate::model::{ClaimSource, NodeSelector, PodInfo};
+use crate::plugins::helper::default_normalize_score;
+use crate::plugins::names::DYNAMIC_RESOURCES;
+use allocator::{Allocator, Outcome};
+
+const STATE_KEY: StateKey<State> = StateKey::new("DynamicResources");
+
+/// What PreFilter learned, shared by the clones of the cycle state (as
+/// upstream shares one pointer).
+#[derive(Debug, Clone, Default)]
+struct State(Arc<Inner>);
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// The pod's claims, in `spec.resourceClaims` order (those a template
+    /// decided not to make are left out).
+    claims: Vec<Arc<Claim>>,
+    /// Per claim, where its allocation may be used (allocated claims).
+    available_on: Vec<Option<NodeSelector>>,
+    /// Indices of the claims the scheduler must allocate.
+    to_allocate: Vec<usize>,
+    /// The allocator for them.
+    allocator: Option<Allocator>,
+    /// Why the allocator could not be prepared (fatal for every node).
+    fatal: Option<String>,
+    /// Whether any claim to allocate has a `firstAvailable` request
+    /// (otherwise every node scores 0).
+    scored: bool,
+    /// Allocated claims that were not usable on some node (PostFilter).
+    unavailable: Mutex<BTreeSet<usize>>,
+    /// Per claim: the claim as Reserve allocated it, then as PreBind wrote
+    /// it.
+    reserved: Mutex<Vec<Option<Arc<api::ResourceClaim>>>>,
+}
+
+/// The DynamicResources plugin.
+pub struct DynamicResources {
+    handle: Handle,
+    args: DynamicResourcesArgs,
+}
+
+impl DynamicResources {
+    /// Builds the plugin.
+    pub fn new(args: DynamicResourcesArgs, handle: &Handle) -> Self {
+        Self {
+            handle: handle.clone(),
+            args,
+        }
+    }
+
+    fn dra(&self) -> &DraStore {
+        self.handle.objects().dra()
+    }
+}
+
+/// The pod's claims, each checked as PreEnqueue checks them; the first
+/// problem is the error.
+pub(crate) fn pod_claims(dra: &DraStore, pod: &PodInfo) -> Result<Vec<Arc<Claim>>, String> {
+    let mut out = Vec::with_capacity(pod.resource_claims.len());
+    for pc in &pod.resource_claims {
+        let (name, must_check_owner) = match &pc.source {
+            ClaimSource::Claim(n) => (n.clone(), false),
+            ClaimSource::Template { generated, .. } => match generated {
+                None => {
+                    return Err(format!(
+                        "pod \"{}/{}\": ResourceClaim not created yet",
+                        pod.namespace, pod.name
+                    ));
+                }
+                // The controller decided no claim is needed.
+                Some(None) => continue,
+                Some(Some(n)) => (n.clone(), true),
+            },
+            ClaimSource::Unsupported => {
+                return Err(format!(
+                    "pod \"{}/{}\", spec.resourceClaim {:?}: none of the supported fields are set",
+                    pod.namespace, pod.name, &*pc.name
+                ));
+            }
+        };
+        let Some(claim) = dra.claim(&pod.namespace, &name) else {
+            return Err(format!(
+                "could not find ResourceClaim \"{}/{name}\"",
+                pod.namespace
+            ));
+        };
+        if claim.deleting {
+            return Err(format!("resourceclaim {:?} is being deleted", &*claim.name));
+        }
+        if must_check_owner && claim.controller.as_ref().is_none_or(|o| o.uid != pod.uid) {
+            return Err(format!(
+                "ResourceClaim {}/{} was not created for Pod {}/{} (Pod is not owner)",
+                claim.namespace, claim.name, pod.namespace, pod.name
+            ));
+        }
+        out.push(claim);
+    }
+    Ok(out)
+}
+
+impl Plugin for DynamicResources {
+    fn name(&self) -> &'static str {
+        DYNAMIC_RESOURCES
+    }
+
+    fn events_to_register(&self) -> Option<Vec<ClusterEventWithHint>> {
+        Some(events::registrations(self.handle.objects().clone()))
+    }
+
+    extension_points!(
+        pre_enqueue,
+        pre_filter,
+        filter,
+        post_filter,
+        score,
+        reserve,
+        pre_bind
+    );
+}
+
+impl PreEnqueuePlugin for DynamicResources {
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+        if pod.resource_claims.is_empty() {
+            return Status::success();
+        }
+        match pod_claims(self.dra(), pod) {
+            Ok(_) => Status::success(),
+            Err(e) => Status::unresolvable(e),
+        }
+    }
+}
+
+#[async_trait]
+impl PreFilterPlugin for DynamicResources {
+    async fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status) {
+        state.write(&STATE_KEY, State::default());
+        if pod.resource_claims.is_empty() {
+            return (None, Status::skip());
+        }
+        let dra = self.dra();
+        let claims = match pod_claims(dra, pod) {
+            Ok(c) => c,
+            Err(e) => return (None, Status::unresolvable(e)),
+        };
+        if claims.is_empty() {
+            return (None, Status::skip());
+        }
+        let mut available_on = Vec::with_capacity(claims.len());
+        let mut to_allocate = Vec::new();
+        let mut scored = false;
+        for (i, claim) in claims.iter().enumerate() {
+            if claim.allocated() {
+                available_on.push(claim.allocation_nodes.clone());
+                continue;
+            }
+            available_on.push(None);
+            to_allocate.push(i);
+            if dra.claim_has_pending_allocation(&claim.uid) {
+                return (
+                    None,
+                    Status::unresolvable(format!(
+                        "resource claim {} is in the process of being allocated",
+                        claim.key()
+                    )),
+                );
+            }
+            for r in &claim.requests {
+                let classes: Vec<(String, &str)> = match r {
+                    Request::Exact(s) => vec![(s.name.to_string(), &*s.class)],
+                    Request::FirstAvailable { name, subrequests } => {
+                        scored = true;
+                        subrequests
+                            .iter()
+                            .map(|s| (format!("{name}/{}", s.name), &*s.class))
+                            .collect()
+                    }
+                    Request::Unknown { name } => {
+                        return (
+                            None,
+                            Status::unresolvable(format!(
+                                "resource claim {}, request {name}: unknown request type",
+                                claim.key()
+                            )),
+                        );
+                    }
+                };
+                for (request, class) in classes {
+                    if class.is_empty() {
+                        return (
+                            None,
+                            Status::error(format!("request {request}: unsupported request type")),
+                        );
+                    }
+                    if dra.class(class).is_none() {
+                        return (
+                            None,
+                            Status::unresolvable(format!(
+                                "request {request}: device class {class} does not exist"
+                            )),
+                        );
+                    }
+                }
+            }
+        }
+        let (allocator, fatal) = if to_allocate.is_empty() {
+            (None, None)
+        } else {
+            let pending: Vec<Arc<Claim>> = to_allocate.iter().map(|i| claims[*i].clone()).collect();
+            match Allocator::new(
+                &pending,
+                |c| dra.class(c),
+                dra.slice_index(),
+                Arc::new(dra.allocated_state()),
+                self.args.filter_timeout(),
+            ) {
+                Ok(a) => (Some(a), None),
+                Err(e) => (None, Some(e)),
+            }
+        };
+        let n = claims.len();
+        state.write(
+            &STATE_KEY,
+            State(Arc::new(Inner {
+                claims,
+                available_on,
+                to_allocate,
+                allocator,
+                fatal,
+                scored,
+                unavailable: Mutex::default(),
+                reserved: Mutex::new(vec![None; n]),
+            })),
+        );
+        (None, Status::success())
+    }
+}
+
+impl FilterPlugin for DynamicResources {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(State(st)) = state.read(&STATE_KEY) else {
+            // No PreFilter (a what-if run of a pod PreFilter skipped).
+            return Status::success();
+        };
+        if st.claims.is_empty() {
+            return Status::success();
+        }
+        let Some(n) = node.node() else {
+            return Status::error("node not found");
+        };
+        let mut unavailable: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
+        for (i, claim) in st.claims.iter().enumerate() {
+            if let Some(sel) = &st.available_on[i]
+                && !sel.matches(&n.labels, &n.name)
+            {
+                unavailable.push(i);
+                continue;
+            }
+            if claim.allocated() && !binding::ready_or_waiting(claim, self.args.binding_timeout()) {
+                unavailable.push(i);
+            }
+        }
+        if let Some(e) = &st.fatal {
+            return Status::error(e.clone());
+        }
+        if let Some(a) = &st.allocator {
+            match a.check(n) {
+                Ok(Outcome::Fits { .. }) => {}
+                Ok(Outcome::NoFit) => return Status::unresolvable("cannot allocate all claims"),
+                Ok(Outcome::InvalidPools) => {
+                    return Status::unresolvable("invalid resource pools were encountered");
+                }
+                Ok(Outcome::TimedOut) => {
+                    return Status::unresolvable("timed out trying to allocate devices");
+                }
+                Err(e) => return Status::error(e),
+            }
+        }
+        if !unavailable.is_empty() {
+            st.unavailable.lock().extend(unavailable);
+            return Status::unresolvable("resourceclaim not available on the node");
+        }
+        Status::success()
+    }
+}
+
+#[async_trait]
+impl PostFilterPlugin for DynamicResources {
+    async fn post_filter(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        _: &NodeToStatus,
+        _: &crate::framework::Framework,
+    ) -> (Option<PostFilterResult>, Status) {
+        let st = match state.read(&STATE_KEY) {
+            Some(State(st)) if !st.claims.is_empty() => st.clone(),
+            _ => {
+                return (None, Status::unschedulable("no new claims to deallocate"));
+            }
+        };
+        let unavailable: Vec<usize> = st.unavailable.lock().iter().copied().collect();
+        for i in unavailable {
+            let claim = &st.claims[i];
+            let others = claim.reserved_for.iter().any(|c| *c.uid != *pod.uid);
+            if others {
+                continue;
+            }
+            let mut obj = (*claim.object).clone();
+            if let Some(s) = obj.status.as_mut() {
+                s.reserved_for = None;
+                s.allocation = None;
+                s.devices = None;
+            }
+            tracing::debug!(pod = %pod.key(), claim = %claim.key(), "deallocating a resource claim");
+            let cluster = self.handle.cluster();
+            return match cluster
+                .update_object_status(crate::cache::KubeObject::ResourceClaim(Arc::new(obj)))
+                .await
+            {
+                Ok(_) => (
+                    None,
+                    Status::unschedulable("deallocation of ResourceClaim completed"),
+                ),
+                Err(e) => (None, Status::error(e.to_string())),
+            };
+        }
+        (None, Status::unschedulable("still not schedulable"))
+    }
+}
+
+impl ScorePlugin for DynamicResources {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(State(st)) = state.read(&STATE_KEY) else {
+            return Ok(0);
+        };
+        if !st.scored {
+            return Ok(0);
+        }
+        let (Some(a), Some(n)) = (&st.allocator, node.node()) else {
+            return Ok(0);
+        };
+        match a.check(n) {
+            Ok(Outcome::Fits { score }) => Ok(score),
+            Ok(_) => Ok(0),
+            Err(e) => Err(Status::error(e)),
+        }
+    }
+
+    fn score_extensions(&self) -> Option<&dyn ScoreExtensions> {
+        Some(self)
+    }
+}
+
+impl ScoreExtensions for DynamicResources {
+    fn normalize_score(&self, _: &CycleState, _: &PodInfo, scores: &mut [NodeScore<'_>]) -> Status {
+        default_normalize_score(crate::framework::MAX_NODE_SCORE, false, scores);
+        Status::success()
+    }
+}
+
+#[async_trait]
+impl ReservePlugin for DynamicResources {
+    async fn reserve(&self, state: &mut CycleState, _pod: &PodInfo, node: &str) -> Status {
+        let Some(State(st)) = state.read(&STATE_KEY) else {
+            return Status::success();
+        };
+        let Some(a) = &st.allocator else {
+            return Status::success();
+        };
+        let snapshot = state.snapshot().clone();
+        let Some(n) = snapshot.get(node).and_then(|i| i.node().cloned()) else {
+            return Status::error(format!("node {node:?} not found"));
+        };
+        let allocations = match a.allocate(&n) {
+            Ok(Some(v)) => v,
+            Ok(None) => return Status::error("claim allocation not found for node"),
+            Err(e) => return Status::error(e),
+        };
+        if allocations.len() != st.to_allocate.len() {
+            return Status::error(format!(
+                "internal error, have {} allocations, {} claims to allocate",
+                allocations.len(),
+                st.to_allocate.len()
+            ));
+        }
+        let mut reserved = st.reserved.lock();
+        for (alloc, &i) in allocations.iter().zip(&st.to_allocate) {
+            let claim = &st.claims[i];
+            let mut obj = (*claim.object).clone();
+            let finalizers = obj.metadata.finalizers.get_or_insert_with(Vec::new);
+            if !finalizers.iter().any(|f| f == FINALIZER) {
+                finalizers.push(FINALIZER.into());
+            }
+            obj.status.get_or_insert_with(Default::default).allocation = Some(alloc.to_api());
+            let obj = Arc::new(obj);
+            self.dra().signal_pending_allocation(obj.clone());
+            tracing::debug!(claim = %claim.key(), node, "reserved devices in an allocation result");
+            reserved[i] = Some(obj);
+        }
+        Status::success()
+    }
+
+    async fn unreserve(&self, state: &CycleState, pod: &PodInfo, _node: &str) {
+        let Some(State(st)) = state.read(&STATE_KEY) else {
+            return;
+        };
+        let written: Vec<Option<Arc<api::ResourceClaim>>> = st.reserved.lock().clone();
+        for (i, claim) in st.claims.iter().enumerate() {
+            if self.dra().remove_pending_allocation(&claim.uid) {
+                self.dra().restore_claim(&claim.namespace, &claim.name);
+            }
+            // The claim as PreBind left it, if it wrote it.
+            let latest = written[i]
+                .as_ref()
+                .filter(|o| o.metadata.resource_version != claim.object.metadata.resource_version)
+                .map(|o| o.status.as_ref());
+            let status = latest.unwrap_or(claim.object.status.as_ref());
+            let reserved_for_pod = status.is_some_and(|s| {
+                s.allocation.is_some() && s.reserved_for.iter().flatten().any(|r| r.uid == *pod.uid)
+            });
+            if reserved_for_pod {
+                tracing::debug!(claim = %claim.key(), pod = %pod.key(), "unreserve");
+                if let Err(e) = self
+                    .handle
+                    .cluster()
+                    .remove_claim_reservation(&claim.namespace, &claim.name, &claim.uid, &pod.uid)
+                    .await
+                {
+                    // Retried when the pod is scheduled again.
+                    tracing::warn!(claim = %claim.key(), error = %e, "unreserve failed");
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl PreBindPlugin for DynamicResources {
+    async fn pre_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
+        let Some(State(st)) = state.read(&STATE_KEY) else {
+            return Status::success();
+        };
+        if st.claims.is_empty() {
+            return Status::success();
+        }
+        binding::pre_bind(self, st, pod, node).await
+    }
+
+    async fn pre_bind_pre_flight(&self, state: &CycleState, _pod: &PodInfo, _node: &str) -> Status {
+        match state.read(&STATE_KEY) {
+            Some(State(st)) if !st.claims.is_empty() => Status::success(),
+            _ => Status::skip(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

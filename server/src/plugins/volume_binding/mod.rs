@@ -336,6 +336,13 @@ impl PreBindPlugin for VolumeBinding {
             Err(e) => Status::error(e),
         }
     }
+
+    async fn pre_bind_pre_flight(&self, state: &CycleState, _: &PodInfo, _: &str) -> Status {
+        match state.read(&STATE_KEY) {
+            Some(st) if !st.all_bound => Status::success(),
+            _ => Status::skip(),
+        }
+    }
 }
 
 #[cfg(test)]
