@@ -8,11 +8,17 @@
 //! * `berth.dev/expect-node-in: "n1,n2"` — bound to one of them;
 //! * `berth.dev/expect-pending: "<phrase>"` — still pending, its
 //!   PodScheduled condition's message containing the phrase;
-//! * `berth.dev/expect-gone: "true"` — deleted (e.g. a preemption victim).
+//! * `berth.dev/expect-gone: "true"` — deleted (e.g. a preemption victim);
+//! * `berth.dev/expect-gated: "<phrase>"` — held by a PreEnqueue plugin
+//!   (the queue's `Gated`), its last failure containing the phrase.
+//!
+//! Any object may carry `berth.dev/stage: "N"` (N ≥ 1): it is left out of
+//! the cluster berthd starts with and applied through the Cluster API at
+//! the N-th idle point (a claim created after the pod that needs it).
 //!
 //! The runner waits for berthd's idle summary and checks; if a scenario is
-//! still moving (pods ready, backing off or in flight), it waits for the
-//! next idle point, else it reports what is unmet.
+//! still moving (pods ready, backing off or in flight) or has stages left,
+//! it waits for the next idle point, else it reports what is unmet.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -34,8 +40,15 @@ fn key(p: &Value) -> String {
     )
 }
 
+/// The stage an object belongs to (0: the initial cluster).
+fn stage(obj: &Value) -> u32 {
+    annotation(obj, "berth.dev/stage")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Checks every expectation; returns the unmet ones.
-fn unmet(expected: &[Value], pods: &[Value]) -> Vec<String> {
+fn unmet(expected: &[Value], pods: &[Value], queue: &[berth_client::pb::QueuedPod]) -> Vec<String> {
     let live: BTreeMap<String, &Value> = pods.iter().map(|p| (key(p), p)).collect();
     let mut problems = Vec::new();
     for want in expected.iter().filter(|o| o["kind"] == "Pod") {
@@ -70,6 +83,18 @@ fn unmet(expected: &[Value], pods: &[Value]) -> Vec<String> {
         if annotation(want, "berth.dev/expect-gone").is_some() && got.is_some() {
             problems.push(format!("{k}: expected deleted, still there"));
         }
+        if let Some(phrase) = annotation(want, "berth.dev/expect-gated") {
+            let entry = queue
+                .iter()
+                .find(|q| format!("{}/{}", q.namespace, q.name) == k);
+            match entry {
+                Some(q) if q.queue() == QueueName::Gated && q.last_failure.contains(phrase) => {}
+                other => problems.push(format!(
+                    "{k}: expected gated with {phrase:?}, queued as {:?}",
+                    other.map(|q| (q.queue(), q.last_failure.clone()))
+                )),
+            }
+        }
     }
     problems
 }
@@ -86,6 +111,8 @@ async fn run(file: &str) -> Result<()> {
     let (configs, objects): (Vec<Value>, Vec<Value>) = docs
         .into_iter()
         .partition(|d| d["kind"] == "KubeSchedulerConfiguration");
+    let initial: Vec<&Value> = objects.iter().filter(|o| stage(o) == 0).collect();
+    let last_stage = objects.iter().map(stage).max().unwrap_or(0);
     let dir = std::env::temp_dir().join(format!(
         "berth-scenario-{}-{}",
         std::process::id(),
@@ -96,7 +123,7 @@ async fn run(file: &str) -> Result<()> {
     std::fs::write(
         &cluster,
         serde_json::to_string(
-            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}),
+            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": initial}),
         )?,
     )?;
     let mut args: Vec<String> = vec![
@@ -117,10 +144,24 @@ async fn run(file: &str) -> Result<()> {
     // settles with expectations unmet fails with them (when no further idle
     // point comes, berthd's log guard ends the wait).
     let mut last = vec!["berthd never went idle".to_string()];
+    let mut applied = 0;
     for _ in 0..20 {
         if let Err(e) = berthd.wait_idle().await {
             last.push(format!("({e})"));
             break;
+        }
+        if applied < last_stage {
+            applied += 1;
+            let docs: Vec<Value> = objects
+                .iter()
+                .filter(|o| stage(o) == applied)
+                .cloned()
+                .collect();
+            client
+                .apply(&docs, "")
+                .await
+                .with_context(|| format!("applying stage {applied}"))?;
+            continue;
         }
         // The queue first, the pods after: the scheduler may move between
         // the two reads, and a queue that was settled before the listing
@@ -140,7 +181,7 @@ async fn run(file: &str) -> Result<()> {
             ) || !p.nominated_node_name.is_empty()
         });
         let pods = client.list("Pod", "").await?;
-        last = unmet(&objects, &pods);
+        last = unmet(&objects, &pods, &queue);
         if last.is_empty() {
             break;
         }
@@ -194,4 +235,5 @@ scenarios! {
     inter_pod_affinity => "inter_pod_affinity.yaml",
     pod_topology_spread => "pod_topology_spread.yaml",
     volumes => "volumes.yaml",
+    dynamic_resources => "dynamic_resources.yaml",
 }
