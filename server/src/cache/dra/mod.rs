@@ -258,6 +258,14 @@ impl DraStore {
         });
     }
 
+    /// A claim that is not stored (one a dry run imagines), pre-parsed
+    /// with the store's selector cache.
+    pub fn parse_unstored_claim(&self, claim: Arc<api::ResourceClaim>) -> Arc<Claim> {
+        let mut guard = self.inner.write();
+        let s = &mut *guard;
+        Arc::new(parse_claim(&mut s.selectors, &mut s.slots, claim))
+    }
+
     /// A ResourceClaim went away.
     pub fn remove_claim(&self, namespace: &str, name: &str) {
         let key: ClaimKey = (Arc::from(namespace), Arc::from(name));

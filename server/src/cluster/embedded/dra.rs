@@ -18,12 +18,11 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodResourceClaimStatus};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::Store;
 use crate::cache::{KubeObject, ObjectKind};
 use crate::cluster::{ClusterChange, WatchEvent};
-use crate::model::dra::{FINALIZER, POD_CLAIM_NAME_ANNOTATION};
+use crate::model::dra::{FINALIZER, POD_CLAIM_NAME_ANNOTATION, claim_from_template};
 
 /// After an object other than a pod was stored: a new template may let
 /// waiting pods have their claims; a claim may name pods that are gone.
@@ -206,29 +205,7 @@ fn make_claims(s: &mut Store, key: &(String, String)) {
                 {
                     name = format!("{generate}{}", suffix());
                 }
-                let tmeta = t.spec.metadata.clone().unwrap_or_default();
-                let mut annotations = tmeta.annotations.unwrap_or_default();
-                annotations.insert(POD_CLAIM_NAME_ANNOTATION.into(), c.name.clone());
-                let claim = ResourceClaim {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        generate_name: Some(generate),
-                        namespace: Some(ns.clone()),
-                        labels: tmeta.labels,
-                        annotations: Some(annotations),
-                        owner_references: Some(vec![OwnerReference {
-                            api_version: "v1".into(),
-                            kind: "Pod".into(),
-                            name: pod_name.clone(),
-                            uid: uid.clone(),
-                            controller: Some(true),
-                            block_owner_deletion: None,
-                        }]),
-                        ..Default::default()
-                    },
-                    spec: t.spec.spec.clone(),
-                    status: Some(ResourceClaimStatus::default()),
-                };
+                let claim = claim_from_template(&pod, &c.name, &t, name.clone());
                 if let Err(e) = s.put_object(KubeObject::ResourceClaim(Arc::new(claim)), None) {
                     tracing::warn!(error = %e, "creating a resource claim failed");
                     continue;

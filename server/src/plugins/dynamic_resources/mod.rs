@@ -42,13 +42,14 @@ pub use args::*;
 
 use crate::cache::NodeInfo;
 use crate::cache::dra::DraStore;
+use crate::cache::{KubeObject, ObjectKind};
 use crate::extension_points;
 use crate::framework::{
-    ClusterEventWithHint, CycleState, FilterPlugin, Handle, NodeScore, NodeToStatus, Plugin,
-    PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin,
+    ClusterEventWithHint, CycleState, FilterPlugin, Handle, NodeDetail, NodeScore, NodeToStatus,
+    Plugin, PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin,
     PreFilterResult, ReservePlugin, ScoreExtensions, ScorePlugin, StateKey, Status,
 };
-use crate::model::dra::{Claim, FINALIZER, Request};
+use crate::model::dra::{Claim, FINALIZER, Request, claim_from_template};
 use crate::model::{ClaimSource, NodeSelector, PodInfo};
 use crate::plugins::helper::default_normalize_score;
 use crate::plugins::names::DYNAMIC_RESOURCES;
@@ -102,16 +103,71 @@ impl DynamicResources {
     fn dra(&self) -> &DraStore {
         self.handle.objects().dra()
     }
+
+    /// Dry runs: the claims the resourceclaim controller would make for
+    /// the pod's template entries it has not made yet, from the templates
+    /// as stored (embedded cluster) or read from the API (kube mode, where
+    /// templates are not watched). Named with the generateName and
+    /// `?????` for the random suffix. A template that cannot be read is
+    /// left out (the pod is then told its claim is not created yet).
+    async fn imagine_claims(&self, pod: &PodInfo) -> Vec<(Arc<str>, Arc<Claim>)> {
+        let mut out = Vec::new();
+        for pc in &pod.resource_claims {
+            let ClaimSource::Template {
+                template,
+                generated: None,
+            } = &pc.source
+            else {
+                continue;
+            };
+            let kind = ObjectKind::ResourceClaimTemplate;
+            let stored = match self.handle.objects().get(kind, &pod.namespace, template) {
+                Some(o) => Some(o),
+                None => self
+                    .handle
+                    .cluster()
+                    .get_object(kind, &pod.namespace, template)
+                    .await
+                    .ok(),
+            };
+            let Some(KubeObject::ResourceClaimTemplate(t)) = stored else {
+                continue;
+            };
+            let name = format!("{}-{}-?????", pod.name, pc.name);
+            let mut claim = claim_from_template(&pod.pod, &pc.name, &t, name);
+            claim.metadata.uid = Some(format!("dry-run/{}/{}", pod.uid, pc.name));
+            out.push((
+                pc.name.clone(),
+                self.dra().parse_unstored_claim(Arc::new(claim)),
+            ));
+        }
+        out
+    }
 }
 
 /// The pod's claims, each checked as PreEnqueue checks them; the first
 /// problem is the error.
 pub(crate) fn pod_claims(dra: &DraStore, pod: &PodInfo) -> Result<Vec<Arc<Claim>>, String> {
+    pod_claims_with(dra, pod, &[])
+}
+
+/// [`pod_claims`], with claims a dry run imagines the resourceclaim
+/// controller made (by the pod's claim name) for template entries it has
+/// not made yet.
+fn pod_claims_with(
+    dra: &DraStore,
+    pod: &PodInfo,
+    imagined: &[(Arc<str>, Arc<Claim>)],
+) -> Result<Vec<Arc<Claim>>, String> {
     let mut out = Vec::with_capacity(pod.resource_claims.len());
     for pc in &pod.resource_claims {
         let (name, must_check_owner) = match &pc.source {
             ClaimSource::Claim(n) => (n.clone(), false),
             ClaimSource::Template { generated, .. } => match generated {
+                None if let Some((_, c)) = imagined.iter().find(|(n, _)| *n == pc.name) => {
+                    out.push(c.clone());
+                    continue;
+                }
                 None => {
                     return Err(format!(
                         "pod \"{}/{}\": ResourceClaim not created yet",
@@ -194,7 +250,12 @@ impl PreFilterPlugin for DynamicResources {
             return (None, Status::skip());
         }
         let dra = self.dra();
-        let claims = match pod_claims(dra, pod) {
+        let imagined = if state.dry_run {
+            self.imagine_claims(pod).await
+        } else {
+            Vec::new()
+        };
+        let claims = match pod_claims_with(dra, pod, &imagined) {
             Ok(c) => c,
             Err(e) => return (None, Status::unresolvable(e)),
         };
@@ -337,6 +398,77 @@ impl FilterPlugin for DynamicResources {
         }
         Status::success()
     }
+
+    fn explain(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        node: &NodeInfo,
+        rejected: bool,
+    ) -> Vec<NodeDetail> {
+        let (Some(State(st)), Some(n)) = (state.read(&STATE_KEY), node.node()) else {
+            return Vec::new();
+        };
+        if !rejected {
+            // The devices the pod would get here.
+            let Some(Ok(Some(allocs))) = st.allocator.as_ref().map(|a| a.allocate(n)) else {
+                return Vec::new();
+            };
+            let a = st.allocator.as_ref().expect("allocator");
+            return a
+                .claims()
+                .iter()
+                .zip(allocs)
+                .flat_map(|(c, alloc)| {
+                    let claim = c.claim.key();
+                    alloc.devices.into_iter().map(move |d| NodeDetail::Device {
+                        claim: claim.clone(),
+                        request: d.request,
+                        driver: d.driver.to_string(),
+                        pool: d.pool.to_string(),
+                        device: d.device.to_string(),
+                    })
+                })
+                .collect();
+        }
+        let mut out = Vec::new();
+        for (i, claim) in st.claims.iter().enumerate() {
+            let reason = match &st.available_on[i] {
+                Some(sel) if !sel.matches(&n.labels, &n.name) => {
+                    "allocated to devices this node cannot use"
+                }
+                _ if claim.allocated()
+                    && !binding::ready_or_waiting(claim, self.args.binding_timeout()) =>
+                {
+                    "its devices' binding conditions failed or timed out"
+                }
+                _ => continue,
+            };
+            out.push(NodeDetail::Unsatisfied {
+                claim: claim.key(),
+                request: String::new(),
+                reason: reason.into(),
+            });
+        }
+        if let Some(e) = &st.fatal {
+            out.push(NodeDetail::Unsatisfied {
+                claim: String::new(),
+                request: String::new(),
+                reason: e.clone(),
+            });
+        } else if let Some(a) = &st.allocator
+            && !matches!(a.check(n), Ok(Outcome::Fits { .. }))
+        {
+            out.extend(allocator::explain_node(a, n).into_iter().map(|w| {
+                NodeDetail::Unsatisfied {
+                    claim: w.claim,
+                    request: w.request,
+                    reason: w.reason,
+                }
+            }));
+        }
+        out
+    }
 }
 
 #[async_trait]
@@ -360,6 +492,16 @@ impl PostFilterPlugin for DynamicResources {
             let others = claim.reserved_for.iter().any(|c| *c.uid != *pod.uid);
             if others {
                 continue;
+            }
+            if state.dry_run {
+                // A dry run changes nothing; it says what would be done.
+                return (
+                    None,
+                    Status::unschedulable(format!(
+                        "ResourceClaim {} would be deallocated (dry run)",
+                        claim.key()
+                    )),
+                );
             }
             let mut obj = (*claim.object).clone();
             if let Some(s) = obj.status.as_mut() {

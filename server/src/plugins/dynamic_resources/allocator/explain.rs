@@ -16,26 +16,64 @@ use crate::cache::dra::pools_for;
 use crate::model::NodeSpec;
 use crate::model::dra::{AllocationMode, Constraint, Device};
 
-/// One sentence per reason; empty when nothing on its own explains the
+/// One reason: about a request of a claim, or (both empty) about the
+/// node's devices as a whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Why {
+    /// `namespace/name` of the claim, or empty.
+    pub claim: String,
+    /// The request (`request/subrequest`), or empty.
+    pub request: String,
+    /// The reason.
+    pub reason: String,
+}
+
+impl Why {
+    fn node(reason: String) -> Self {
+        Self {
+            claim: String::new(),
+            request: String::new(),
+            reason,
+        }
+    }
+}
+
+impl std::fmt::Display for Why {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.claim.is_empty(), self.request.is_empty()) {
+            (true, _) => f.write_str(&self.reason),
+            (false, true) => write!(f, "claim {}: {}", self.claim, self.reason),
+            (false, false) => write!(
+                f,
+                "claim {}, request {}: {}",
+                self.claim, self.request, self.reason
+            ),
+        }
+    }
+}
+
+/// One entry per reason; empty when nothing on its own explains the
 /// failure.
-pub fn explain_node(a: &Allocator, node: &NodeSpec) -> Vec<String> {
+pub fn explain_node(a: &Allocator, node: &NodeSpec) -> Vec<Why> {
     let pools = pools_for(a.index(), node);
     let mut out = Vec::new();
     if pools.is_empty() {
-        out.push(format!(
-            "no ResourceSlice publishes devices for node {}",
-            node.name
+        out.push(Why::node(
+            "no ResourceSlice publishes devices for this node".into(),
         ));
         return out;
     }
     for p in pools.iter() {
         if p.incomplete {
-            out.push(format!(
+            out.push(Why::node(format!(
                 "resource pool {} is incomplete (its driver is publishing a new generation)",
                 p.id()
-            ));
+            )));
         } else if let Some(r) = &p.invalid {
-            out.push(format!("resource pool {} is invalid: {r}", p.id()));
+            out.push(Why::node(format!(
+                "resource pool {} is invalid: {r}",
+                p.id()
+            )));
         }
     }
     let mut all_single_ok = true;
@@ -50,9 +88,11 @@ pub fn explain_node(a: &Allocator, node: &NodeSpec) -> Vec<String> {
                         ok = true;
                         break;
                     }
-                    Err(why) => {
-                        reasons.push(format!("claim {key}, request {}: {why}", alt.full_name()))
-                    }
+                    Err(reason) => reasons.push(Why {
+                        claim: key.clone(),
+                        request: alt.full_name(),
+                        reason,
+                    }),
                 }
             }
             if !ok {
@@ -65,21 +105,26 @@ pub fn explain_node(a: &Allocator, node: &NodeSpec) -> Vec<String> {
         for c in a.claims() {
             let key = c.claim.key();
             for cons in &c.claim.constraints {
-                match cons {
-                    Constraint::MatchAttribute { attribute, .. } => out.push(format!(
-                        "claim {key}: no devices left that satisfy every request with the same {attribute}"
-                    )),
-                    Constraint::DistinctAttribute { attribute, .. } => out.push(format!(
-                        "claim {key}: no devices left that satisfy every request with distinct {attribute}"
-                    )),
-                    Constraint::Unknown => {}
-                }
+                let reason = match cons {
+                    Constraint::MatchAttribute { attribute, .. } => format!(
+                        "no devices left that satisfy every request with the same {attribute}"
+                    ),
+                    Constraint::DistinctAttribute { attribute, .. } => format!(
+                        "no devices left that satisfy every request with distinct {attribute}"
+                    ),
+                    Constraint::Unknown => continue,
+                };
+                out.push(Why {
+                    claim: key.clone(),
+                    request: String::new(),
+                    reason,
+                });
             }
         }
-        out.push(
+        out.push(Why::node(
             "the requests cannot be satisfied together (they compete for the same devices, or their counters run out)"
                 .into(),
-        );
+        ));
     }
     out
 }

@@ -34,7 +34,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use explain::explain_node;
+pub use explain::{Why, explain_node};
 pub use result::{ClaimAllocation, DeviceResult};
 
 use crate::cache::dra::{AllocatedState, Pool, SliceIndex, pools_for};

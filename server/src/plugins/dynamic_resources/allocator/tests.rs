@@ -732,13 +732,19 @@ fn explanations_name_the_request_and_the_check_that_failed() {
     ]);
     let a = w.allocator(&["c"]).unwrap();
     assert_eq!(
-        explain_node(&a, &n1()),
+        explain_node(&a, &n1())
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
         [
             "claim default/c, request r: needs 2 device(s); 2 in the node's resource pools, 1 of class gpu, 1 not allocated"
         ]
     );
     assert_eq!(
-        explain_node(&a, &make_node("empty").build()),
-        ["no ResourceSlice publishes devices for node empty"]
+        explain_node(&a, &make_node("empty").build())
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["no ResourceSlice publishes devices for this node"]
     );
 }
