@@ -16,6 +16,11 @@
 //! the cluster berthd starts with and applied through the Cluster API at
 //! the N-th idle point (a claim created after the pod that needs it).
 //!
+//! A remote extender in the configuration's `berthExtenders` whose
+//! `endpoint` reads `extender:NAME ARGS...` is one of the example
+//! extenders, started with those arguments for the scenario (e.g. a PreBind
+//! that fails on purpose).
+//!
 //! The runner waits for berthd's idle summary and checks; if a scenario is
 //! still moving (pods ready, backing off or in flight) or has stages left,
 //! it waits for the next idle point, else it reports what is unmet.
@@ -25,7 +30,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use berth_client::pb::QueueName;
-use berth_e2e::{Berthd, workspace_root};
+use berth_e2e::{Berthd, Extender, workspace_root};
 use serde_json::Value;
 
 fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
@@ -132,9 +137,25 @@ async fn run(file: &str) -> Result<()> {
         "--cluster".into(),
         cluster.display().to_string(),
     ];
+    let mut extenders = Vec::new();
     if let Some(cfg) = configs.first() {
+        let mut cfg = cfg.clone();
+        for e in cfg["berthExtenders"].as_array_mut().into_iter().flatten() {
+            let Some(spec) = e["endpoint"]
+                .as_str()
+                .and_then(|s| s.strip_prefix("extender:"))
+            else {
+                continue;
+            };
+            let mut words = spec.split_whitespace();
+            let name = words.next().context("extender: needs a name")?.to_string();
+            let args: Vec<&str> = words.collect();
+            let ext = Extender::start(&name, &args).await?;
+            e["endpoint"] = Value::String(ext.endpoint());
+            extenders.push(ext);
+        }
         let p = dir.join("config.yaml");
-        std::fs::write(&p, serde_yaml::to_string(cfg)?)?;
+        std::fs::write(&p, serde_yaml::to_string(&cfg)?)?;
         args.extend(["--config".into(), p.display().to_string()]);
     }
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -204,6 +225,7 @@ async fn run(file: &str) -> Result<()> {
     } else {
         berthd.stop().await?;
     }
+    drop(extenders);
     std::fs::remove_dir_all(&dir).ok();
     if !last.is_empty() {
         bail!("{}: {}", Path::new(file).display(), last.join("; "));
@@ -236,4 +258,5 @@ scenarios! {
     pod_topology_spread => "pod_topology_spread.yaml",
     volumes => "volumes.yaml",
     dynamic_resources => "dynamic_resources.yaml",
+    dynamic_resources_unreserve => "dynamic_resources_unreserve.yaml",
 }

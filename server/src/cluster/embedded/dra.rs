@@ -166,21 +166,28 @@ fn make_claims(s: &mut Store, key: &(String, String)) {
         }
         // A claim made earlier for this pod (its status write lost) is
         // reused, as the controller looks for one before making another.
-        let existing = s.objects.values().find_map(|o| match o {
-            KubeObject::ResourceClaim(rc)
-                if rc.metadata.namespace.as_deref() == Some(ns.as_str())
-                    && owned_by(rc, &uid)
-                    && rc
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(POD_CLAIM_NAME_ANNOTATION))
-                        == Some(&c.name) =>
-            {
-                rc.metadata.name.clone()
-            }
-            _ => None,
-        });
+        // Only names with the generateName prefix can be one.
+        let prefix = format!("{pod_name}-{}-", c.name);
+        let existing = s
+            .objects
+            .range((ObjectKind::ResourceClaim, ns.clone(), prefix.clone())..)
+            .take_while(|((k, n, name), _)| {
+                *k == ObjectKind::ResourceClaim && *n == ns && name.starts_with(&prefix)
+            })
+            .find_map(|(_, o)| match o {
+                KubeObject::ResourceClaim(rc)
+                    if owned_by(rc, &uid)
+                        && rc
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(POD_CLAIM_NAME_ANNOTATION))
+                            == Some(&c.name) =>
+                {
+                    rc.metadata.name.clone()
+                }
+                _ => None,
+            });
         let name = match existing {
             Some(n) => n,
             None => {
@@ -197,7 +204,7 @@ fn make_claims(s: &mut Store, key: &(String, String)) {
                         "resource claim template not found; waiting for it");
                     continue;
                 };
-                let generate = format!("{pod_name}-{}-", c.name);
+                let generate = prefix;
                 let mut name = format!("{generate}{}", suffix());
                 while s
                     .objects

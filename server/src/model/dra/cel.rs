@@ -53,7 +53,38 @@ pub struct Selector {
     /// Domains the expression names literally (`attributes["x"]`,
     /// `capacity["x"]`): a device without them gets empty maps there.
     domains: Vec<Arc<str>>,
-    pub(super) memo: RwLock<HashMap<u64, bool>>,
+    pub(super) memo: RwLock<HashMap<u64, bool, DeviceKeys>>,
+}
+
+/// Device keys are distinct counters already: they index the memo as they
+/// are, without hashing.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct DeviceKeys;
+
+impl std::hash::BuildHasher for DeviceKeys {
+    type Hasher = DeviceKeyHasher;
+    fn build_hasher(&self) -> DeviceKeyHasher {
+        DeviceKeyHasher(0)
+    }
+}
+
+/// See [`DeviceKeys`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct DeviceKeyHasher(u64);
+
+impl std::hash::Hasher for DeviceKeyHasher {
+    fn finish(&self) -> u64 {
+        // Spread the counter over the high bits hashbrown uses for tags.
+        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
 }
 
 impl fmt::Debug for Selector {
@@ -76,7 +107,7 @@ impl Selector {
             expression: Arc::from(expression),
             program,
             domains: literal_domains(expression),
-            memo: RwLock::new(HashMap::new()),
+            memo: RwLock::new(HashMap::with_hasher(DeviceKeys)),
         }
     }
 

@@ -857,6 +857,9 @@ impl<'a> Run<'a> {
     /// Whether a shared device has room for the request's capacity ask
     /// (`Err`: the request names a capacity the device lacks).
     fn capacity_fits(&self, alt: &Alternative, d: &Device) -> Result<bool, ()> {
+        if alt.spec.capacity.is_empty() && d.capacity.is_empty() {
+            return Ok(true);
+        }
         let used = self
             .a
             .allocated
