@@ -22,6 +22,7 @@
 //!   bound pod is only marked terminating, as there is no kubelet), and
 //!   `pods/binding` (201, 409 already assigned or stale UID, 404);
 //! * Leases like any other object (create, get, replace with conflicts);
+//! * `metadata.generateName` on create (a deterministic suffix);
 //! * `resource.k8s.io/v1` objects: a ResourceClaim's `PUT` keeps its
 //!   status and a `PUT` of its `status` keeps the rest, and strategic merge
 //!   patches of `reservedFor` merge by UID (`$patch: delete` removes one),
@@ -480,7 +481,23 @@ impl State {
     }
 
     fn create(&mut self, t: &Target, mut obj: Value) -> (u16, Value) {
-        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let mut name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        if name.is_empty()
+            && let Some(prefix) = obj["metadata"]["generateName"].as_str()
+        {
+            // A deterministic stand-in for the API's random suffix.
+            const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+            let mut n = self.uid + 1;
+            let suffix: String = (0..5)
+                .map(|_| {
+                    let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
+                    n /= ALPHABET.len() as u64;
+                    c
+                })
+                .collect();
+            name = format!("{prefix}{suffix}");
+            obj["metadata"]["name"] = json!(name);
+        }
         if name.is_empty() {
             return (
                 422,

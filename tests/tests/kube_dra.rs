@@ -294,3 +294,98 @@ async fn a_failed_binding_removes_the_reservation_with_upstreams_patch() -> Resu
     berthd.stop().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn extended_resources_backed_by_dra_create_their_claim_then_name_it_in_the_pod() -> Result<()>
+{
+    let (fake, berthd, _dir) = start("extended").await?;
+    // The recorded class, also backing example.com/gpu.
+    let class_path = "/apis/resource.k8s.io/v1/deviceclasses";
+    let mut class =
+        clean(recording("dra-deviceclasses-list")?["response"]["body"]["items"][0].clone());
+    class["metadata"]["name"] = json!("gpu-by-name");
+    class["spec"]["extendedResourceName"] = json!("example.com/gpu");
+    fake.create(class_path, class)?;
+    fake.create(
+        PODS,
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "by-name", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"example.com/gpu": "1"}, "limits": {"example.com/gpu": "1"}}}]},
+        }),
+    )?;
+    let binding = fake
+        .wait_for_request(|r| r.method == "POST" && r.path == format!("{PODS}/by-name/binding"))
+        .await?;
+    let node = binding.body["target"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let all = fake.requests();
+    let pos = |f: &dyn Fn(&Recorded) -> bool| all.iter().position(f);
+    // POST of the claim, then its finalizer and status, then the pod's
+    // status names it, then the binding.
+    let create = pos(&|r| r.method == "POST" && r.path == CLAIMS).context("no claim created")?;
+    let body = &all[create].body;
+    ensure!(
+        body["metadata"]["generateName"] == "by-name-extended-resources-",
+        "{body}"
+    );
+    ensure!(body["metadata"].get("name").is_none(), "{body}");
+    ensure!(
+        body["metadata"]["annotations"]["resource.kubernetes.io/extended-resource-claim"] == "true"
+    );
+    ensure!(body["metadata"]["ownerReferences"][0]["controller"] == true);
+    ensure!(
+        body["spec"]["devices"]["requests"]
+            == json!([{"name": "container-0-request-0", "exactly": {"deviceClassName": "gpu-by-name", "allocationMode": "ExactCount", "count": 1}}]),
+        "{body}"
+    );
+    let name = fake
+        .requests()
+        .into_iter()
+        .find(|r| {
+            r.method == "PUT"
+                && r.path
+                    .starts_with(&format!("{CLAIMS}/by-name-extended-resources-"))
+                && r.path.ends_with("/status")
+        })
+        .context("no status write")?
+        .body["metadata"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let status_put =
+        pos(&|r| r.method == "PUT" && r.path == format!("{CLAIMS}/{name}/status")).unwrap();
+    let finalizer_put =
+        pos(&|r| r.method == "PUT" && r.path == format!("{CLAIMS}/{name}")).unwrap();
+    let pod_patch = pos(&|r| {
+        r.method == "PATCH"
+            && r.path == format!("{PODS}/by-name/status")
+            && r.body["status"]
+                .get("extendedResourceClaimStatus")
+                .is_some()
+    })
+    .context("no pod status patch")?;
+    let bind_at =
+        pos(&|r| r.method == "POST" && r.path == format!("{PODS}/by-name/binding")).unwrap();
+    ensure!(
+        create < finalizer_put
+            && finalizer_put < status_put
+            && status_put < pod_patch
+            && pod_patch < bind_at
+    );
+    ensure!(
+        all[pod_patch].body["status"]["extendedResourceClaimStatus"]
+            == json!({"requestMappings": [{"containerName": "c", "resourceName": "example.com/gpu", "requestName": "container-0-request-0"}],
+                "resourceClaimName": name})
+    );
+    let stored = fake.get(&format!("{CLAIMS}/{name}")).context("claim")?;
+    ensure!(
+        stored["status"]["allocation"]["devices"]["results"][0]["pool"] == node.as_str(),
+        "{stored}"
+    );
+    berthd.stop().await?;
+    Ok(())
+}

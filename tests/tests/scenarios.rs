@@ -140,7 +140,12 @@ async fn run(file: &str) -> Result<()> {
     let mut extenders = Vec::new();
     if let Some(cfg) = configs.first() {
         let mut cfg = cfg.clone();
-        for e in cfg["berthExtenders"].as_array_mut().into_iter().flatten() {
+        for e in cfg
+            .get_mut("berthExtenders")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
             let Some(spec) = e["endpoint"]
                 .as_str()
                 .and_then(|s| s.strip_prefix("extender:"))
@@ -259,4 +264,5 @@ scenarios! {
     volumes => "volumes.yaml",
     dynamic_resources => "dynamic_resources.yaml",
     dynamic_resources_unreserve => "dynamic_resources_unreserve.yaml",
+    dynamic_resources_extended => "dynamic_resources_extended.yaml",
 }

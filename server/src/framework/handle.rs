@@ -79,6 +79,27 @@ pub trait ClusterClient: Send + Sync {
         claim_uid: &str,
         consumer_uid: &str,
     ) -> Result<(), ClusterError>;
+
+    /// Creates an object (a POST; `metadata.generateName` is honoured when
+    /// no name is set). Returns the stored object.
+    async fn create_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError>;
+
+    /// Deletes an object.
+    async fn delete_object(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ClusterError>;
+
+    /// Sets the pod's `status.extendedResourceClaimStatus` (the claim
+    /// DynamicResources made for its extended resources, and which of its
+    /// requests serves which container's resource).
+    async fn set_extended_resource_claim_status(
+        &self,
+        pod: &PodInfo,
+        status: k8s_openapi::api::core::v1::PodExtendedResourceClaimStatus,
+    ) -> Result<(), ClusterError>;
 }
 
 /// The type of a Kubernetes event.

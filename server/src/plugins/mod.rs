@@ -48,7 +48,9 @@ pub fn in_tree_registry() -> Registry {
     .expect(ok);
     r.register(
         names::NODE_RESOURCES_FIT,
-        |a: node_resources::NodeResourcesFitArgs, _| node_resources::NodeResourcesFit::new(a),
+        |a: node_resources::NodeResourcesFitArgs, h| {
+            node_resources::NodeResourcesFit::new(a).map(|f| f.with_objects(h.objects().clone()))
+        },
     )
     .expect(ok);
     r.register(

@@ -77,6 +77,17 @@ impl SliceIndex {
     }
 }
 
+/// The prefix of the extended resource name every DeviceClass backs
+/// implicitly (`deviceclass.resource.kubernetes.io/<class name>`).
+pub const IMPLICIT_EXTENDED_RESOURCE_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
+
+/// Whether a pod's request for `name` may be served by DRA: an extended
+/// resource, or a class's implicit name.
+pub fn is_dra_extended_resource(name: &str) -> bool {
+    crate::model::resource::is_extended_resource(name)
+        || name.starts_with(IMPLICIT_EXTENDED_RESOURCE_PREFIX)
+}
+
 /// Which devices are allocated, as of the start of a scheduling cycle.
 #[derive(Debug, Clone, Default)]
 pub struct AllocatedState {
@@ -218,26 +229,27 @@ impl DraStore {
         self.inner.read().classes.get(name).cloned()
     }
 
-    /// The class backing an extended resource (DRAExtendedResource): the
-    /// one naming it in `extendedResourceName`; with several, the one whose
-    /// name sorts first.
+    /// The class backing an extended resource (DRAExtendedResource), as
+    /// upstream's extended resource cache resolves it: the implicit
+    /// `deviceclass.resource.kubernetes.io/<class>` names that class; an
+    /// explicit name goes to the class declaring it in
+    /// `extendedResourceName`, the newest one if several do (ties: the
+    /// name that sorts first).
     pub fn class_for_extended_resource(&self, resource: &str) -> Option<Arc<Class>> {
-        self.inner
-            .read()
-            .classes
+        let s = self.inner.read();
+        if let Some(class) = resource.strip_prefix(IMPLICIT_EXTENDED_RESOURCE_PREFIX) {
+            return s.classes.get(class).cloned();
+        }
+        s.classes
             .values()
             .filter(|c| c.extended_resource_name.as_deref() == Some(resource))
-            .min_by(|a, b| a.name.cmp(&b.name))
+            .max_by(|a, b| {
+                let created = |c: &Class| c.object.metadata.creation_timestamp.clone().map(|t| t.0);
+                created(a)
+                    .cmp(&created(b))
+                    .then_with(|| b.name.cmp(&a.name))
+            })
             .cloned()
-    }
-
-    /// Whether any class backs an extended resource.
-    pub fn has_extended_resource_classes(&self) -> bool {
-        self.inner
-            .read()
-            .classes
-            .values()
-            .any(|c| c.extended_resource_name.is_some())
     }
 
     /// A ResourceClaim was added or updated (as the watch delivers it).
@@ -321,6 +333,25 @@ impl DraStore {
             s.assumed.insert(key, parsed);
         });
         Ok(())
+    }
+
+    /// Stores a claim the scheduler created and wrote, ahead of the watch
+    /// (which may not have delivered it yet): its devices count as
+    /// allocated from now on; the watched version replaces it once as new.
+    pub fn assume_created_claim(&self, claim: Arc<api::ResourceClaim>) {
+        let key = key_of(&claim.metadata);
+        let mut guard = self.inner.write();
+        let s = &mut *guard;
+        let parsed = Arc::new(parse_claim(&mut s.selectors, &mut s.slots, claim));
+        if s.claims
+            .get(&key)
+            .is_some_and(|c| c.uid == parsed.uid && c.resource_version >= parsed.resource_version)
+        {
+            return;
+        }
+        s.change(key.clone(), |s| {
+            s.assumed.insert(key, parsed);
+        });
     }
 
     /// Drops the scheduler's own version of a claim.

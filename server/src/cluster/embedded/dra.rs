@@ -125,7 +125,7 @@ fn needs_claims(p: &Pod) -> bool {
 }
 
 /// Five characters as the API server's generateName appends them.
-fn suffix() -> String {
+pub(super) fn suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(0);

@@ -666,6 +666,71 @@ impl ClusterClient for EmbeddedCluster {
         dra::object_changed(&mut s, &key);
         Ok(())
     }
+
+    async fn create_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
+        let mut s = self.store.lock();
+        let obj = match obj.metadata().name.as_deref() {
+            Some(n) if !n.is_empty() => obj,
+            _ => {
+                let generate = obj.metadata().generate_name.clone().unwrap_or_default();
+                let (kind, namespace, _) = obj.key();
+                let mut name = format!("{generate}{}", dra::suffix());
+                while s
+                    .objects
+                    .contains_key(&(kind, namespace.clone(), name.clone()))
+                {
+                    name = format!("{generate}{}", dra::suffix());
+                }
+                obj.with_metadata(|m| m.name = Some(name))
+            }
+        };
+        if s.objects.contains_key(&obj.key()) {
+            let (kind, _, name) = obj.key();
+            return Err(ClusterError::Conflict(format!(
+                "{} {name:?} already exists",
+                kind.type_meta().1.to_ascii_lowercase()
+            )));
+        }
+        let stored = s.put_object(obj, None)?;
+        dra::object_changed(&mut s, &stored.key());
+        Ok(stored)
+    }
+
+    async fn delete_object(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ClusterError> {
+        if self.delete(Kind::Object(kind), namespace, name) {
+            Ok(())
+        } else {
+            Err(ClusterError::NotFound(format!(
+                "{} {name:?} not found",
+                kind.type_meta().1.to_ascii_lowercase()
+            )))
+        }
+    }
+
+    async fn set_extended_resource_claim_status(
+        &self,
+        pod: &PodInfo,
+        status: k8s_openapi::api::core::v1::PodExtendedResourceClaimStatus,
+    ) -> Result<(), ClusterError> {
+        let uid = pod.uid.to_string();
+        self.update_pod(&pod.namespace, &pod.name, |p| {
+            if p.metadata.uid.as_deref() != Some(uid.as_str()) {
+                return Err(ClusterError::Conflict(format!(
+                    "pod {} was replaced",
+                    pod.key()
+                )));
+            }
+            p.status
+                .get_or_insert_with(Default::default)
+                .extended_resource_claim_status = Some(status);
+            Ok(())
+        })
+    }
 }
 
 impl EmbeddedCluster {

@@ -258,6 +258,44 @@ impl ClusterClient for KubeCluster {
             .await
             .map(|_| ())
     }
+
+    async fn create_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
+        let (kind, namespace, _) = obj.key();
+        let path = object_path(kind, &namespace, "");
+        let stored = self
+            .send(
+                http::Method::POST,
+                path.trim_end_matches('/'),
+                JSON,
+                &obj.to_json(),
+            )
+            .await?;
+        KubeObject::from_json(kind, stored).map_err(|e| ClusterError::Other(e.to_string()))
+    }
+
+    async fn delete_object(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ClusterError> {
+        let path = object_path(kind, namespace, name);
+        self.send(http::Method::DELETE, &path, JSON, &json!({}))
+            .await
+            .map(|_| ())
+    }
+
+    async fn set_extended_resource_claim_status(
+        &self,
+        pod: &PodInfo,
+        status: k8s_openapi::api::core::v1::PodExtendedResourceClaimStatus,
+    ) -> Result<(), ClusterError> {
+        let path = format!("{}/status", pod_path(&pod.namespace, &pod.name));
+        let patch = json!({"status": {"extendedResourceClaimStatus": status}});
+        self.send(http::Method::PATCH, &path, STRATEGIC_MERGE, &patch)
+            .await
+            .map(|_| ())
+    }
 }
 
 impl EventRecorder for KubeCluster {

@@ -50,6 +50,7 @@ pub(super) async fn pre_bind(
     pod: &PodInfo,
     node: &str,
 ) -> Status {
+    let special = st.extended.as_ref().map(|e| e.index);
     for (i, claim) in st.claims.iter().enumerate() {
         if claim.reserved_for_pod(&pod.uid) {
             continue;
@@ -58,6 +59,12 @@ pub(super) async fn pre_bind(
             .as_ref()
             .and_then(|c| c.status.as_ref())
             .and_then(|s| s.allocation.clone());
+        if Some(i) == special {
+            match bind_extended_claim(pl, st, claim, allocation, pod).await {
+                Ok(()) => continue,
+                Err(e) => return Status::error(e),
+            }
+        }
         let result = bind_claim(pl, claim, allocation.clone(), pod).await;
         if allocation.is_some() {
             pl.dra().remove_pending_allocation(&claim.uid);
@@ -102,6 +109,84 @@ pub(super) async fn pre_bind(
             return Status::error("device binding timeout");
         }
         tokio::time::sleep(BINDING_POLL).await;
+    }
+}
+
+/// The special claim for extended resources: nothing when the node's
+/// device plugins serve them all; else created (`generateName:
+/// <pod>-extended-resources-`), then written like any claim, stored ahead
+/// of the watch, and named in the pod's `status.extendedResourceClaimStatus`.
+async fn bind_extended_claim(
+    pl: &DynamicResources,
+    st: &Inner,
+    claim: &Claim,
+    allocation: Option<api::AllocationResult>,
+    pod: &PodInfo,
+) -> Result<(), String> {
+    let Some(e) = &st.extended else {
+        return Ok(());
+    };
+    let chosen = e.chosen.lock().clone();
+    let Some((variant, object)) = chosen.and_then(|v| v.object.clone().map(|o| (v, o))) else {
+        // Served by the node's device plugins.
+        return Ok(());
+    };
+    let cluster = pl.handle.cluster();
+    let mut obj = (*object).clone();
+    obj.metadata.name = None;
+    obj.metadata.uid = None;
+    obj.status = None;
+    let created = cluster
+        .create_object(KubeObject::ResourceClaim(Arc::new(obj)))
+        .await
+        .and_then(|o| claim_of(o).map_err(ClusterError::Other));
+    let created = match created {
+        Ok(c) => c,
+        Err(err) => {
+            pl.dra().remove_pending_allocation(&claim.uid);
+            return Err(format!(
+                "create claim for extended resources {}/{}: {err}",
+                pod.namespace,
+                object.metadata.generate_name.as_deref().unwrap_or("")
+            ));
+        }
+    };
+    *e.created.lock() = Some(created.clone());
+    let parsed = pl.dra().parse_unstored_claim(created.clone());
+    let result = bind_claim(pl, &parsed, allocation, pod).await;
+    match result {
+        Ok(written) => {
+            // Counted as allocated before the watch brings it (the
+            // in-flight allocation under the temporary UID goes now).
+            pl.dra().assume_created_claim(written.clone());
+            pl.dra().remove_pending_allocation(&claim.uid);
+            *e.created.lock() = Some(written.clone());
+            if variant.mappings.is_empty() {
+                return Err(format!(
+                    "nil or empty request mappings, no update of pod {}/{} ExtendedResourceClaimStatus",
+                    pod.namespace, pod.name
+                ));
+            }
+            cluster
+                .set_extended_resource_claim_status(
+                    pod,
+                    k8s_openapi::api::core::v1::PodExtendedResourceClaimStatus {
+                        request_mappings: variant.mappings.clone(),
+                        resource_claim_name: written.metadata.name.clone().unwrap_or_default(),
+                    },
+                )
+                .await
+                .map_err(|err| {
+                    format!(
+                        "update pod {}/{} ExtendedResourceClaimStatus: {err}",
+                        pod.namespace, pod.name
+                    )
+                })
+        }
+        Err(err) => {
+            pl.dra().remove_pending_allocation(&claim.uid);
+            Err(err)
+        }
     }
 }
 

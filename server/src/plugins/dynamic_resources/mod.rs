@@ -30,6 +30,7 @@ pub mod allocator;
 mod args;
 mod binding;
 mod events;
+mod extended;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -50,12 +51,15 @@ use crate::framework::{
     PreFilterResult, ReservePlugin, ScoreExtensions, ScorePlugin, StateKey, Status,
 };
 use crate::model::dra::{Claim, FINALIZER, Request, claim_from_template};
-use crate::model::{ClaimSource, NodeSelector, PodInfo};
+use crate::model::{ClaimSource, NodeSelector, NodeSpec, PodInfo};
 use crate::plugins::helper::default_normalize_score;
 use crate::plugins::names::DYNAMIC_RESOURCES;
 use allocator::{Allocator, Outcome};
 
 const STATE_KEY: StateKey<State> = StateKey::new("DynamicResources");
+
+/// How many consumers a claim's `reservedFor` may list.
+const RESERVED_FOR_MAX_SIZE: usize = 256;
 
 /// What PreFilter learned, shared by the clones of the cycle state (as
 /// upstream shares one pointer).
@@ -69,12 +73,19 @@ struct Inner {
     claims: Vec<Arc<Claim>>,
     /// Per claim, where its allocation may be used (allocated claims).
     available_on: Vec<Option<NodeSelector>>,
-    /// Indices of the claims the scheduler must allocate.
+    /// Indices of the pod's own claims the scheduler must allocate.
     to_allocate: Vec<usize>,
-    /// The allocator for them.
-    allocator: Option<Allocator>,
-    /// Why the allocator could not be prepared (fatal for every node).
-    fatal: Option<String>,
+    /// Those claims.
+    pending: Vec<Arc<Claim>>,
+    /// The allocator for them (and why it could not be prepared, fatal
+    /// for every node), as a variant with no special claim.
+    base: Arc<extended::Variant>,
+    /// The claim for extended resources backed by DRA, if the pod has one
+    /// (the last of `claims`).
+    extended: Option<extended::Extended>,
+    /// The slices and allocated devices the allocators see.
+    index: Arc<crate::cache::dra::SliceIndex>,
+    allocated: Arc<crate::cache::dra::AllocatedState>,
     /// Whether any claim to allocate has a `firstAvailable` request
     /// (otherwise every node scores 0).
     scored: bool,
@@ -246,7 +257,7 @@ impl PreFilterPlugin for DynamicResources {
         _: &[Arc<NodeInfo>],
     ) -> (Option<PreFilterResult>, Status) {
         state.write(&STATE_KEY, State::default());
-        if pod.resource_claims.is_empty() {
+        if pod.resource_claims.is_empty() && !self.may_use_extended_resources(pod) {
             return (None, Status::skip());
         }
         let dra = self.dra();
@@ -255,9 +266,16 @@ impl PreFilterPlugin for DynamicResources {
         } else {
             Vec::new()
         };
-        let claims = match pod_claims_with(dra, pod, &imagined) {
+        let mut claims = match pod_claims_with(dra, pod, &imagined) {
             Ok(c) => c,
             Err(e) => return (None, Status::unresolvable(e)),
+        };
+        let extended = match extended::Extended::prepare(dra, pod, claims.len()) {
+            Some((e, claim)) => {
+                claims.push(claim);
+                Some(e)
+            }
+            None => None,
         };
         if claims.is_empty() {
             return (None, Status::skip());
@@ -265,13 +283,22 @@ impl PreFilterPlugin for DynamicResources {
         let mut available_on = Vec::with_capacity(claims.len());
         let mut to_allocate = Vec::new();
         let mut scored = false;
+        let special = extended.as_ref().map(|e| e.index);
         for (i, claim) in claims.iter().enumerate() {
+            if claim.allocated()
+                && claim.reserved_for.len() >= RESERVED_FOR_MAX_SIZE
+                && !claim.reserved_for_pod(&pod.uid)
+            {
+                return (None, Status::unresolvable("resourceclaim in use"));
+            }
             if claim.allocated() {
                 available_on.push(claim.allocation_nodes.clone());
                 continue;
             }
             available_on.push(None);
-            to_allocate.push(i);
+            if Some(i) != special {
+                to_allocate.push(i);
+            }
             if dra.claim_has_pending_allocation(&claim.uid) {
                 return (
                     None,
@@ -280,6 +307,10 @@ impl PreFilterPlugin for DynamicResources {
                         claim.key()
                     )),
                 );
+            }
+            if Some(i) == special {
+                // Its requests are made per node, in Filter.
+                continue;
             }
             for r in &claim.requests {
                 let classes: Vec<(String, &str)> = match r {
@@ -319,15 +350,17 @@ impl PreFilterPlugin for DynamicResources {
                 }
             }
         }
-        let (allocator, fatal) = if to_allocate.is_empty() {
+        let index = dra.slice_index();
+        let allocated = Arc::new(dra.allocated_state());
+        let pending: Vec<Arc<Claim>> = to_allocate.iter().map(|i| claims[*i].clone()).collect();
+        let (allocator, fatal) = if pending.is_empty() {
             (None, None)
         } else {
-            let pending: Vec<Arc<Claim>> = to_allocate.iter().map(|i| claims[*i].clone()).collect();
             match Allocator::new(
                 &pending,
                 |c| dra.class(c),
-                dra.slice_index(),
-                Arc::new(dra.allocated_state()),
+                index.clone(),
+                allocated.clone(),
                 self.args.filter_timeout(),
             ) {
                 Ok(a) => (Some(a), None),
@@ -341,8 +374,16 @@ impl PreFilterPlugin for DynamicResources {
                 claims,
                 available_on,
                 to_allocate,
-                allocator,
-                fatal,
+                pending,
+                base: Arc::new(extended::Variant {
+                    object: None,
+                    mappings: Vec::new(),
+                    allocator,
+                    fatal,
+                }),
+                extended,
+                index,
+                allocated,
                 scored,
                 unavailable: Mutex::default(),
                 reserved: Mutex::new(vec![None; n]),
@@ -352,8 +393,118 @@ impl PreFilterPlugin for DynamicResources {
     }
 }
 
+impl DynamicResources {
+    /// Whether the pod asks for an extended resource a DeviceClass backs.
+    fn may_use_extended_resources(&self, pod: &PodInfo) -> bool {
+        pod.requests.scalar.iter().any(|(name, q)| {
+            *q != 0 && {
+                let name = name.as_str();
+                crate::cache::dra::is_dra_extended_resource(&name)
+                    && self.dra().class_for_extended_resource(&name).is_some()
+            }
+        })
+    }
+
+    /// What `node` asks of DRA for the pod: the allocator for its own
+    /// claims, or, when it leaves some extended resources to DRA, for
+    /// those and the special claim's requests for it. `Ok(None)`: nothing
+    /// (the pod's only claim is the special one and the node's device
+    /// plugins offer everything). `Err`: the special claim is left from an
+    /// earlier attempt (PostFilter deletes it).
+    fn variant_for(
+        &self,
+        st: &Inner,
+        pod: &PodInfo,
+        node: &NodeSpec,
+    ) -> Result<Option<Arc<extended::Variant>>, Status> {
+        let Some(e) = &st.extended else {
+            return Ok(Some(st.base.clone()));
+        };
+        let special = &st.claims[e.index];
+        if &*special.name != extended::IN_MEMORY_NAME && !special.requests.is_empty() {
+            return Err(Status::unresolvable(
+                "cannot schedule extended resource claim",
+            ));
+        }
+        let mask = if special.allocated() { 0 } else { e.mask(node) };
+        if mask == 0 {
+            return Ok((st.claims.len() > 1).then(|| st.base.clone()));
+        }
+        let dra = self.dra();
+        Ok(Some(e.variant(mask, |mut v| {
+            let (requests, mappings) = e.requests_for(pod, mask);
+            let mut obj = (*special.object).clone();
+            obj.spec.devices = Some(api::DeviceClaim {
+                requests: Some(requests),
+                ..Default::default()
+            });
+            let obj = Arc::new(obj);
+            let mut pending = st.pending.clone();
+            pending.push(dra.parse_unstored_claim(obj.clone()));
+            match Allocator::new(
+                &pending,
+                |c| dra.class(c),
+                st.index.clone(),
+                st.allocated.clone(),
+                self.args.filter_timeout(),
+            ) {
+                Ok(a) => v.allocator = Some(a),
+                Err(f) => v.fatal = Some(f),
+            }
+            v.object = Some(obj);
+            v.mappings = mappings;
+            v
+        })))
+    }
+
+    /// Deletes the claim made for the pod's extended resources (its
+    /// finalizer first), as upstream does with one left from an earlier
+    /// attempt or made by a failed one.
+    async fn delete_extended_claim(&self, claim: &api::ResourceClaim) -> Result<(), String> {
+        let cluster = self.handle.cluster();
+        let ns = claim.metadata.namespace.clone().unwrap_or_default();
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let mut current = Arc::new(claim.clone());
+        for attempt in 0..5 {
+            if attempt > 0 {
+                current = match cluster
+                    .get_object(crate::cache::ObjectKind::ResourceClaim, &ns, &name)
+                    .await
+                {
+                    Ok(KubeObject::ResourceClaim(c)) => c,
+                    Ok(_) => return Err("not a ResourceClaim".into()),
+                    Err(e) => return Err(format!("get resourceclaim {ns}/{name}: {e}")),
+                };
+            }
+            let mut c = (*current).clone();
+            let Some(f) = c
+                .metadata
+                .finalizers
+                .as_mut()
+                .filter(|f| f.iter().any(|f| f == FINALIZER))
+            else {
+                break;
+            };
+            f.retain(|f| f != FINALIZER);
+            match cluster
+                .update_object(KubeObject::ResourceClaim(Arc::new(c)))
+                .await
+            {
+                Ok(_) => break,
+                Err(crate::framework::ClusterError::Conflict(_)) => continue,
+                Err(e) => return Err(format!("update resourceclaim {ns}/{name}: {e}")),
+            }
+        }
+        self.dra().restore_claim(&ns, &name);
+        cluster
+            .delete_object(crate::cache::ObjectKind::ResourceClaim, &ns, &name)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
 impl FilterPlugin for DynamicResources {
-    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(State(st)) = state.read(&STATE_KEY) else {
             // No PreFilter (a what-if run of a pod PreFilter skipped).
             return Status::success();
@@ -363,6 +514,11 @@ impl FilterPlugin for DynamicResources {
         }
         let Some(n) = node.node() else {
             return Status::error("node not found");
+        };
+        let variant = match self.variant_for(st, pod, n) {
+            Err(s) => return s,
+            Ok(None) => return Status::success(),
+            Ok(Some(v)) => v,
         };
         let mut unavailable: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
         for (i, claim) in st.claims.iter().enumerate() {
@@ -376,10 +532,10 @@ impl FilterPlugin for DynamicResources {
                 unavailable.push(i);
             }
         }
-        if let Some(e) = &st.fatal {
+        if let Some(e) = &variant.fatal {
             return Status::error(e.clone());
         }
-        if let Some(a) = &st.allocator {
+        if let Some(a) = &variant.allocator {
             match a.check(n) {
                 Ok(Outcome::Fits { .. }) => {}
                 Ok(Outcome::NoFit) => return Status::unresolvable("cannot allocate all claims"),
@@ -402,19 +558,43 @@ impl FilterPlugin for DynamicResources {
     fn explain(
         &self,
         state: &CycleState,
-        _pod: &PodInfo,
+        pod: &PodInfo,
         node: &NodeInfo,
         rejected: bool,
     ) -> Vec<NodeDetail> {
         let (Some(State(st)), Some(n)) = (state.read(&STATE_KEY), node.node()) else {
             return Vec::new();
         };
+        let why = |claim: String, request: String, reason: String| NodeDetail::Unsatisfied {
+            claim,
+            request,
+            reason,
+        };
+        let variant = match self.variant_for(st, pod, n) {
+            Ok(v) => v,
+            Err(s) => {
+                let e = st.extended.as_ref().map(|e| st.claims[e.index].key());
+                return vec![why(
+                    e.unwrap_or_default(),
+                    String::new(),
+                    format!(
+                        "{} (made for the pod's extended resources by an earlier attempt; it is deleted so that the next attempt starts anew)",
+                        s.message()
+                    ),
+                )];
+            }
+        };
+        let Some(variant) = variant else {
+            return Vec::new();
+        };
         if !rejected {
             // The devices the pod would get here.
-            let Some(Ok(Some(allocs))) = st.allocator.as_ref().map(|a| a.allocate(n)) else {
+            let Some(a) = &variant.allocator else {
                 return Vec::new();
             };
-            let a = st.allocator.as_ref().expect("allocator");
+            let Ok(Some(allocs)) = a.allocate(n) else {
+                return Vec::new();
+            };
             return a
                 .claims()
                 .iter()
@@ -444,28 +624,18 @@ impl FilterPlugin for DynamicResources {
                 }
                 _ => continue,
             };
-            out.push(NodeDetail::Unsatisfied {
-                claim: claim.key(),
-                request: String::new(),
-                reason: reason.into(),
-            });
+            out.push(why(claim.key(), String::new(), reason.into()));
         }
-        if let Some(e) = &st.fatal {
-            out.push(NodeDetail::Unsatisfied {
-                claim: String::new(),
-                request: String::new(),
-                reason: e.clone(),
-            });
-        } else if let Some(a) = &st.allocator
+        if let Some(e) = &variant.fatal {
+            out.push(why(String::new(), String::new(), e.clone()));
+        } else if let Some(a) = &variant.allocator
             && !matches!(a.check(n), Ok(Outcome::Fits { .. }))
         {
-            out.extend(allocator::explain_node(a, n).into_iter().map(|w| {
-                NodeDetail::Unsatisfied {
-                    claim: w.claim,
-                    request: w.request,
-                    reason: w.reason,
-                }
-            }));
+            out.extend(
+                allocator::explain_node(a, n)
+                    .into_iter()
+                    .map(|w| why(w.claim, w.request, w.reason)),
+            );
         }
         out
     }
@@ -486,8 +656,12 @@ impl PostFilterPlugin for DynamicResources {
                 return (None, Status::unschedulable("no new claims to deallocate"));
             }
         };
+        let special = st.extended.as_ref().map(|e| e.index);
         let unavailable: Vec<usize> = st.unavailable.lock().iter().copied().collect();
         for i in unavailable {
+            if Some(i) == special {
+                continue;
+            }
             let claim = &st.claims[i];
             let others = claim.reserved_for.iter().any(|c| *c.uid != *pod.uid);
             if others {
@@ -522,19 +696,47 @@ impl PostFilterPlugin for DynamicResources {
                 Err(e) => (None, Status::error(e.to_string())),
             };
         }
+        if let Some(i) = special
+            && &*st.claims[i].name != extended::IN_MEMORY_NAME
+        {
+            // Made by an earlier attempt: deleted, the next one starts anew.
+            let claim = &st.claims[i];
+            if state.dry_run {
+                return (
+                    None,
+                    Status::unschedulable(format!(
+                        "ResourceClaim {} would be deleted (dry run)",
+                        claim.key()
+                    )),
+                );
+            }
+            return match self.delete_extended_claim(&claim.object).await {
+                Ok(()) => (
+                    None,
+                    Status::unschedulable("deletion of ResourceClaim completed"),
+                ),
+                Err(e) => (None, Status::error(e)),
+            };
+        }
         (None, Status::unschedulable("still not schedulable"))
     }
 }
 
 impl ScorePlugin for DynamicResources {
-    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let Some(State(st)) = state.read(&STATE_KEY) else {
             return Ok(0);
         };
         if !st.scored {
             return Ok(0);
         }
-        let (Some(a), Some(n)) = (&st.allocator, node.node()) else {
+        let Some(n) = node.node() else {
+            return Ok(0);
+        };
+        let Ok(Some(v)) = self.variant_for(st, pod, n) else {
+            return Ok(0);
+        };
+        let Some(a) = &v.allocator else {
             return Ok(0);
         };
         match a.check(n) {
@@ -558,33 +760,53 @@ impl ScoreExtensions for DynamicResources {
 
 #[async_trait]
 impl ReservePlugin for DynamicResources {
-    async fn reserve(&self, state: &mut CycleState, _pod: &PodInfo, node: &str) -> Status {
+    async fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
         let Some(State(st)) = state.read(&STATE_KEY) else {
-            return Status::success();
-        };
-        let Some(a) = &st.allocator else {
             return Status::success();
         };
         let snapshot = state.snapshot().clone();
         let Some(n) = snapshot.get(node).and_then(|i| i.node().cloned()) else {
+            if st.claims.is_empty() {
+                return Status::success();
+            }
             return Status::error(format!("node {node:?} not found"));
+        };
+        let variant = match self.variant_for(st, pod, &n) {
+            Ok(Some(v)) => v,
+            Ok(None) => return Status::success(),
+            Err(s) => return s,
+        };
+        let Some(a) = &variant.allocator else {
+            return Status::success();
         };
         let allocations = match a.allocate(&n) {
             Ok(Some(v)) => v,
             Ok(None) => return Status::error("claim allocation not found for node"),
             Err(e) => return Status::error(e),
         };
-        if allocations.len() != st.to_allocate.len() {
+        // The pod's own claims, then the special one when this node needs it.
+        let special = st.extended.as_ref().map(|e| e.index);
+        let targets: Vec<usize> = st
+            .to_allocate
+            .iter()
+            .copied()
+            .chain(special.filter(|_| variant.object.is_some()))
+            .collect();
+        if allocations.len() != targets.len() {
             return Status::error(format!(
                 "internal error, have {} allocations, {} claims to allocate",
                 allocations.len(),
-                st.to_allocate.len()
+                targets.len()
             ));
         }
         let mut reserved = st.reserved.lock();
-        for (alloc, &i) in allocations.iter().zip(&st.to_allocate) {
+        for (alloc, &i) in allocations.iter().zip(&targets) {
             let claim = &st.claims[i];
-            let mut obj = (*claim.object).clone();
+            let source = match (&variant.object, Some(i) == special) {
+                (Some(o), true) => o.clone(),
+                _ => claim.object.clone(),
+            };
+            let mut obj = (*source).clone();
             let finalizers = obj.metadata.finalizers.get_or_insert_with(Vec::new);
             if !finalizers.iter().any(|f| f == FINALIZER) {
                 finalizers.push(FINALIZER.into());
@@ -595,6 +817,9 @@ impl ReservePlugin for DynamicResources {
             tracing::debug!(claim = %claim.key(), node, "reserved devices in an allocation result");
             reserved[i] = Some(obj);
         }
+        if let Some(e) = &st.extended {
+            *e.chosen.lock() = Some(variant.clone());
+        }
         Status::success()
     }
 
@@ -602,10 +827,14 @@ impl ReservePlugin for DynamicResources {
         let Some(State(st)) = state.read(&STATE_KEY) else {
             return;
         };
+        let special = st.extended.as_ref().map(|e| e.index);
         let written: Vec<Option<Arc<api::ResourceClaim>>> = st.reserved.lock().clone();
         for (i, claim) in st.claims.iter().enumerate() {
             if self.dra().remove_pending_allocation(&claim.uid) {
                 self.dra().restore_claim(&claim.namespace, &claim.name);
+            }
+            if Some(i) == special {
+                continue;
             }
             // The claim as PreBind left it, if it wrote it.
             let latest = written[i]
@@ -627,6 +856,14 @@ impl ReservePlugin for DynamicResources {
                     // Retried when the pod is scheduled again.
                     tracing::warn!(claim = %claim.key(), error = %e, "unreserve failed");
                 }
+            }
+        }
+        // A claim made for the pod's extended resources goes again.
+        let created = st.extended.as_ref().and_then(|e| e.created.lock().take());
+        if let Some(c) = created {
+            tracing::debug!(pod = %pod.key(), claim = ?c.metadata.name, "deleting the extended resource claim");
+            if let Err(e) = self.delete_extended_claim(&c).await {
+                tracing::warn!(pod = %pod.key(), error = %e, "deleting the extended resource claim failed");
             }
         }
     }

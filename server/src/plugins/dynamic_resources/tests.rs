@@ -75,6 +75,14 @@ struct Env {
 
 impl Env {
     fn new(nodes: &[&str], objects: Vec<Value>) -> Self {
+        let specs: Vec<crate::model::NodeSpec> = nodes
+            .iter()
+            .map(|n| make_node(n).cpu("4").build())
+            .collect();
+        Self::with_nodes(specs, objects)
+    }
+
+    fn with_nodes(nodes: Vec<crate::model::NodeSpec>, objects: Vec<Value>) -> Self {
         let cluster = EmbeddedCluster::new();
         for o in objects {
             cluster.apply(o).unwrap();
@@ -85,8 +93,8 @@ impl Env {
             &handle,
         ));
         let infos: Vec<NodeInfo> = nodes
-            .iter()
-            .map(|n| NodeInfo::new(Arc::new(make_node(n).cpu("4").build())))
+            .into_iter()
+            .map(|n| NodeInfo::new(Arc::new(n)))
             .collect();
         let env = Self {
             cluster,
@@ -502,4 +510,146 @@ async fn queueing_hints_are_upstreams() {
         Ok(QueueingHint::Skip),
         "still missing a claim"
     );
+}
+
+#[tokio::test]
+async fn extended_resources_backed_by_dra_get_a_claim_of_their_own() {
+    // n1 publishes two devices of the class; n2 offers example.com/gpu
+    // through a device plugin; n3 has neither.
+    let mut gpu_class = class("gpu.example.com");
+    gpu_class["spec"]["extendedResourceName"] = json!("example.com/gpu");
+    let env = Env::with_nodes(
+        vec![
+            make_node("n1").cpu("4").build(),
+            make_node("n2")
+                .cpu("4")
+                .alloc("example.com/gpu", "4")
+                .build(),
+            make_node("n3").cpu("4").build(),
+        ],
+        vec![gpu_class, slice("n1", 2)],
+    );
+    let p = make_pod("p").req("example.com/gpu", "2").build();
+    env.cluster
+        .apply(serde_json::to_value(&*p.pod).unwrap())
+        .unwrap();
+
+    // NodeResourcesFit leaves the resource to DynamicResources where no
+    // device plugin offers it.
+    let fw = default_framework(&env.handle);
+    let mut fit_state = CycleState::with_snapshot(env.snapshot.clone());
+    let _ = fw
+        .run_pre_filter_recorded(&mut fit_state, &p, env.snapshot.list(), &mut |_, _, _| {})
+        .await;
+    for n in env.snapshot.list() {
+        let verdicts = fw.run_filter_each(&fit_state, &p, n, true);
+        let fit = verdicts
+            .iter()
+            .find(|(name, _)| *name == "NodeResourcesFit")
+            .unwrap();
+        assert_eq!(
+            fit.1,
+            crate::framework::FilterVerdict::Ran(Status::success()),
+            "{}",
+            n.name()
+        );
+    }
+
+    let (mut state, s) = env.pre_filter(&p).await;
+    assert!(s.is_success(), "{s:?}");
+    let verdicts = env.filter(&state, &p);
+    assert!(verdicts[0].1.is_success(), "n1: DRA: {:?}", verdicts[0].1);
+    assert!(verdicts[1].1.is_success(), "n2: device plugin");
+    assert_eq!(verdicts[2].1.message(), "cannot allocate all claims");
+
+    // A node whose device plugin serves it needs no claim.
+    let (mut on_n2, _) = env.pre_filter(&p).await;
+    assert!(env.pl.reserve(&mut on_n2, &p, "n2").await.is_success());
+    assert!(env.pl.pre_bind(&on_n2, &p, "n2").await.is_success());
+    assert!(env.cluster.objects(ObjectKind::ResourceClaim).is_empty());
+
+    // On n1: a claim is made, allocated, reserved and named in the pod's
+    // status.
+    assert!(env.pl.reserve(&mut state, &p, "n1").await.is_success());
+    assert!(env.pl.pre_bind(&state, &p, "n1").await.is_success());
+    let claims = env.cluster.objects(ObjectKind::ResourceClaim);
+    assert_eq!(claims.len(), 1);
+    let KubeObject::ResourceClaim(c) = &claims[0] else {
+        unreachable!()
+    };
+    let name = c.metadata.name.clone().unwrap();
+    assert!(name.starts_with("p-extended-resources-"), "{name}");
+    assert_eq!(
+        c.metadata.annotations.as_ref().unwrap()["resource.kubernetes.io/extended-resource-claim"],
+        "true"
+    );
+    let owner = &c.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner.kind.as_str(), owner.controller), ("Pod", Some(true)));
+    let requests = serde_json::to_value(&c.spec.devices.as_ref().unwrap().requests).unwrap();
+    assert_eq!(
+        requests,
+        json!([{"name": "container-0-request-0", "exactly": {"deviceClassName": "gpu.example.com", "allocationMode": "ExactCount", "count": 2}}])
+    );
+    let st = c.status.as_ref().unwrap();
+    let devices: Vec<&str> = st
+        .allocation
+        .as_ref()
+        .unwrap()
+        .devices
+        .as_ref()
+        .unwrap()
+        .results
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|r| r.device.as_str())
+        .collect();
+    assert_eq!(devices, ["gpu-0", "gpu-1"]);
+    assert_eq!(st.reserved_for.as_ref().unwrap()[0].name, "p");
+    let pod = env
+        .cluster
+        .pods()
+        .into_iter()
+        .find(|x| x.metadata.name.as_deref() == Some("p"))
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&pod.status.as_ref().unwrap().extended_resource_claim_status).unwrap(),
+        json!({"requestMappings": [{"containerName": "c", "resourceName": "example.com/gpu", "requestName": "container-0-request-0"}],
+            "resourceClaimName": name})
+    );
+    assert!(
+        env.handle
+            .objects()
+            .dra()
+            .claim("default", &name)
+            .is_some_and(|c| c.allocated()),
+        "counted before the watch brings it"
+    );
+
+    // Unreserve deletes the claim it made.
+    env.pl.unreserve(&state, &p, "n1").await;
+    assert!(env.cluster.objects(ObjectKind::ResourceClaim).is_empty());
+
+    // A claim left from an earlier attempt: every node fails, PostFilter
+    // deletes it.
+    env.apply(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "p-extended-resources-old", "namespace": "default",
+            "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": &*p.uid, "controller": true}]},
+        "spec": {"devices": {"requests": [{"name": "container-0-request-0", "exactly": {"deviceClassName": "gpu.example.com", "count": 2}}]}}}));
+    let (state, s) = env.pre_filter(&p).await;
+    assert!(s.is_success());
+    for (node, v) in env.filter(&state, &p) {
+        assert_eq!(
+            v.message(),
+            "cannot schedule extended resource claim",
+            "{node}"
+        );
+    }
+    let (_, s) = env
+        .pl
+        .post_filter(&state, &p, &NodeToStatus::default(), &fw)
+        .await;
+    assert_eq!(s.message(), "deletion of ResourceClaim completed");
+    assert!(env.cluster.objects(ObjectKind::ResourceClaim).is_empty());
 }
