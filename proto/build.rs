@@ -22,10 +22,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let fds = protox::compile(protos, ["."])?;
         std::fs::write(out_dir.join(descriptor), fds.encode_to_vec())?;
-        tonic_prost_build::configure()
+        let builder = tonic_prost_build::configure()
             .build_server(true)
-            .build_client(true)
-            .compile_fds(fds)?;
+            .build_client(true);
+        if protos == API {
+            // The public services decode through `codec::ApiCodec`, which
+            // checks a message's nesting before prost decodes it; it finds
+            // a message's descriptor by its type name.
+            let mut config = tonic_prost_build::Config::new();
+            config.enable_type_names();
+            builder
+                .codec_path("crate::codec::ApiCodec")
+                .compile_fds_with_config(fds, config)?;
+        } else {
+            builder.compile_fds(fds)?;
+        }
     }
     Ok(())
 }

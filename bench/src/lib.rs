@@ -2,7 +2,9 @@
 //! scheduler ([`runner`], the `berth-bench` binary), and the pieces the
 //! criterion micro-benchmarks (`benches/`) share.
 
+pub mod api;
 pub mod extender;
+pub mod kube;
 pub mod objects;
 pub mod profile;
 pub mod report;

@@ -10,9 +10,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use berth_bench::profile::ExtenderProcess;
 use berth_bench::report::{Machine, Outcome, Report};
 use berth_bench::runner::{self, RunOptions, RunResult};
-use berth_bench::workloads::{self, Workload};
+use berth_bench::workloads::{self, ExtenderVariant, Profile, Workload};
 use clap::Parser;
 
 /// Runs scheduler_perf-style workloads through the berth scheduler.
@@ -63,6 +64,19 @@ struct Args {
     /// its result as JSON.
     #[arg(long, hide = true)]
     child: bool,
+
+    /// Internal: serve the kube workload's stand-in API server with
+    /// --nodes and --pods (see berth_bench::kube).
+    #[arg(long, hide = true)]
+    serve_apiserver: bool,
+
+    /// Internal: the stand-in's nodes.
+    #[arg(long, hide = true, default_value_t = 0)]
+    nodes: usize,
+
+    /// Internal: the stand-in's pending pods.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pods: usize,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -73,6 +87,15 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 fn run_here(w: &Workload, opts: &RunOptions) -> Outcome {
+    if let Profile::Api(size) = w.profile {
+        return match berth_bench::api::run(&w.name, size, opts.seed, opts.timeout) {
+            Ok(r) => Outcome::Api(r),
+            Err(e) => Outcome::Failed {
+                workload: w.name.clone(),
+                error: format!("{e:#}"),
+            },
+        };
+    }
     let result = runtime().and_then(|rt| rt.block_on(runner::run(w, opts)));
     match result {
         Ok(r) => Outcome::Done(r),
@@ -145,6 +168,16 @@ fn main() -> Result<()> {
         parallelism: args.parallelism,
     };
     let all = workloads::all(args.quick);
+    if args.serve_apiserver {
+        let zones = args
+            .workloads
+            .first()
+            .and_then(|n| all.iter().find(|w| &w.name == n))
+            .map_or(&[][..], |w| w.zones);
+        return runtime()?.block_on(berth_bench::kube::serve_apiserver(
+            args.nodes, args.pods, zones,
+        ));
+    }
     if args.child {
         let [name] = args.workloads.as_slice() else {
             bail!("--child takes exactly one --workload");
@@ -162,6 +195,13 @@ fn main() -> Result<()> {
     }
     if args.list {
         for w in &selected {
+            if let Profile::Api(a) = w.profile {
+                println!(
+                    "{}\tthe sample cluster; {} timed DryRuns on one connection, then {} from each of {} clients",
+                    w.name, a.dry_runs, a.dry_runs, a.clients
+                );
+                continue;
+            }
             println!(
                 "{}\t{} nodes, {} existing, {} measured, {} never fit",
                 w.name, w.size.nodes, w.size.existing, w.size.measured, w.size.unschedulable
@@ -170,6 +210,17 @@ fn main() -> Result<()> {
         return Ok(());
     }
 
+    // The extender workloads need the extender's binary: built once here
+    // if missing, rather than failing each of them.
+    if selected.iter().any(|w| {
+        matches!(
+            w.profile,
+            Profile::Extender(ExtenderVariant::Grpc | ExtenderVariant::Http)
+        )
+    }) && std::env::var_os("BERTH_BENCH_EXTENDER").is_none()
+    {
+        ExtenderProcess::binary()?;
+    }
     let machine = Machine::current();
     let mut outcomes = Vec::new();
     for w in &selected {
@@ -181,6 +232,16 @@ fn main() -> Result<()> {
         };
         match &o {
             Outcome::Done(r) => eprintln!("  {}", summary(r)),
+            Outcome::Api(r) => eprintln!(
+                "  DryRun p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms on one connection; {:.0} DryRuns/s from {} clients ({:.0} µs CPU each); peak RSS {:.0} MiB",
+                r.dry_run_p50_ms,
+                r.dry_run_p90_ms,
+                r.dry_run_p99_ms,
+                r.dry_runs_per_second,
+                r.clients,
+                r.cpu_us_per_dry_run,
+                r.peak_rss_mib
+            ),
             Outcome::Skipped { reason, .. } => eprintln!("  skipped: {reason}"),
             Outcome::Failed { error, .. } => eprintln!("  FAILED: {error}"),
         }
@@ -212,7 +273,7 @@ fn main() -> Result<()> {
     let count = |f: fn(&Outcome) -> bool| report.outcomes.iter().filter(|o| f(o)).count();
     eprintln!(
         "berth-bench: {} passed, {} failed, {} skipped",
-        count(|o| matches!(o, Outcome::Done(_))),
+        count(|o| matches!(o, Outcome::Done(_) | Outcome::Api(_))),
         count(|o| matches!(o, Outcome::Failed { .. })),
         count(|o| matches!(o, Outcome::Skipped { .. })),
     );

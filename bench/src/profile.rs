@@ -33,7 +33,10 @@ pub struct ExtenderProcess {
 
 impl ExtenderProcess {
     /// The `berth-bench-extender` binary: `$BERTH_BENCH_EXTENDER`, or the
-    /// one beside this executable (cargo builds them together).
+    /// one beside this executable. `cargo run -p berth-bench` builds only
+    /// the harness, so when the extender is missing it is built here, with
+    /// the harness's profile (`cargo build [--release] -p berth-bench --bin
+    /// berth-bench-extender`); if that fails, the error gives the command.
     pub fn binary() -> Result<PathBuf> {
         if let Some(p) = std::env::var_os("BERTH_BENCH_EXTENDER") {
             return Ok(PathBuf::from(p));
@@ -43,13 +46,44 @@ impl ExtenderProcess {
             "berth-bench-extender{}",
             std::env::consts::EXE_SUFFIX
         ));
-        if !p.exists() {
-            bail!(
-                "{} is missing: build it with `cargo build -p berth-bench` (same profile), or set BERTH_BENCH_EXTENDER",
-                p.display()
-            );
+        if p.exists() {
+            return Ok(p);
         }
-        Ok(p)
+        let release = exe
+            .parent()
+            .and_then(|d| d.file_name())
+            .is_some_and(|n| n == "release");
+        let command = format!(
+            "cargo build{} -p berth-bench --bin berth-bench-extender",
+            if release { " --release" } else { "" }
+        );
+        eprintln!("{} is missing; building it: {command}", p.display());
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = std::process::Command::new(cargo);
+        cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args([
+                "build",
+                "-p",
+                "berth-bench",
+                "--bin",
+                "berth-bench-extender",
+            ])
+            .stdin(Stdio::null());
+        if release {
+            cmd.arg("--release");
+        }
+        let built = cmd.status();
+        match built {
+            Ok(s) if s.success() && p.exists() => Ok(p),
+            Ok(s) => bail!(
+                "{} is missing and `{command}` did not build it ({s}); run that command from the workspace, or set BERTH_BENCH_EXTENDER",
+                p.display()
+            ),
+            Err(e) => bail!(
+                "{} is missing and `{command}` could not run ({e}); run that command from the workspace, or set BERTH_BENCH_EXTENDER",
+                p.display()
+            ),
+        }
     }
 
     /// Starts the extender with `protocol` (`grpc` or `http`) on a loopback
@@ -128,7 +162,7 @@ fn parse(yaml: &str, registry: &Registry) -> Result<SchedulerConfig> {
 pub async fn setup(profile: Profile) -> Result<Setup> {
     let mut registry = in_tree_registry();
     match profile {
-        Profile::Default => {
+        Profile::Default | Profile::Api(_) => {
             let known = |n: &str| registry.contains(n);
             let config = config::default_config(&known);
             Ok(Setup {
@@ -209,5 +243,6 @@ extenders:
                 _served: Some(served),
             })
         }
+        Profile::Kube => bail!("the kube workloads set up their scheduler themselves"),
     }
 }

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::api::ApiResult;
 use crate::runner::RunResult;
 
 /// What became of one workload.
@@ -11,6 +12,8 @@ use crate::runner::RunResult;
 pub enum Outcome {
     /// It ran to the end; the figures.
     Done(RunResult),
+    /// The API workload ran to the end; its figures.
+    Api(ApiResult),
     /// It cannot run here (a variant not built yet).
     Skipped {
         /// The workload's name.
@@ -32,6 +35,7 @@ impl Outcome {
     pub fn workload(&self) -> &str {
         match self {
             Self::Done(r) => &r.workload,
+            Self::Api(r) => &r.workload,
             Self::Skipped { workload, .. } | Self::Failed { workload, .. } => workload,
         }
     }
@@ -124,6 +128,7 @@ impl Report {
         let mut rows: Vec<Vec<String>> = Vec::new();
         for o in &self.outcomes {
             let row = match o {
+                Outcome::Api(_) => continue,
                 Outcome::Done(r) => {
                     let measured = if r.unschedulable_pods > 0 {
                         format!(
@@ -165,7 +170,11 @@ impl Report {
         // Widths from the header and the rows of figures; a skip or failure
         // message overflows its column rather than widening it.
         let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-        for (o, row) in self.outcomes.iter().zip(&rows) {
+        let tabled = self
+            .outcomes
+            .iter()
+            .filter(|o| !matches!(o, Outcome::Api(_)));
+        for (o, row) in tabled.zip(&rows) {
             for (i, cell) in row.iter().enumerate() {
                 if i == 0 || matches!(o, Outcome::Done(_)) {
                     widths[i] = widths[i].max(cell.chars().count());
@@ -185,7 +194,10 @@ impl Report {
             l.push('\n');
             l
         };
-        out.push_str(&line(&header.map(String::from)));
+        // With only API workloads, their table alone.
+        if !rows.is_empty() {
+            out.push_str(&line(&header.map(String::from)));
+        }
         let mut rule = String::from("|");
         for (i, w) in widths.iter().enumerate() {
             if i == 0 {
@@ -195,10 +207,93 @@ impl Report {
             }
         }
         rule.push('\n');
-        out.push_str(&rule);
+        if !rows.is_empty() {
+            out.push_str(&rule);
+        }
         for row in &rows {
             out.push_str(&line(row));
         }
+        let api: Vec<&ApiResult> = self
+            .outcomes
+            .iter()
+            .filter_map(|o| match o {
+                Outcome::Api(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        if !api.is_empty() {
+            if !rows.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&api_table(&api));
+        }
         out
     }
+}
+
+/// The API workloads' table: DryRun latency on one connection, throughput
+/// with several clients.
+fn api_table(results: &[&ApiResult]) -> String {
+    let header = [
+        "Workload",
+        "Nodes",
+        "Pods",
+        "DryRun p50 (ms)",
+        "p90 (ms)",
+        "p99 (ms)",
+        "Clients",
+        "DryRuns/s",
+        "CPU µs/DryRun",
+        "Peak RSS (MiB)",
+    ];
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            vec![
+                r.workload.clone(),
+                r.nodes.to_string(),
+                r.pods.to_string(),
+                format!("{:.3}", r.dry_run_p50_ms),
+                format!("{:.3}", r.dry_run_p90_ms),
+                format!("{:.3}", r.dry_run_p99_ms),
+                r.clients.to_string(),
+                format!("{:.0}", r.dry_runs_per_second),
+                format!("{:.0}", r.cpu_us_per_dry_run),
+                format!("{:.0}", r.peak_rss_mib),
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (i, c) in row.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut l = String::from("|");
+        for (i, c) in cells.iter().enumerate() {
+            let pad = " ".repeat(widths[i].saturating_sub(c.chars().count()));
+            if i == 0 {
+                l.push_str(&format!(" {c}{pad} |"));
+            } else {
+                l.push_str(&format!(" {pad}{c} |"));
+            }
+        }
+        l.push('\n');
+        l
+    };
+    let mut out = line(&header.map(String::from));
+    out.push('|');
+    for (i, w) in widths.iter().enumerate() {
+        if i == 0 {
+            out.push_str(&format!(" {} |", "-".repeat(*w)));
+        } else {
+            out.push_str(&format!(" {}: |", "-".repeat(w.saturating_sub(1))));
+        }
+    }
+    out.push('\n');
+    for row in &rows {
+        out.push_str(&line(row));
+    }
+    out
 }

@@ -89,6 +89,9 @@ pub struct RunResult {
     /// Peak resident memory of the process (VmHWM), in MiB: the scheduler,
     /// the embedded cluster's objects and the harness.
     pub peak_rss_mib: f64,
+    /// Kube mode's figures (the kube workloads only).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub kube: Option<crate::kube::KubeFigures>,
 }
 
 /// How to run.
@@ -310,6 +313,9 @@ impl Waiter<'_> {
 
 /// Runs `w` on the current tokio runtime.
 pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
+    if w.profile == crate::workloads::Profile::Kube {
+        return crate::kube::run(w, opts).await;
+    }
     let deadline = tokio::time::Instant::now() + opts.timeout;
     let cluster = EmbeddedCluster::new();
     for i in 0..w.size.nodes {
@@ -458,6 +464,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
         setup_seconds,
         rss_before_scheduler_mib: rss_before,
         peak_rss_mib: peak,
+        kube: None,
     })
 }
 

@@ -13,6 +13,13 @@ pub enum Profile {
     /// The default profile plus the benchmark's Filter+Score logic, served
     /// as `variant` says (see [`crate::extender`]).
     Extender(ExtenderVariant),
+    /// The default profile in kube mode, against a stand-in API server
+    /// holding the nodes and the measured pods as a backlog (see
+    /// [`crate::kube`]).
+    Kube,
+    /// No pods are created: berthd's gRPC API is measured over the sample
+    /// cluster ([`crate::api`]).
+    Api(crate::api::ApiSize),
 }
 
 /// Where the extender workload's Filter+Score logic runs.
@@ -284,7 +291,48 @@ pub fn all(quick: bool) -> Vec<Workload> {
             ));
         }
     }
+    for (full, small) in [
+        (size(500, 0, 2000), size(20, 0, 50)),
+        (size(5000, 0, 10000), size(100, 0, 200)),
+    ] {
+        let s = pick(full, small);
+        out.push(workload(
+            "Kube",
+            &label(s),
+            s,
+            ZONES,
+            basic,
+            basic,
+            Profile::Kube,
+        ));
+    }
+    let api = pick_api(quick);
+    out.push(Workload {
+        name: format!("Api/DryRun/SampleCluster/{}Clients", api.clients),
+        family: "Api",
+        size: Size {
+            nodes: 40,
+            existing: 0,
+            measured: api.dry_runs,
+            unschedulable: 0,
+        },
+        zones: &[],
+        existing: (T::Default, d),
+        measured: (T::Default, d),
+        unschedulable: T::HighPriorityLargeCpu,
+        profile: Profile::Api(api),
+        devices_per_node: 0,
+    });
     out
+}
+
+/// The API workload's size: 2000 timed DryRuns per client, 4 clients (50
+/// with `quick`).
+fn pick_api(quick: bool) -> crate::api::ApiSize {
+    crate::api::ApiSize {
+        dry_runs: if quick { 50 } else { 2000 },
+        clients: 4,
+    }
 }
 
 /// The workloads whose name or family matches one of `filters` (all when
@@ -324,5 +372,8 @@ mod tests {
         assert_eq!(one[0].size.measured, 10000);
         let grpc = select(all(true), &["SchedulingWithExtender/grpc".into()]);
         assert_eq!(grpc.len(), 2);
+        let api = select(all(false), &["Api".into()]);
+        assert_eq!(api.len(), 1);
+        assert!(matches!(api[0].profile, Profile::Api(s) if s.clients == 4));
     }
 }

@@ -282,10 +282,16 @@ impl Client {
     }
 
     /// A client over an existing channel.
+    /// Answers up to berthd's largest ([`berth_proto::MAX_RESPONSE_BYTES`])
+    /// are accepted (tonic's default, 4 MiB, is less than a DryRun of a
+    /// large cluster). Requests are sent whatever their size: berthd says
+    /// which are too large.
     pub fn from_channel(channel: Channel) -> Self {
         Self {
-            scheduler: SchedulerClient::new(channel.clone()),
-            cluster: ClusterClient::new(channel.clone()),
+            scheduler: SchedulerClient::new(channel.clone())
+                .max_decoding_message_size(berth_proto::MAX_RESPONSE_BYTES),
+            cluster: ClusterClient::new(channel.clone())
+                .max_decoding_message_size(berth_proto::MAX_RESPONSE_BYTES),
             channel,
         }
     }
@@ -422,20 +428,69 @@ impl Client {
         Ok(r.into_inner().pods)
     }
 
-    /// Objects of `kind` ("Node", "Pod") as Kubernetes JSON.
+    /// Every object of `kind` ("Node", "Pod", "pvc", ...) as Kubernetes
+    /// JSON, following the list's pages to the end.
     pub async fn list(
         &mut self,
         kind: &str,
         namespace: &str,
     ) -> Result<Vec<serde_json::Value>, ClientError> {
+        let mut items = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = self.list_page(kind, namespace, 0, &token).await?;
+            items.extend(page.items.iter().map(from_struct));
+            if page.r#continue.is_empty() {
+                return Ok(items);
+            }
+            token = page.r#continue;
+        }
+    }
+
+    /// One page of a list: at most `limit` objects (0: as many as fit in a
+    /// page), from the `continue` token of the previous page ("" for the
+    /// first).
+    pub async fn list_page(
+        &mut self,
+        kind: &str,
+        namespace: &str,
+        limit: i64,
+        continue_token: &str,
+    ) -> Result<pb::ListResponse, ClientError> {
         let r = self
             .cluster
             .list(ListRequest {
                 kind: kind.to_string(),
                 namespace: namespace.to_string(),
+                limit,
+                r#continue: continue_token.to_string(),
             })
             .await?;
-        Ok(r.into_inner().items.iter().map(from_struct).collect())
+        Ok(r.into_inner())
+    }
+
+    /// What each node's pods request against what it has, as the
+    /// scheduler's cache sums it (`name` empty: every node), following the
+    /// pages to the end.
+    pub async fn node_usage(&mut self, name: &str) -> Result<Vec<pb::NodeUsage>, ClientError> {
+        let mut nodes = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = self
+                .scheduler
+                .list_node_usage(pb::ListNodeUsageRequest {
+                    name: name.to_string(),
+                    limit: 0,
+                    r#continue: token,
+                })
+                .await?
+                .into_inner();
+            nodes.extend(page.nodes);
+            if page.r#continue.is_empty() {
+                return Ok(nodes);
+            }
+            token = page.r#continue;
+        }
     }
 
     /// One object as Kubernetes JSON.

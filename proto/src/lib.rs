@@ -28,6 +28,15 @@ pub mod extender {
         include_bytes!(concat!(env!("OUT_DIR"), "/extender_descriptor.bin"));
 }
 
+pub mod codec;
+
+/// The largest request berthd accepts, in bytes.
+pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+
+/// The largest answer berthd sends and berth's clients accept, in bytes.
+/// Lists come in pages of at most 4 MiB; the rest is bounded by the
+/// cluster's size (a DryRun explaining 15,000 nodes is about 8 MiB).
+pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 pub mod json;
 
 /// The encoded `FileDescriptorSet` of the `berth.v1` protos and their

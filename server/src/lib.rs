@@ -16,6 +16,8 @@ pub mod leader;
 pub mod model;
 pub mod observe;
 pub mod plugins;
+pub mod prom;
 pub mod queue;
+pub mod rng;
 pub mod scheduler;
 pub mod testing;

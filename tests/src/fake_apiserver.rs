@@ -76,6 +76,15 @@ pub enum BeforeBinding {
     /// Another scheduler binds it to this node first (409 already
     /// assigned).
     BindTo(String),
+    /// The binding is answered with this status (a `Status` body), after
+    /// binding the pod first when `commit` (a 504 whose write went
+    /// through, as a timed-out API server may answer).
+    Fail {
+        /// The HTTP status answered.
+        code: u16,
+        /// Whether the binding was stored anyway.
+        commit: bool,
+    },
 }
 
 /// Where a resource lives: `api/v1/pods`, `apis/coordination.k8s.io/v1/leases`.
@@ -529,8 +538,13 @@ impl State {
         if let Some(ns) = &t.namespace {
             meta["namespace"] = json!(ns);
         }
-        if t.plural == "pods" && obj["status"]["phase"].is_null() {
-            obj["status"]["phase"] = json!("Pending");
+        if t.plural == "pods" {
+            if obj["status"]["phase"].is_null() {
+                obj["status"]["phase"] = json!("Pending");
+            }
+            // Pods have a generation since v1.33 (the PodScheduled
+            // condition's observedGeneration refers to it).
+            obj["metadata"]["generation"] = json!(1);
         }
         self.objects.insert(key, obj.clone());
         self.record_change(t, "ADDED", obj.clone(), None);
@@ -647,6 +661,26 @@ impl State {
         let ns = t.namespace.clone().unwrap_or_default();
         if let Some(action) = self.before_binding.remove(&(ns, name.to_string())) {
             match action {
+                BeforeBinding::Fail { code, commit } => {
+                    if commit {
+                        self.bind(t, name, binding);
+                    }
+                    let reason = match code {
+                        504 => "Timeout",
+                        503 => "ServiceUnavailable",
+                        429 => "TooManyRequests",
+                        _ => "InternalError",
+                    };
+                    return (
+                        code,
+                        status_body(
+                            code,
+                            reason,
+                            "the server was unable to return a response in the time allotted, but may still be processing the request",
+                            json!({}),
+                        ),
+                    );
+                }
                 BeforeBinding::Delete => {
                     self.remove(t, name);
                 }
@@ -699,9 +733,9 @@ impl State {
         let node = binding["target"]["name"].as_str().unwrap_or("").to_string();
         self.modify(t, name, |p| {
             p["spec"]["nodeName"] = json!(node);
-            // ClearingNominatedNodeNameAfterBinding (on since v1.34).
-            if let Some(st) = p["status"].as_object_mut() {
-                st.remove("nominatedNodeName");
+            // v1.35+ (ClearingNominatedNodeNameAfterBinding, on by default).
+            if let Some(status) = p["status"].as_object_mut() {
+                status.remove("nominatedNodeName");
             }
             merge_patch(
                 &mut p["status"],
@@ -715,22 +749,15 @@ impl State {
     fn list(&self, t: &Target, query: &BTreeMap<String, String>) -> Value {
         let selector = parse_selector(query.get("fieldSelector").map_or("", String::as_str));
         let resource = t.resource();
-        let items: Vec<Value> = self
+        // Objects of one resource are adjacent in the map (the key starts
+        // with the resource); only the page's are copied.
+        let items: Vec<&Value> = self
             .objects
-            .iter()
-            .filter(|((r, ns, _), _)| {
-                *r == resource && t.namespace.as_ref().is_none_or(|want| want == ns)
-            })
+            .range((resource.clone(), String::new(), String::new())..)
+            .take_while(|((r, _, _), _)| *r == resource)
+            .filter(|((_, ns, _), _)| t.namespace.as_ref().is_none_or(|want| want == ns))
             .map(|(_, o)| o)
             .filter(|o| matches(o, &selector))
-            .map(|o| {
-                let mut o = o.clone();
-                if let Some(m) = o.as_object_mut() {
-                    m.remove("apiVersion");
-                    m.remove("kind");
-                }
-                o
-            })
             .collect();
         let start: usize = query
             .get("continue")
@@ -741,7 +768,19 @@ impl State {
             .and_then(|l| l.parse().ok())
             .filter(|l| *l > 0)
             .unwrap_or(usize::MAX);
-        let page: Vec<Value> = items.iter().skip(start).take(limit).cloned().collect();
+        let page: Vec<Value> = items
+            .iter()
+            .skip(start)
+            .take(limit)
+            .map(|o| {
+                let mut o = (*o).clone();
+                if let Some(m) = o.as_object_mut() {
+                    m.remove("apiVersion");
+                    m.remove("kind");
+                }
+                o
+            })
+            .collect();
         let mut meta = json!({"resourceVersion": self.rv.to_string()});
         let next = start.saturating_add(page.len());
         if next < items.len() {
@@ -774,9 +813,18 @@ fn watch_line(w: &Watcher, c: &Change) -> Option<Bytes> {
         ("MODIFIED", true, false) => "DELETED",
         _ => return None,
     };
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": c.object})).ok()?;
-    line.push(b'\n');
-    Some(Bytes::from(line))
+    Some(watch_event_line(kind, &c.object))
+}
+
+/// One line of a watch: `{"type":...,"object":...}` with `type` first, as
+/// the API server writes it (a JSON map would sort `object` first, and
+/// clients then have to buffer the object before they know its event).
+fn watch_event_line(kind: &str, object: &Value) -> Bytes {
+    let mut line = format!("{{\"type\":\"{kind}\",\"object\":").into_bytes();
+    // Writing a Value to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut line, object);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line)
 }
 
 // ---------------------------------------------------------------------------
@@ -980,10 +1028,7 @@ async fn start_watch(
                 &format!("too old resource version: {from} ({})", s.compacted),
                 json!({}),
             );
-            let mut line =
-                serde_json::to_vec(&json!({"type": "ERROR", "object": status})).unwrap_or_default();
-            line.push(b'\n');
-            let _ = tx.send(Bytes::from(line));
+            let _ = tx.send(watch_event_line("ERROR", &status));
             drop(tx);
         } else {
             let w = Watcher {
@@ -1002,13 +1047,11 @@ async fn start_watch(
                 query.get("allowWatchBookmarks").map(String::as_str),
                 Some("true" | "1")
             ) {
-                let bookmark = json!({"type": "BOOKMARK", "object": {
+                let bookmark = json!({
                     "kind": kind_of(&t.plural), "apiVersion": t.api_version(),
                     "metadata": {"resourceVersion": s.rv.to_string()},
-                }});
-                let mut line = serde_json::to_vec(&bookmark).unwrap_or_default();
-                line.push(b'\n');
-                let _ = w.tx.send(Bytes::from(line));
+                });
+                let _ = w.tx.send(watch_event_line("BOOKMARK", &bookmark));
             }
             s.watchers.push(w);
         }
@@ -1110,6 +1153,19 @@ impl FakeApiServer {
             .lock()
             .remove(&t, &name)
             .ok_or_else(|| anyhow!("{path} not found"))
+    }
+
+    /// Replaces the object at `path` (a PUT) with `obj`, which must carry
+    /// the current `resourceVersion` (409 otherwise).
+    pub fn replace(&self, path: &str, mut obj: Value, resource_version: &str) -> Result<Value> {
+        let t = Target::parse(path).ok_or_else(|| anyhow!("not an API path: {path}"))?;
+        let name = t.name.clone().ok_or_else(|| anyhow!("no name in {path}"))?;
+        obj["metadata"]["resourceVersion"] = json!(resource_version);
+        let (status, out) = self.shared.state.lock().replace(&t, &name, obj);
+        if status >= 300 {
+            return Err(anyhow!("replacing {path}: {status} {out}"));
+        }
+        Ok(out)
     }
 
     /// Stages a race for the next binding of `namespace/name`.

@@ -149,6 +149,11 @@ pub struct Berthd {
     pub addr: String,
     /// Log lines read so far (JSON).
     pub seen: Vec<serde_json::Value>,
+    /// Lines read while waiting for "serving gRPC on" that came before it
+    /// (berthd logs it once its configuration is accepted, and the
+    /// scheduler may already have synced by then): the next waits read
+    /// them first.
+    backlog: std::collections::VecDeque<serde_json::Value>,
 }
 
 /// Reads `stderr` line by line in a task, passing on the JSON ones; the
@@ -191,10 +196,19 @@ impl Berthd {
             logs: drain_json_lines(stderr),
             addr: String::new(),
             seen: Vec::new(),
+            backlog: Default::default(),
         };
+        let mut before = Vec::new();
         let line = b
-            .wait_for(|l| message(l).starts_with("serving gRPC on"))
+            .wait_for(|l| {
+                let serving = message(l).starts_with("serving gRPC on");
+                if !serving {
+                    before.push(l.clone());
+                }
+                serving
+            })
             .await?;
+        b.backlog.extend(before);
         b.addr = line["fields"]["addr"]
             .as_str()
             .context("addr field")?
@@ -205,11 +219,15 @@ impl Berthd {
     /// Reads log lines until one satisfies `pred`; fails if berthd exits.
     pub async fn wait_for(
         &mut self,
-        pred: impl Fn(&serde_json::Value) -> bool,
+        mut pred: impl FnMut(&serde_json::Value) -> bool,
     ) -> Result<serde_json::Value> {
         let read = async {
             loop {
-                let Some(v) = self.logs.recv().await else {
+                let (next, fresh) = match self.backlog.pop_front() {
+                    Some(v) => (Some(v), false),
+                    None => (self.logs.recv().await, true),
+                };
+                let Some(v) = next else {
                     let status = self.child.wait().await?;
                     let tail: Vec<String> = self
                         .seen
@@ -222,7 +240,9 @@ impl Berthd {
                         "berthd exited ({status}) before the expected log line; last lines: {tail:#?}"
                     );
                 };
-                self.seen.push(v.clone());
+                if fresh {
+                    self.seen.push(v.clone());
+                }
                 if pred(&v) {
                     return Ok(v);
                 }
@@ -237,6 +257,16 @@ impl Berthd {
     pub async fn wait_idle(&mut self) -> Result<serde_json::Value> {
         self.wait_for(|l| message(l).starts_with("scheduler idle"))
             .await
+    }
+
+    /// The HTTP address (`--http-listen`) berthd logged.
+    pub fn http_addr(&self) -> Result<String> {
+        self.seen
+            .iter()
+            .find(|l| message(l).starts_with("serving HTTP on"))
+            .and_then(|l| l["fields"]["addr"].as_str())
+            .map(str::to_string)
+            .context("no \"serving HTTP on\" line")
     }
 
     /// A gRPC client connected to this berthd.
@@ -271,7 +301,7 @@ impl Berthd {
     /// and those lines (the ones no wait has read yet).
     pub async fn wait_exit(mut self) -> Result<(std::process::ExitStatus, Vec<serde_json::Value>)> {
         let read = async {
-            let mut rest = Vec::new();
+            let mut rest: Vec<serde_json::Value> = self.backlog.drain(..).collect();
             while let Some(v) = self.logs.recv().await {
                 self.seen.push(v.clone());
                 rest.push(v);
@@ -283,6 +313,32 @@ impl Berthd {
             .await
             .map_err(|_| anyhow!("berthd did not exit within {GUARD:?}"))?
     }
+}
+
+/// One HTTP/1.1 GET over a fresh connection: (status, body).
+pub async fn http_get(addr: &str, path: &str) -> Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await?;
+    let text = String::from_utf8(raw)?;
+    let (head, body) = text.split_once("\r\n\r\n").context("no header end")?;
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .context("no status")?
+        .parse()?;
+    ensure!(
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "unexpected chunked body"
+    );
+    Ok((status, body.to_string()))
 }
 
 /// The message of a JSON log line.

@@ -745,13 +745,39 @@ async fn apply_and_delete_round_trip() -> Result<()> {
         ctl_ok(addr, &["apply", "-f", &file]).await?,
         "namespace/team created\npod/team/extra created\n"
     );
+    // The same objects again: kubectl's "unchanged"; a change: "configured".
     assert_eq!(
         ctl_ok(addr, &["apply", "-f", &file]).await?,
-        "namespace/team configured\npod/team/extra configured\n"
+        "namespace/team unchanged\npod/team/extra unchanged\n"
+    );
+    let changed = dir.write(
+        "changed.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: extra, namespace: team, labels: {v: '2'}}\nspec: {containers: [{name: c, resources: {requests: {cpu: 100m}}}]}\n",
+    )?;
+    assert_eq!(
+        ctl_ok(addr, &["apply", "-f", &changed]).await?,
+        "pod/team/extra configured\n"
     );
     let pods = ctl_ok(addr, &["get", "pods", "-n", "team"]).await?;
     assert_eq!(cells(row(&pods, "extra"))[..2], ["team", "extra"]);
-    assert_eq!(ctl_ok(addr, &["get", "ns"]).await?, "NAME\nteam\n");
+    // The API server's own namespaces are there too.
+    assert_eq!(
+        ctl_ok(addr, &["get", "ns"]).await?,
+        "NAME\ndefault\nkube-node-lease\nkube-public\nkube-system\nshop\nteam\n"
+    );
+    // A pod in a namespace that does not exist is refused, as the API
+    // server refuses it.
+    let orphan = dir.write(
+        "orphan.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: lost, namespace: nowhere}\nspec: {containers: [{name: c}]}\n",
+    )?;
+    let e = ctl_err(addr, &["apply", "-f", &orphan], 1).await?;
+    assert_eq!(
+        e,
+        format!(
+            "error: NotFound: {orphan}: document 1: metadata.namespace: namespaces \"nowhere\" not found\n"
+        )
+    );
 
     // JSON from stdin; the answer as proto3 JSON.
     let out = ctl_with_stdin(
@@ -768,7 +794,7 @@ async fn apply_and_delete_round_trip() -> Result<()> {
     let v: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(
         v,
-        serde_json::json!({"applied": [{"kind": "Pod", "namespace": "default", "name": "from-stdin"}]})
+        serde_json::json!({"applied": [{"kind": "Pod", "namespace": "default", "name": "from-stdin", "action": "APPLY_ACTION_CREATED"}]})
     );
 
     assert_eq!(

@@ -132,6 +132,10 @@ async fn a_bad_config_stops_startup_naming_the_field() -> Result<()> {
         ),
         "{stderr}"
     );
+    assert!(
+        !stderr.contains("serving gRPC on"),
+        "claimed to serve before the configuration was accepted: {stderr}"
+    );
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
@@ -152,6 +156,24 @@ async fn a_bad_cluster_file_stops_startup_naming_the_document_and_field() -> Res
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cluster.yaml: document 2: spec.containers[0].resources.requests.cpu: quantities must match"), "{stderr}");
+    assert!(!stderr.contains("serving gRPC on"), "{stderr}");
+    // A typo is refused as strictly as through the API.
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  nodeSelektor: {a: b}\n  containers: [{name: c}]\n",
+    )?;
+    let out = std::process::Command::new(berth_e2e::berthd_path()?)
+        .args(["--listen", "127.0.0.1:0", "--cluster"])
+        .arg(&file)
+        .output()?;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "cluster.yaml: document 1: spec.nodeSelektor: unknown field \"nodeSelektor\""
+        ),
+        "{stderr}"
+    );
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }

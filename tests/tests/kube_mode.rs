@@ -63,6 +63,18 @@ async fn start(
     nodes: &[Value],
     pods: &[Value],
 ) -> Result<(FakeApiServer, Berthd, TempDir)> {
+    start_with(tag, nodes, pods, &[], &[]).await
+}
+
+/// [`start`] with other objects (collection path, object) created first and
+/// more berthd flags.
+async fn start_with(
+    tag: &str,
+    nodes: &[Value],
+    pods: &[Value],
+    objects: &[(&str, Value)],
+    flags: &[&str],
+) -> Result<(FakeApiServer, Berthd, TempDir)> {
     let fake = FakeApiServer::start().await?;
     for n in nodes {
         fake.create("/api/v1/nodes", n.clone())?;
@@ -71,6 +83,9 @@ async fn start(
         "/api/v1/namespaces",
         json!({"metadata": {"name": "default"}}),
     )?;
+    for (collection, o) in objects {
+        fake.create(collection, o.clone())?;
+    }
     for p in pods {
         fake.create(PODS, p.clone())?;
     }
@@ -78,7 +93,9 @@ async fn start(
     let kubeconfig = dir.0.join("kubeconfig");
     fake.write_kubeconfig(&kubeconfig)?;
     let path = kubeconfig.display().to_string();
-    let mut berthd = Berthd::start(&["--kubeconfig", &path, "--seed", "1"]).await?;
+    let mut args = vec!["--kubeconfig", &path, "--seed", "1"];
+    args.extend_from_slice(flags);
+    let mut berthd = Berthd::start(&args).await?;
     berthd
         .wait_for(|l| message(l).starts_with("cache synced with the kube cluster"))
         .await?;
@@ -278,8 +295,9 @@ async fn an_unschedulable_pod_gets_failed_scheduling_and_pod_scheduled_false_as_
         .await?;
     berthd.wait_idle().await?;
 
-    // The condition patch: as recorded (strategic merge on status).
-    let recorded = recording("pod-status-unschedulable")?;
+    // The condition patch: as v1.36 writes it (strategic merge on status,
+    // the condition's observedGeneration the pod's generation).
+    let recorded = recording("pod-status-unschedulable-v136")?;
     ensure!(patch.content_type.as_deref() == recorded["request"]["contentType"].as_str());
     ensure!(
         keys(&patch.body) == keys(&recorded["request"]["body"]),
@@ -295,6 +313,12 @@ async fn an_unschedulable_pod_gets_failed_scheduling_and_pod_scheduled_false_as_
     );
     ensure!(cond["type"] == "PodScheduled" && cond["status"] == "False");
     ensure!(cond["reason"] == "Unschedulable");
+    let generation =
+        fake.get(&format!("{PODS}/huge")).context("pod")?["metadata"]["generation"].clone();
+    ensure!(
+        generation == 1 && cond["observedGeneration"] == generation,
+        "{cond}"
+    );
     ensure!(cond["lastProbeTime"].is_null());
     let rec_time = rec_cond["lastTransitionTime"]
         .as_str()
@@ -497,77 +521,436 @@ async fn the_cluster_service_reads_the_real_cluster_and_refuses_writes() -> Resu
 }
 
 #[tokio::test]
-async fn preemption_nominates_the_preemptor_and_deletes_the_victim_as_upstream() -> Result<()> {
+async fn preemption_nominates_the_preemptor_in_one_status_write_before_its_victim_goes()
+-> Result<()> {
     let mut victim = pod("low", "1", "other-scheduler");
     victim["spec"]["nodeName"] = json!("n1");
     victim["spec"]["priority"] = json!(0);
+    // Bound and scheduled: its patch must give the conditions' order.
+    victim["status"] = json!({"phase": "Running", "conditions": [
+        {"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-24T06:21:00Z"}
+    ]});
     let (fake, mut berthd, _dir) = start("preempt", &[node("n1", "1")], &[victim]).await?;
     let victim_uid = fake.get(&format!("{PODS}/low")).context("victim")?["metadata"]["uid"].clone();
     let mut high = pod("high", "1", "default-scheduler");
     high["spec"]["priority"] = json!(1000);
     fake.create(PODS, high)?;
 
-    // The victim: DisruptionTarget condition, then DELETE with its UID.
     let delete = fake
         .wait_for_request(|r| r.method == "DELETE" && r.path == format!("{PODS}/low"))
         .await?;
-    let recorded = recording("pod-delete-victim")?;
-    ensure!(
-        keys(&delete.body) == keys(&recorded["request"]["body"]),
-        "{}",
-        delete.body
-    );
-    ensure!(delete.body["preconditions"]["uid"] == victim_uid);
-    ensure!(delete.body["kind"] == "DeleteOptions" && delete.status == 200);
-    let disruption = fake
+    let preempted = fake
+        .wait_for_request(|r| is_event(r, "Preempted", "low"))
+        .await?;
+    // Upstream's order: the preemptor's ONE status patch (condition and
+    // nomination together), then the victim's DisruptionTarget patch, then
+    // its deletion.
+    let writes: Vec<Recorded> = fake
         .requests()
         .into_iter()
-        .find(|r| r.method == "PATCH" && r.path == format!("{PODS}/low/status"))
-        .context("DisruptionTarget patch before the delete")?;
+        .filter(|r| r.method == "PATCH" || r.method == "DELETE")
+        .collect();
+    let order: Vec<String> = writes
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path.trim_start_matches(PODS)))
+        .collect();
+    ensure!(
+        order == ["PATCH /high/status", "PATCH /low/status", "DELETE /low"],
+        "{order:?}"
+    );
+    let preemptor = &writes[0];
+    let rec = recording("preemption-preemptor-status")?;
+    ensure!(preemptor.content_type.as_deref() == rec["request"]["contentType"].as_str());
+    ensure!(
+        keys(&preemptor.body) == keys(&rec["request"]["body"]),
+        "{} vs recorded {}",
+        preemptor.body,
+        rec["request"]["body"]
+    );
+    ensure!(preemptor.body["status"]["nominatedNodeName"] == "n1");
+    let c = &preemptor.body["status"]["conditions"][0];
+    ensure!(
+        c["reason"] == "Unschedulable" && c["observedGeneration"] == 1,
+        "{c}"
+    );
+
+    let disruption = &writes[1];
+    let rec = recording("preemption-victim-disruption-target")?;
+    ensure!(
+        keys(&disruption.body) == keys(&rec["request"]["body"]),
+        "{} vs recorded {}",
+        disruption.body,
+        rec["request"]["body"]
+    );
+    ensure!(
+        disruption.body["status"]["$setElementOrder/conditions"]
+            == json!([{"type": "PodScheduled"}, {"type": "DisruptionTarget"}]),
+        "{}",
+        disruption.body
+    );
     let c = &disruption.body["status"]["conditions"][0];
     ensure!(c["type"] == "DisruptionTarget" && c["status"] == "True");
     ensure!(c["reason"] == "PreemptionByScheduler", "{c}");
     ensure!(
-        c["message"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("default-scheduler: preempting")),
+        c["message"] == "default-scheduler: preempting to accommodate a higher priority pod",
         "{c}"
     );
+    // berth keeps a UID precondition on the deletion (upstream sends none):
+    // a pod replaced under the victim's name is never deleted by mistake.
+    ensure!(delete.body["preconditions"]["uid"] == victim_uid);
+    ensure!(delete.body["kind"] == "DeleteOptions" && delete.status == 200);
 
-    // The preemptor is nominated (merge patch, as recorded) and the victim
-    // gets the Preempted event naming it.
-    let nominated = fake
-        .wait_for_request(|r| {
-            r.method == "PATCH"
-                && r.path == format!("{PODS}/high/status")
-                && r.body["status"].get("nominatedNodeName").is_some()
-        })
-        .await?;
-    let rec = recording("pod-nominated-node")?;
-    ensure!(nominated.content_type.as_deref() == rec["request"]["contentType"].as_str());
+    // The Preempted event: as upstream's, no related object; the note names
+    // the preemptor.
+    let rec = recording("preemption-sequence")?;
+    let upstream = rec
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| &e["request"]["body"])
+        .find(|b| b["reason"] == "Preempted")
+        .context("recorded Preempted event")?;
+    let mut want = keys(upstream);
+    for k in [
+        "deprecatedSource",
+        "deprecatedFirstTimestamp",
+        "deprecatedLastTimestamp",
+    ] {
+        want.remove(k);
+    }
     ensure!(
-        nominated.body == json!({"status": {"nominatedNodeName": "n1"}}),
-        "{}",
-        nominated.body
+        keys(&preempted.body) == want,
+        "{:?} vs upstream {want:?}",
+        keys(&preempted.body)
     );
-    let preempted = fake
-        .wait_for_request(|r| is_event(r, "Preempted", "low"))
-        .await?;
     ensure!(preempted.body["type"] == "Normal" && preempted.body["action"] == "Preempting");
+    let high_uid =
+        fake.get(&format!("{PODS}/high")).context("preemptor")?["metadata"]["uid"].clone();
     ensure!(
-        preempted.body["related"]["name"] == "high",
+        preempted.body["note"]
+            == format!(
+                "Preempted by pod {} on node n1",
+                high_uid.as_str().unwrap_or_default()
+            ),
         "{}",
         preempted.body
     );
 
     // No kubelet here: the victim only turned terminating. Once it is gone
-    // the preemptor is bound where it was nominated.
+    // the preemptor is bound where it was nominated, and the API server
+    // clears the nomination.
     ensure!(fake.requests_to("POST", "/high/binding").is_empty());
     fake.delete_now(&format!("{PODS}/low"))?;
     let b = fake.wait_for_request(|r| is_binding_of(r, "high")).await?;
     ensure!(b.status == 201 && b.body["target"]["name"] == "n1");
     berthd.wait_idle().await?;
     ensure!(fake.requests_to("POST", "/high/binding").len() == 1);
+    let high = fake.get(&format!("{PODS}/high")).context("preemptor")?;
+    ensure!(high["status"].get("nominatedNodeName").is_none(), "{high}");
+    berthd.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_binding_answered_504_is_logged_requeued_and_bound_exactly_once() -> Result<()> {
+    let (fake, mut berthd, _dir) = start("timeout", &[node("n1", "4")], &[]).await?;
+    // Not stored: the scheduler forgets the pod and binds it again later.
+    fake.before_binding(
+        "default",
+        "lost",
+        BeforeBinding::Fail {
+            code: 504,
+            commit: false,
+        },
+    );
+    // Stored, then answered 504: the pod must not be bound twice.
+    fake.before_binding(
+        "default",
+        "kept",
+        BeforeBinding::Fail {
+            code: 504,
+            commit: true,
+        },
+    );
+    fake.create(PODS, pod("lost", "100m", "default-scheduler"))?;
+    fake.create(PODS, pod("kept", "100m", "default-scheduler"))?;
+    for name in ["lost", "kept"] {
+        let line = berthd
+            .wait_for(|l| {
+                message(l) == "API write failed"
+                    && l["fields"]["object"] == format!("default/{name}")
+            })
+            .await?;
+        ensure!(line["fields"]["verb"] == "POST", "{line}");
+        ensure!(line["fields"]["code"] == 504, "{line}");
+        ensure!(
+            line["fields"]["path"] == format!("{PODS}/{name}/binding"),
+            "{line}"
+        );
+    }
+    // The lost binding is retried after its backoff and succeeds.
+    fake.wait_for_requests(2, |r| is_binding_of(r, "lost"))
+        .await?;
+    fake.wait_for_request(|r| is_event(r, "Scheduled", "lost"))
+        .await?;
+    berthd.wait_idle().await?;
+    let lost: Vec<u16> = fake
+        .requests_to("POST", "/lost/binding")
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    ensure!(lost == [504, 201], "{lost:?}");
+    // The kept one: bound by the first request. Whether berth saw the
+    // watch event before requeueing or tried once more (409, then read the
+    // pod), it is bound once, on n1, and berth counts it there.
+    let kept = fake.get(&format!("{PODS}/kept")).context("pod")?;
+    ensure!(kept["spec"]["nodeName"] == "n1");
+    let kept_bindings: Vec<u16> = fake
+        .requests_to("POST", "/kept/binding")
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    ensure!(
+        kept_bindings == [504] || kept_bindings == [504, 409],
+        "{kept_bindings:?}"
+    );
+    let idle = berthd
+        .seen
+        .iter()
+        .rev()
+        .find(|l| message(l).starts_with("scheduler idle"))
+        .cloned();
+    ensure!(
+        idle.as_ref().is_some_and(|l| l["fields"]["pending"] == 0),
+        "{idle:?}"
+    );
+    berthd.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn repeated_failures_become_an_event_series_as_upstream_writes_them() -> Result<()> {
+    let (fake, mut berthd, _dir) = start(
+        "series",
+        &[node("n1", "1")],
+        &[pod("big", "2", "default-scheduler")],
+    )
+    .await?;
+    fake.wait_for_request(|r| is_event(r, "FailedScheduling", "big"))
+        .await?;
+    fake.wait_for_request(|r| r.method == "PATCH" && r.path == format!("{PODS}/big/status"))
+        .await?;
+    // As in upstream's recording: an assigned pod that comes and goes makes
+    // the pod worth retrying, and it fails again with the same message.
+    let churn = |i: usize| -> Result<()> {
+        let mut filler = pod(&format!("filler-{i}"), "100m", "other-scheduler");
+        filler["spec"]["nodeName"] = json!("n1");
+        fake.create(PODS, filler)?;
+        fake.delete_now(&format!("{PODS}/filler-{i}"))?;
+        Ok(())
+    };
+    churn(0)?;
+    fake.wait_for_requests(2, |r| is_event(r, "FailedScheduling", "big"))
+        .await?;
+    churn(1)?;
+    let patch = fake
+        .wait_for_request(|r| r.method == "PATCH" && r.path.starts_with("/apis/events.k8s.io/"))
+        .await?;
+    let posts: Vec<Recorded> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| is_event(r, "FailedScheduling", "big"))
+        .collect();
+    // Attempt 1 and attempt 2 (after the status patch changed the pod's
+    // resourceVersion) are two events; attempt 3 is the second event's
+    // series, as upstream's recorder writes them.
+    ensure!(posts.len() == 2, "{} events created", posts.len());
+    ensure!(
+        posts[0].body["regarding"]["resourceVersion"]
+            != posts[1].body["regarding"]["resourceVersion"]
+    );
+    let second = posts[1].body["metadata"]["name"]
+        .as_str()
+        .context("event name")?;
+    ensure!(
+        patch.path == format!("/apis/events.k8s.io/v1/namespaces/default/events/{second}"),
+        "{}",
+        patch.path
+    );
+    let rec = recording("events-series-update")?;
+    ensure!(patch.content_type.as_deref() == rec["request"]["contentType"].as_str());
+    ensure!(
+        keys(&patch.body) == keys(&rec["request"]["body"]),
+        "{}",
+        patch.body
+    );
+    ensure!(patch.body["series"]["count"] == 2, "{}", patch.body);
+    ensure!(patch.status == 200);
+    // One status patch only: later failures with the same message write
+    // no condition, as upstream.
+    berthd.wait_idle().await?;
+    ensure!(
+        fake.requests_to("PATCH", "/big/status").len() == 1,
+        "{:?}",
+        fake.requests_to("PATCH", "/big/status")
+    );
+    berthd.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pod_whose_volume_is_being_provisioned_is_nominated_while_prebind_waits() -> Result<()> {
+    let class = json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "late"},
+        "provisioner": "example.com/csi",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    });
+    let claim = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": "default"},
+        "spec": {"storageClassName": "late", "accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": "Pending"},
+    });
+    let mut p = pod("db", "100m", "default-scheduler");
+    p["spec"]["volumes"] =
+        json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]);
+    let (fake, berthd, _dir) = start_with(
+        "prebind",
+        &[node("n1", "4")],
+        &[p],
+        &[
+            ("/apis/storage.k8s.io/v1/storageclasses", class),
+            ("/api/v1/namespaces/default/persistentvolumeclaims", claim),
+        ],
+        &[],
+    )
+    .await?;
+    // PreBind asks for provisioning: the claim gets its selected node.
+    let claim_put = fake
+        .wait_for_request(|r| {
+            r.method == "PUT" && r.path == "/api/v1/namespaces/default/persistentvolumeclaims/data"
+        })
+        .await?;
+    ensure!(
+        claim_put.body["metadata"]["annotations"]["volume.kubernetes.io/selected-node"] == "n1",
+        "{}",
+        claim_put.body
+    );
+    // Before that, the pod was nominated to its node, with a strategic
+    // merge patch of the status as v1.36 sends it.
+    let nominated = fake
+        .requests()
+        .into_iter()
+        .position(|r| r.method == "PATCH" && r.path == format!("{PODS}/db/status"))
+        .context("no nomination before PreBind")?;
+    let put = fake
+        .requests()
+        .into_iter()
+        .position(|r| r.method == "PUT" && r.path.ends_with("/persistentvolumeclaims/data"))
+        .context("claim put")?;
+    ensure!(
+        nominated < put,
+        "nominated at {nominated}, claim written at {put}"
+    );
+    let rec = recording("dra-pod-nominated-before-bind")?;
+    let patch = &fake.requests()[nominated];
+    ensure!(patch.content_type.as_deref() == rec["request"]["contentType"].as_str());
+    ensure!(
+        patch.body == json!({"status": {"nominatedNodeName": "n1"}}),
+        "{}",
+        patch.body
+    );
+    // Meanwhile the pod shows where it is going.
+    let pending = fake.get(&format!("{PODS}/db")).context("pod")?;
+    ensure!(pending["status"]["nominatedNodeName"] == "n1", "{pending}");
+    ensure!(fake.requests_to("POST", "/db/binding").is_empty());
+
+    // The provisioner and the PV controller finish: a volume, the claim bound.
+    fake.create(
+        "/api/v1/persistentvolumes",
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": "pv-data", "annotations": {"pv.kubernetes.io/provisioned-by": "example.com/csi"}},
+            "spec": {"storageClassName": "late", "accessModes": ["ReadWriteOnce"],
+                     "capacity": {"storage": "1Gi"}, "csi": {"driver": "example.com/csi", "volumeHandle": "h"},
+                     "claimRef": {"namespace": "default", "name": "data", "uid": claim_put.body["metadata"]["uid"].clone()}},
+            "status": {"phase": "Bound"},
+        }),
+    )?;
+    let mut bound = fake
+        .get("/api/v1/namespaces/default/persistentvolumeclaims/data")
+        .context("claim")?;
+    bound["spec"]["volumeName"] = json!("pv-data");
+    bound["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] = json!("yes");
+    bound["status"] =
+        json!({"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}});
+    let rv = bound["metadata"]["resourceVersion"].clone();
+    fake.replace(
+        "/api/v1/namespaces/default/persistentvolumeclaims/data",
+        bound,
+        rv.as_str().unwrap_or_default(),
+    )?;
+    let b = fake.wait_for_request(|r| is_binding_of(r, "db")).await?;
+    ensure!(b.status == 201 && b.body["target"]["name"] == "n1");
+    // Bound: the API server cleared the nomination.
+    let db = fake.get(&format!("{PODS}/db")).context("pod")?;
+    ensure!(db["status"].get("nominatedNodeName").is_none(), "{db}");
+    // A pod with nothing to do at PreBind is bound without a nomination.
+    fake.create(PODS, pod("plain", "100m", "default-scheduler"))?;
+    fake.wait_for_request(|r| is_binding_of(r, "plain")).await?;
+    ensure!(fake.requests_to("PATCH", "/plain/status").is_empty());
+    berthd.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn client_go_request_metrics_count_what_berth_sent() -> Result<()> {
+    let (fake, mut berthd, _dir) = start_with(
+        "restmetrics",
+        &[node("n1", "4")],
+        &[pod("web", "100m", "default-scheduler")],
+        &[],
+        &["--http-listen", "127.0.0.1:0"],
+    )
+    .await?;
+    fake.wait_for_request(|r| is_event(r, "Scheduled", "web"))
+        .await?;
+    berthd.wait_idle().await?;
+    let (status, text) = berth_e2e::http_get(&berthd.http_addr()?, "/metrics").await?;
+    ensure!(status == 200);
+    let host = fake.url().trim_start_matches("http://").to_string();
+    // The value of the sample whose name and labels start the line.
+    let sample = |prefix: String| -> Result<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse().ok())
+            .with_context(|| format!("no sample {prefix} in:\n{text}"))
+    };
+    // The Lease and the binding were answered before berth went idle; the
+    // event's answer may still be on its way.
+    let posts = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.status == 201)
+        .count() as f64;
+    ensure!(posts == 3.0, "lease, binding, event: {posts}");
+    for family in [
+        format!("rest_client_requests_total{{code=\"201\",host=\"{host}\",method=\"POST\"}}"),
+        format!("rest_client_rate_limiter_duration_seconds_count{{host=\"{host}\",verb=\"POST\"}}"),
+        format!("rest_client_request_duration_seconds_count{{host=\"{host}\",verb=\"POST\"}}"),
+    ] {
+        let v = sample(family.clone())?;
+        ensure!((2.0..=posts).contains(&v), "{family} {v}");
+    }
+    ensure!(
+        sample(format!(
+            "rest_client_requests_total{{code=\"200\",host=\"{host}\",method=\"GET\"}}"
+        ))? >= 12.0,
+        "every kind's list and watch is counted"
+    );
+    ensure!(text.contains("# TYPE rest_client_request_duration_seconds histogram"));
     berthd.stop().await?;
     Ok(())
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail, ensure};
-use berth_e2e::{Berthd, message};
+use berth_e2e::{Berthd, http_get as get, message};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -15,43 +15,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
-
-/// One GET over a fresh connection: (status, body).
-async fn get(addr: &str, path: &str) -> Result<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await?;
-    let text = String::from_utf8(raw)?;
-    let (head, body) = text.split_once("\r\n\r\n").context("no header end")?;
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .context("no status")?
-        .parse()?;
-    ensure!(
-        !head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked"),
-        "unexpected chunked body"
-    );
-    Ok((status, body.to_string()))
-}
-
-/// The HTTP address berthd logged.
-fn http_addr(b: &Berthd) -> Result<String> {
-    b.seen
-        .iter()
-        .find(|l| message(l).starts_with("serving HTTP on"))
-        .and_then(|l| l["fields"]["addr"].as_str())
-        .map(str::to_string)
-        .context("no \"serving HTTP on\" line")
-}
 
 /// A parsed exposition: samples by `name{sorted labels}`, and the declared
 /// type of each family.
@@ -141,7 +105,7 @@ impl Scrape {
 #[tokio::test]
 async fn metrics_match_what_the_scheduler_did() -> Result<()> {
     let mut b = Berthd::start(&["--http-listen", "127.0.0.1:0", "--seed", "7"]).await?;
-    let http = http_addr(&b)?;
+    let http = b.http_addr()?;
     b.wait_idle().await?;
     let scheduled_lines = b.seen.iter().filter(|l| message(l) == "scheduled").count() as f64;
     let unschedulable_lines = b
@@ -478,7 +442,7 @@ async fn preemption_counts_victims_and_debug_spans_cover_extension_points() -> R
         "debug",
     ])
     .await?;
-    let http = http_addr(&b)?;
+    let http = b.http_addr()?;
     b.wait_for(|l| message(l) == "scheduled" && l["fields"]["pod"] == "default/urgent")
         .await?;
     b.wait_idle().await?;

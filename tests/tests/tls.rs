@@ -410,6 +410,18 @@ async fn berthctl_speaks_mutual_tls_to_berthd() -> Result<()> {
     // A key without its certificate is a usage error.
     let out = berthctl(&with_cert[4..])?.await?;
     assert_eq!(out.status.code(), Some(2));
+    // No TLS flag at all: berthctl speaks plaintext, and says that berthd
+    // serves TLS rather than only "transport error".
+    let out = berthctl(&[])?.await?;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "error: berthd at {} serves TLS, and berthctl spoke plaintext: give --tls-ca FILE",
+            berthd.addr
+        )),
+        "{stderr}"
+    );
     assert!(berthd.stop().await?.success());
     Ok(())
 }

@@ -10,13 +10,15 @@ use berth_proto::json::to_struct;
 use berth_proto::v1 as pb;
 use berth_proto::v1::cluster_server::Cluster;
 use futures::Stream;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+use super::paging::{Page, page};
 use super::{ApiError, Closing};
 use crate::cache::{KubeObject, ObjectKind};
-use crate::cluster::embedded::{EmbeddedCluster, Kind, SUPPORTED_KINDS, parse_objects};
+use crate::cluster::embedded::{
+    Applied, ApplyError, EmbeddedCluster, Kind, SUPPORTED_KINDS, parse_objects,
+};
 use crate::cluster::kube::KubeCluster;
 use crate::cluster::{ClusterChange, ClusterSource, WatchEvent};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -92,6 +94,13 @@ impl ClusterBackend {
         match self {
             Self::Embedded(c) => c.object(kind, namespace, name),
             Self::Kube(c) => c.object(kind, namespace, name),
+        }
+    }
+
+    fn resource_version(&self) -> String {
+        match self {
+            Self::Embedded(c) => c.resource_version(),
+            Self::Kube(_) => String::new(),
         }
     }
 
@@ -181,12 +190,12 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<pb::ApplyResponse>, Status> {
         let cluster = self.cluster.embedded()?;
         let req = req.into_inner();
-        let mut objects: Vec<(String, serde_json::Value)> = req
-            .objects
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (format!("objects[{i}]"), berth_proto::json::from_struct(s)))
-            .collect();
+        let mut objects: Vec<(String, serde_json::Value)> = Vec::with_capacity(req.objects.len());
+        for (i, s) in req.objects.iter().enumerate() {
+            let field = format!("objects[{i}]");
+            let value = super::convert::object(&field, Some(s))?;
+            objects.push((field, value));
+        }
         if !req.yaml.is_empty() {
             let docs = parse_objects(&req.yaml, "yaml")
                 .map_err(|e| ApiError::InvalidArgument(e.to_string()))?;
@@ -198,23 +207,31 @@ impl Cluster for ClusterApi {
             )
             .into());
         }
-        // All or nothing: check every object before storing any.
-        for (origin, value) in &objects {
-            cluster
-                .validate(value.clone())
-                .map_err(|e| ApiError::InvalidArgument(format!("{origin}: {e}")))?;
-        }
-        let mut applied = Vec::new();
-        for (origin, value) in objects {
-            let (k, namespace, name) = cluster
-                .apply(value)
-                .map_err(|e| ApiError::InvalidArgument(format!("{origin}: {e}")))?;
-            applied.push(pb::ObjectReference {
+        // All or nothing: every object is admitted, and its namespace
+        // found, before any is stored.
+        let (origins, values): (Vec<String>, Vec<serde_json::Value>) = objects.into_iter().unzip();
+        let applied = cluster.apply_all(values).map_err(|(i, e)| {
+            let origin = &origins[i];
+            // `objects[1]: spec.x: ...` or `yaml: document 2: spec.x: ...`,
+            // which berthctl turns into the file and document.
+            match e {
+                ApplyError::NamespaceNotFound(_) => ApiError::NotFound(format!("{origin}: {e}")),
+                other => ApiError::InvalidArgument(format!("{origin}: {other}")),
+            }
+        })?;
+        let applied = applied
+            .into_iter()
+            .map(|(k, namespace, name, action)| pb::ObjectReference {
                 kind: kind_name(k),
                 namespace,
                 name,
-            });
-        }
+                action: match action {
+                    Applied::Created => pb::ApplyAction::Created,
+                    Applied::Configured => pb::ApplyAction::Configured,
+                    Applied::Unchanged => pb::ApplyAction::Unchanged,
+                } as i32,
+            })
+            .collect();
         Ok(Response::new(pb::ApplyResponse { applied }))
     }
 
@@ -247,6 +264,7 @@ impl Cluster for ClusterApi {
                 kind: kind_name(k),
                 namespace,
                 name: req.name,
+                action: pb::ApplyAction::Unspecified as i32,
             }),
         }))
     }
@@ -256,29 +274,64 @@ impl Cluster for ClusterApi {
         req: Request<pb::ListRequest>,
     ) -> Result<Response<pb::ListResponse>, Status> {
         let req = req.into_inner();
-        let items = match kind(&req.kind)? {
-            Kind::Node => self.cluster.nodes().iter().map(|n| to_json(&**n)).collect(),
-            Kind::Pod => self
-                .cluster
-                .pods()
-                .iter()
-                .filter(|p| {
-                    req.namespace.is_empty()
-                        || p.metadata.namespace.as_deref() == Some(req.namespace.as_str())
-                })
-                .map(|p| to_json(&**p))
-                .collect(),
-            Kind::Object(k) => self
-                .cluster
-                .objects(k)
-                .iter()
-                .filter(|o| {
-                    req.namespace.is_empty() || !k.namespaced() || o.key().1 == req.namespace
-                })
-                .map(|o| to_struct(&o.to_json()).unwrap_or_default())
-                .collect(),
+        let k = kind(&req.kind)?;
+        let ns = req.namespace.as_str();
+        let scope = format!("{}/{ns}", kind_name(k));
+        // Sorted by key; only the page's objects are converted.
+        let Page {
+            items,
+            next,
+            remaining,
+        } = match k {
+            Kind::Node => {
+                let mut nodes = self.cluster.nodes();
+                sort_by_key(&mut nodes, |n| object_key(&n.metadata));
+                page(
+                    &nodes,
+                    |n| object_key(&n.metadata),
+                    |n| to_json(&**n),
+                    req.limit,
+                    &req.r#continue,
+                    &scope,
+                )?
+            }
+            Kind::Pod => {
+                let mut pods = self.cluster.pods();
+                if !ns.is_empty() {
+                    pods.retain(|p| p.metadata.namespace.as_deref() == Some(ns));
+                }
+                sort_by_key(&mut pods, |p| object_key(&p.metadata));
+                page(
+                    &pods,
+                    |p| object_key(&p.metadata),
+                    |p| to_json(&**p),
+                    req.limit,
+                    &req.r#continue,
+                    &scope,
+                )?
+            }
+            Kind::Object(k) => {
+                let mut objects = self.cluster.objects(k);
+                if !ns.is_empty() && k.namespaced() {
+                    objects.retain(|o| o.key().1 == ns);
+                }
+                sort_by_key(&mut objects, |o| object_key(o.metadata()));
+                page(
+                    &objects,
+                    |o| object_key(o.metadata()),
+                    |o| to_struct(&o.to_json()).unwrap_or_default(),
+                    req.limit,
+                    &req.r#continue,
+                    &scope,
+                )?
+            }
         };
-        Ok(Response::new(pb::ListResponse { items }))
+        Ok(Response::new(pb::ListResponse {
+            items,
+            r#continue: next,
+            remaining_item_count: remaining,
+            resource_version: self.cluster.resource_version(),
+        }))
     }
 
     async fn get(&self, req: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
@@ -323,23 +376,66 @@ impl Cluster for ClusterApi {
             Some(kind(&req.kind)?)
         };
         let ns = req.namespace;
-        let stream = UnboundedReceiverStream::new(self.cluster.subscribe()).filter_map(move |c| {
-            let (t, k, json) = change_json(&c)?;
-            if want.is_some_and(|w| w != k) {
-                return None;
+        let mut changes = self.cluster.subscribe();
+        // The store hands every change to an unbounded channel; a relay
+        // moves them to a bounded one as they come, and a watcher that
+        // falls that far behind is ended (as the API server ends a watch
+        // whose client is too slow) instead of holding more and more.
+        let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
+        tokio::spawn(async move {
+            while let Some(c) = changes.recv().await {
+                let Some((t, k, json)) = change_json(&c) else {
+                    continue;
+                };
+                if want.is_some_and(|w| w != k) {
+                    continue;
+                }
+                if !ns.is_empty()
+                    && json["metadata"]["namespace"]
+                        .as_str()
+                        .is_some_and(|n| n != ns)
+                {
+                    continue;
+                }
+                let event = Ok(pb::WatchEvent {
+                    r#type: t.into(),
+                    object: to_struct(&json),
+                });
+                match tx.try_send(event) {
+                    Ok(()) => {}
+                    Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+                        let _ = tx
+                            .send(Err(Status::resource_exhausted(format!(
+                                "the watch fell more than {WATCH_BUFFER} changes behind; list and watch again"
+                            ))))
+                            .await;
+                        return;
+                    }
+                    Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => return,
+                }
             }
-            if !ns.is_empty()
-                && json["metadata"]["namespace"]
-                    .as_str()
-                    .is_some_and(|n| n != ns)
-            {
-                return None;
-            }
-            Some(Ok(pb::WatchEvent {
-                r#type: t.into(),
-                object: to_struct(&json),
-            }))
         });
-        Ok(Response::new(Box::pin(self.closing.end(stream))))
+        Ok(Response::new(Box::pin(
+            self.closing.end(ReceiverStream::new(rx)),
+        )))
+    }
+}
+
+/// Changes a Watch may hold for a slow client before it is ended.
+const WATCH_BUFFER: usize = 4096;
+
+/// `namespace\0name`: sorts as (namespace, name) does.
+fn object_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    format!(
+        "{}\0{}",
+        meta.namespace.as_deref().unwrap_or(""),
+        meta.name.as_deref().unwrap_or("")
+    )
+}
+
+/// Sorts unless already sorted (the embedded store lists in order).
+fn sort_by_key<T>(items: &mut [T], key: impl Fn(&T) -> String) {
+    if !items.windows(2).all(|w| key(&w[0]) <= key(&w[1])) {
+        items.sort_by_cached_key(|t| key(t));
     }
 }

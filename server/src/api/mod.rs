@@ -7,6 +7,8 @@
 mod cluster;
 mod convert;
 mod error;
+pub mod limits;
+pub mod paging;
 mod scheduler;
 mod tls;
 
@@ -17,7 +19,6 @@ use berth_proto::v1::scheduler_server::SchedulerServer;
 use futures::Stream;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 
 pub use cluster::{ClusterApi, ClusterBackend};
 pub use error::ApiError;
@@ -27,7 +28,12 @@ pub use tls::{TlsConfig, TlsError, TlsFiles};
 use crate::scheduler::Scheduler;
 
 /// Largest request accepted, in bytes.
-pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+pub const MAX_REQUEST_BYTES: usize = berth_proto::MAX_REQUEST_BYTES;
+
+/// Largest answer sent, in bytes (what berth's clients accept). Lists are
+/// paged far below it; a DryRun of a 15,000-node cluster with every node
+/// evaluated is about 8 MiB.
+pub const MAX_RESPONSE_BYTES: usize = berth_proto::MAX_RESPONSE_BYTES;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +63,11 @@ impl Closing {
     /// A handle that closes when `true` is sent.
     pub fn new(rx: watch::Receiver<bool>) -> Self {
         Self(Some(rx))
+    }
+
+    /// Whether the server is shutting down.
+    fn is_closed(&self) -> bool {
+        self.0.as_ref().is_some_and(|rx| *rx.borrow())
     }
 
     /// Resolves once closing (or once the sender is gone).
@@ -109,9 +120,11 @@ pub async fn serve(
     let closing = Closing::new(closing);
     let scheduler_svc =
         SchedulerServer::new(SchedulerApi::new(scheduler).closing_on(closing.clone()))
-            .max_decoding_message_size(MAX_REQUEST_BYTES);
+            .max_decoding_message_size(MAX_REQUEST_BYTES)
+            .max_encoding_message_size(MAX_RESPONSE_BYTES);
     let cluster_svc = ClusterServer::new(ClusterApi::new(cluster).closing_on(closing))
-        .max_decoding_message_size(MAX_REQUEST_BYTES);
+        .max_decoding_message_size(MAX_REQUEST_BYTES)
+        .max_encoding_message_size(MAX_RESPONSE_BYTES);
     let shutdown = async move {
         shutdown.await;
         let _ = closing_tx.send(true);
@@ -121,14 +134,23 @@ pub async fn serve(
         server = server.tls_config(tls.server_config())?;
     }
     server
+        .layer(limits::ConcurrencyLimits::default())
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(scheduler_svc)
         .add_service(cluster_svc)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await?;
     Ok(())
+}
+
+/// The connections `listener` accepts, each with `TCP_NODELAY` set. tonic
+/// sets it only on listeners it binds itself; without it, Nagle's algorithm
+/// holds a unary answer's last frame (the trailers) until the client's
+/// delayed ACK, about 40 ms later, so every call took 44 ms.
+fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 /// Binds `addr`, returning the listener and the address actually bound

@@ -10,7 +10,9 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 use tonic::{Request, Response, Status};
 
-use super::convert::{object, pod_from_json, simulated_pods};
+pub use super::convert::MAX_SIMULATED_PODS;
+use super::convert::{object, pod_from_json, simulation_plan};
+use super::paging::{Page, page};
 use super::{ApiError, Closing};
 use crate::framework::{Code, FilterVerdict, NodeDetail, Status as PluginStatus};
 use crate::queue::QueueName;
@@ -18,9 +20,6 @@ use crate::scheduler::{
     DryRunReport, EventKind, PluginOutcome, PodIdentity, Scheduler, SchedulingEvent,
     UnknownProfile, Verdict,
 };
-
-/// Most pods a simulation places.
-pub const MAX_SIMULATED_PODS: usize = 100_000;
 
 /// The Scheduler service.
 #[derive(Debug, Clone)]
@@ -211,6 +210,46 @@ fn event(e: &SchedulingEvent) -> pb::SchedulingEvent {
     }
 }
 
+/// What `berthctl get nodes` shows of a node, from the scheduler's cache.
+fn node_usage(n: &std::sync::Arc<crate::cache::NodeInfo>) -> pb::NodeUsage {
+    let alloc = n.allocatable();
+    let spec = n.node();
+    let node = spec.map(|s| &s.node);
+    let ready = node
+        .and_then(|n| n.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .map_or("Unknown", |c| c.status.as_str());
+    pb::NodeUsage {
+        node: n.name().to_string(),
+        ready: match ready {
+            "True" | "False" => ready.to_string(),
+            _ => "Unknown".to_string(),
+        },
+        unschedulable: spec.is_some_and(|s| s.unschedulable),
+        taints: node
+            .and_then(|n| n.spec.as_ref())
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|t| match t.value.as_deref().filter(|v| !v.is_empty()) {
+                Some(v) => format!("{}={v}:{}", t.key, t.effect),
+                None => format!("{}:{}", t.key, t.effect),
+            })
+            .collect(),
+        zone: spec
+            .and_then(|s| s.labels.get(crate::model::node::LABEL_ZONE))
+            .unwrap_or("")
+            .to_string(),
+        cpu_requested_milli: n.requested().milli_cpu,
+        cpu_allocatable_milli: alloc.milli_cpu,
+        memory_requested_bytes: n.requested().memory,
+        memory_allocatable_bytes: alloc.memory,
+        pods: n.pods().len() as i64,
+        pods_allocatable: alloc.allowed_pod_number,
+    }
+}
+
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SchedulingEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -235,6 +274,15 @@ impl SchedulerService for SchedulerApi {
         req: Request<pb::SimulateRequest>,
     ) -> Result<Response<pb::SimulateResponse>, Status> {
         let req = req.into_inner();
+        // Bounded before anything is built: the replicas asked for, then
+        // each object's count as its own fields say.
+        if req.replicas as usize > MAX_SIMULATED_PODS {
+            return Err(ApiError::InvalidArgument(format!(
+                "replicas: Invalid value: {}: at most {MAX_SIMULATED_PODS} pods can be simulated at once",
+                req.replicas
+            ))
+            .into());
+        }
         if req.pods.is_empty() {
             return Err(ApiError::InvalidArgument("pods: Required value".into()).into());
         }
@@ -246,23 +294,40 @@ impl SchedulerService for SchedulerApi {
             .into());
         }
         let replicas = (req.replicas > 0).then_some(req.replicas);
-        let mut pods = Vec::new();
+        let mut plans = Vec::with_capacity(req.pods.len());
+        let mut total = 0usize;
         for (i, s) in req.pods.iter().enumerate() {
             let field = format!("pods[{i}]");
-            pods.extend(simulated_pods(&field, object(&field, Some(s))?, replicas)?);
-            if pods.len() > MAX_SIMULATED_PODS {
+            let plan = simulation_plan(&field, object(&field, Some(s))?, replicas)?;
+            total = total.saturating_add(plan.count);
+            if total > MAX_SIMULATED_PODS {
                 return Err(ApiError::InvalidArgument(format!(
-                    "replicas: at most {MAX_SIMULATED_PODS} pods can be simulated at once"
+                    "{field}: Too many: {total} pods in all: at most {MAX_SIMULATED_PODS} pods can be simulated at once"
                 ))
                 .into());
             }
+            plans.push(plan);
         }
         let profile = Some(req.profile.as_str()).filter(|p| !p.is_empty());
-        let report = self
-            .scheduler
-            .simulate(pods, profile)
-            .await
-            .map_err(ApiError::from)?;
+        let mut sim = self.scheduler.simulation();
+        for plan in &plans {
+            for i in 0..plan.count {
+                // Between pods: give way to other tasks, and so to the
+                // server, which drops this call when its client goes away
+                // or its deadline passes; and stop when berthd stops.
+                tokio::task::yield_now().await;
+                if self.closing.is_closed() {
+                    return Err(Status::unavailable(format!(
+                        "berthd is shutting down; the simulation stopped after {} of {total} pods",
+                        sim.len()
+                    )));
+                }
+                sim.place(plan.pod(i)?, profile)
+                    .await
+                    .map_err(ApiError::from)?;
+            }
+        }
+        let report = sim.finish();
         let scheduled = report.pods.iter().filter(|p| p.node.is_some()).count() as u32;
         Ok(Response::new(pb::SimulateResponse {
             scheduled,
@@ -271,10 +336,10 @@ impl SchedulerService for SchedulerApi {
                 .pods
                 .iter()
                 .map(|p| pb::SimulatedPod {
-                    namespace: p.pod.namespace.to_string(),
-                    name: p.pod.name.to_string(),
+                    namespace: p.namespace.to_string(),
+                    name: p.name.to_string(),
                     node: p.node.as_deref().unwrap_or("").to_string(),
-                    reason: p.reason.clone(),
+                    reason: p.reason.to_string(),
                 })
                 .collect(),
             nodes: report
@@ -295,6 +360,41 @@ impl SchedulerService for SchedulerApi {
                     }
                 })
                 .collect(),
+        }))
+    }
+
+    async fn list_node_usage(
+        &self,
+        req: Request<pb::ListNodeUsageRequest>,
+    ) -> Result<Response<pb::ListNodeUsageResponse>, Status> {
+        let req = req.into_inner();
+        let snapshot = self.scheduler.snapshot();
+        let mut nodes: Vec<_> = snapshot
+            .list()
+            .iter()
+            .filter(|n| req.name.is_empty() || n.name() == req.name)
+            .cloned()
+            .collect();
+        if !req.name.is_empty() && nodes.is_empty() {
+            return Err(ApiError::NotFound(format!("node {:?} not found", req.name)).into());
+        }
+        nodes.sort_by(|a, b| a.name().cmp(b.name()));
+        let Page {
+            items,
+            next,
+            remaining,
+        } = page(
+            &nodes,
+            |n| n.name().to_string(),
+            node_usage,
+            req.limit,
+            &req.r#continue,
+            "",
+        )?;
+        Ok(Response::new(pb::ListNodeUsageResponse {
+            nodes: items,
+            r#continue: next,
+            remaining_item_count: remaining,
         }))
     }
 

@@ -14,7 +14,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use berth_server::api::{ClusterBackend, TlsConfig, TlsFiles};
 use berth_server::cluster::ClusterSource;
-use berth_server::cluster::embedded::{EmbeddedCluster, parse_objects, read_objects};
+use berth_server::cluster::embedded::{
+    EmbeddedCluster, SAMPLE_CLUSTER, parse_objects, read_objects,
+};
 use berth_server::cluster::kube::{self as kube_source, KubeCluster, KubeOptions};
 use berth_server::config::{self, LeaderElection, parse_go_duration};
 use berth_server::leader::{ElectionConfig, Outcome, default_identity};
@@ -23,9 +25,6 @@ use berth_server::observe::telemetry::{self, TraceConfig};
 use berth_server::plugins::in_tree_registry;
 use berth_server::scheduler::{Options, Scheduler};
 use clap::{Parser, ValueEnum};
-
-/// The sample cluster berthd loads when no --cluster is given.
-const SAMPLE_CLUSTER: &str = include_str!("../../sample/cluster.yaml");
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum LogFormat {
@@ -147,6 +146,26 @@ struct Args {
     #[arg(long, value_name = "NAMESPACE")]
     leader_elect_resource_namespace: Option<String>,
 
+    /// Requests per second berthd's API clients send on average (each
+    /// client has its own bucket: the scheduler's, events', leader
+    /// election's). As kube-scheduler's flag, it applies only without
+    /// --config (then set clientConnection.qps). Default 50; negative: no
+    /// limit.
+    #[arg(long, value_name = "QPS", allow_negative_numbers = true)]
+    kube_api_qps: Option<f32>,
+
+    /// Requests each API client may send at once above --kube-api-qps. As
+    /// kube-scheduler's flag, it applies only without --config (then set
+    /// clientConnection.burst). Default 100.
+    #[arg(long, value_name = "N")]
+    kube_api_burst: Option<i32>,
+
+    /// The content type of requests to the API server: application/json, or
+    /// application/vnd.kubernetes.protobuf (accepted; berth speaks JSON). As
+    /// kube-scheduler's flag, it applies only without --config.
+    #[arg(long, value_name = "TYPE")]
+    kube_api_content_type: Option<String>,
+
     /// On SIGTERM/SIGINT, how long in-flight binding cycles get to bind or
     /// Unreserve before berthd exits anyway (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
@@ -154,6 +173,50 @@ struct Args {
 }
 
 impl Args {
+    /// kube-scheduler's client flags apply only when no configuration file
+    /// is given (there, they are among the deprecated flags the file
+    /// replaces); with one, berthd says they are ignored.
+    fn apply_client_connection(&self, cc: &mut config::ClientConnection) -> Result<()> {
+        let given: Vec<&str> = [
+            ("--kube-api-qps", self.kube_api_qps.is_some()),
+            ("--kube-api-burst", self.kube_api_burst.is_some()),
+            (
+                "--kube-api-content-type",
+                self.kube_api_content_type.is_some(),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(f, set)| set.then_some(f))
+        .collect();
+        if given.is_empty() {
+            return Ok(());
+        }
+        if self.config.is_some() {
+            tracing::warn!(
+                flags = ?given,
+                "ignored because --config is given, as kube-scheduler ignores them; set clientConnection in the configuration"
+            );
+            return Ok(());
+        }
+        if let Some(q) = self.kube_api_qps {
+            cc.qps = q;
+        }
+        if let Some(b) = self.kube_api_burst {
+            cc.burst = b;
+        }
+        if let Some(t) = &self.kube_api_content_type {
+            cc.content_type = t.clone();
+        }
+        cc.validate().map_err(|e| {
+            let flag = e
+                .to_string()
+                .replace("clientConnection.qps", "--kube-api-qps")
+                .replace("clientConnection.burst", "--kube-api-burst")
+                .replace("clientConnection.contentType", "--kube-api-content-type");
+            anyhow::anyhow!("{flag}")
+        })
+    }
+
     /// Flags override the configuration file, as upstream's do.
     fn apply_leader_election(&self, le: &mut LeaderElection) -> Result<()> {
         if let Some(v) = self.leader_elect {
@@ -219,6 +282,12 @@ async fn main() -> Result<()> {
     };
 
     args.apply_leader_election(&mut cfg.leader_election)?;
+    args.apply_client_connection(&mut cfg.client_connection)?;
+    let client_options = kube_source::ClientOptions {
+        qps: cfg.client_connection.qps,
+        burst: cfg.client_connection.burst,
+        purpose: "",
+    };
     let kube_config = match (&args.kubeconfig, args.in_cluster) {
         (Some(path), _) => Some(kube_source::config_from_kubeconfig(path).await?),
         (None, true) => Some(kube_source::config_in_cluster()?),
@@ -228,7 +297,10 @@ async fn main() -> Result<()> {
     // cluster never does: it is always the leader.
     let election = match &kube_config {
         Some(config) if cfg.leader_election.leader_elect => {
-            let client = kube_source::client(config.clone())?;
+            let client = kube_source::client(
+                config.clone(),
+                &client_options.for_purpose("leader-election"),
+            )?;
             let ecfg = ElectionConfig::from_config(&cfg.leader_election, default_identity());
             Some(berth_server::leader::Election::start(client, ecfg))
         }
@@ -238,8 +310,26 @@ async fn main() -> Result<()> {
         Some(config) => {
             let server = config.cluster_url.to_string();
             tracing::info!(%server, "watching the Kubernetes cluster at {server}");
-            let client = kube_source::client(config)?;
-            let kube = KubeCluster::start(client, KubeOptions::default());
+            if cfg.client_connection.wants_protobuf() {
+                tracing::info!(
+                    content_type = %cfg.client_connection.content_type,
+                    "berth reads and writes the API as application/json; the protobuf content type asked for is served as JSON"
+                );
+            }
+            tracing::info!(
+                qps = cfg.client_connection.qps,
+                burst = cfg.client_connection.burst,
+                "API clients rate-limited to {} requests/s with bursts of {} (each of: scheduler, events, leader election)",
+                cfg.client_connection.qps,
+                cfg.client_connection.burst
+            );
+            let kube = KubeCluster::connect(
+                config,
+                KubeOptions {
+                    client: client_options.clone(),
+                    ..KubeOptions::default()
+                },
+            )?;
             (kube.clone(), kube.into())
         }
         None => {
@@ -277,7 +367,6 @@ async fn main() -> Result<()> {
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     let (tls_on, mtls_on) = (tls.is_some(), tls.as_ref().is_some_and(TlsConfig::mutual));
-    tracing::info!(%addr, tls = tls_on, mtls = mtls_on, "serving gRPC on {addr}");
     let scheduler = Scheduler::start(
         &cfg,
         &registry,
@@ -295,6 +384,9 @@ async fn main() -> Result<()> {
     for p in &cfg.profiles {
         tracing::info!(profile = %p.scheduler_name, "profile ready");
     }
+    // Only now that the configuration has been accepted: a bad one stops
+    // startup before anything claims to serve.
+    tracing::info!(%addr, tls = tls_on, mtls = mtls_on, "serving gRPC on {addr}");
 
     // Health checks: upstream's ping and log, then readiness once the
     // cache holds the cluster, until shutdown starts.
@@ -379,11 +471,23 @@ async fn main() -> Result<()> {
         std::process::exit(1);
     };
     tracing::info!(signal, "received {signal}: shutting down");
+    // Everything below ends by this deadline, whatever a gRPC call does.
+    let deadline = tokio::time::Instant::now() + args.shutdown_timeout;
     stopping.store(true, Ordering::SeqCst);
     drain(&scheduler, args.shutdown_timeout).await;
+    // Streams end and long calls (Simulate) stop between pods; the server
+    // waits for the calls under way until the deadline, no longer.
     let _ = stop_serving.send(());
-    server.await.context("gRPC server task")??;
-    tracing::info!("gRPC server stopped");
+    match tokio::time::timeout_at(deadline, &mut server).await {
+        Ok(r) => {
+            r.context("gRPC server task")??;
+            tracing::info!("gRPC server stopped");
+        }
+        Err(_) => tracing::warn!(
+            timeout = ?args.shutdown_timeout,
+            "gRPC calls still running at the shutdown deadline; not waiting for them"
+        ),
+    }
     if let Some(e) = election {
         match e.release().await {
             Outcome::Released => tracing::info!("leader lease released"),
@@ -397,7 +501,10 @@ async fn main() -> Result<()> {
     let _ = http_stop.send(());
     telemetry.shutdown();
     tracing::info!("shutdown complete");
-    Ok(())
+    // Exit now rather than return: returning drops the runtime, which
+    // waits for every task to reach its next await, and a call still
+    // computing would hold the process past the deadline.
+    std::process::exit(0);
 }
 
 /// Stops scheduling and lets in-flight binding cycles end within `bound`.

@@ -111,9 +111,13 @@ pub struct Cache {
     pods: HashMap<Arc<str>, PodState>,
     assumed: HashSet<Arc<str>>,
     /// How many nodes have each image, for ImageLocality.
-    image_nodes: HashMap<Arc<str>, usize>,
+    image_nodes: ImageCounts,
     images_version: u64,
 }
+
+/// How many nodes have each image: read once per scored node by
+/// ImageLocality, so keyed with a fast hash rather than SipHash.
+pub type ImageCounts = HashMap<Arc<str>, usize, foldhash::fast::RandomState>;
 
 impl Cache {
     /// An empty cache whose assumed pods expire `ttl` after their binding
@@ -128,7 +132,7 @@ impl Cache {
             tree_version: 1,
             pods: HashMap::new(),
             assumed: HashSet::new(),
-            image_nodes: HashMap::new(),
+            image_nodes: ImageCounts::default(),
             images_version: 0,
         }
     }

@@ -24,7 +24,7 @@ pub struct Snapshot {
     /// Positions of nodes with pods that have required anti-affinity terms.
     pub(crate) with_required_anti_affinity: Vec<usize>,
     /// How many nodes have each image.
-    pub(crate) image_nodes: Arc<HashMap<Arc<str>, usize>>,
+    pub(crate) image_nodes: Arc<super::ImageCounts>,
     pub(crate) images_version: u64,
 }
 
@@ -37,7 +37,7 @@ impl Snapshot {
     /// A snapshot of the given nodes, in order (for tests and simulations).
     pub fn from_nodes(nodes: Vec<NodeInfo>) -> Self {
         let mut s = Self::default();
-        let mut images: HashMap<Arc<str>, usize> = HashMap::new();
+        let mut images = super::ImageCounts::default();
         for n in nodes {
             let name: Arc<str> = Arc::from(n.name());
             let names: std::collections::BTreeSet<&Arc<str>> = n

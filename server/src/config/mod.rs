@@ -32,6 +32,11 @@ pub const API_VERSION: &str = "kubescheduler.config.k8s.io/v1";
 /// The kind accepted.
 pub const KIND: &str = "KubeSchedulerConfiguration";
 
+/// client-go's leader election JitterFactor: a standby retries acquiring
+/// the Lease every retryPeriod × up to this factor, so the renew deadline
+/// must leave room for one such retry.
+pub const JITTER_FACTOR: f64 = 1.2;
+
 /// A plugin enabled or disabled at an extension point.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginRef {
@@ -196,7 +201,7 @@ impl LeaderElection {
                 "LeaseDuration must be greater than RenewDeadline",
             ));
         }
-        if self.renew_deadline <= self.retry_period.mul_f64(crate::leader::JITTER_FACTOR) {
+        if self.renew_deadline <= self.retry_period.mul_f64(JITTER_FACTOR) {
             return Err(ConfigError::invalid(
                 "leaderElection.renewDeadline",
                 go(self.renew_deadline),
@@ -240,6 +245,112 @@ impl Default for LeaderElection {
     }
 }
 
+/// The JSON content type, which berth reads and writes.
+pub const CONTENT_TYPE_JSON: &str = "application/json";
+/// The protobuf content type, upstream's default for the scheduler.
+pub const CONTENT_TYPE_PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// `clientConnection` (componentbaseconfig.ClientConnectionConfiguration),
+/// with kube-scheduler's defaults: 50 requests per second, bursts of 100.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientConnection {
+    /// The kubeconfig file, if given.
+    pub kubeconfig: Option<String>,
+    /// The Accept header berth sends (empty: the content type).
+    pub accept_content_types: String,
+    /// The content type berth sends. berth speaks JSON only; upstream's
+    /// protobuf is accepted and served as JSON (berthd says so at start).
+    pub content_type: String,
+    /// Requests per second each client may send on average (client-go's
+    /// token bucket); negative: no limit.
+    pub qps: f32,
+    /// How many requests a client may send at once above `qps`.
+    pub burst: i32,
+}
+
+impl Default for ClientConnection {
+    fn default() -> Self {
+        Self {
+            kubeconfig: None,
+            accept_content_types: String::new(),
+            content_type: CONTENT_TYPE_JSON.into(),
+            qps: 50.0,
+            burst: 100,
+        }
+    }
+}
+
+impl ClientConnection {
+    /// Checks the values as upstream's validation does, with berth's own
+    /// rule that the content types be ones it can speak.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.burst < 0 {
+            return Err(ConfigError::invalid(
+                "clientConnection.burst",
+                self.burst,
+                "must be non-negative",
+            ));
+        }
+        if !self.qps.is_finite() {
+            return Err(ConfigError::invalid(
+                "clientConnection.qps",
+                self.qps,
+                "must be a finite number",
+            ));
+        }
+        if ![CONTENT_TYPE_JSON, CONTENT_TYPE_PROTOBUF].contains(&self.content_type.as_str()) {
+            return Err(ConfigError::new(
+                "clientConnection.contentType",
+                format!(
+                    "Unsupported value: {:?}: supported values: {CONTENT_TYPE_JSON:?}, {CONTENT_TYPE_PROTOBUF:?}",
+                    self.content_type
+                ),
+            ));
+        }
+        for (i, t) in self
+            .accept_content_types
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .enumerate()
+        {
+            if ![CONTENT_TYPE_JSON, CONTENT_TYPE_PROTOBUF].contains(&t) {
+                return Err(ConfigError::new(
+                    "clientConnection.acceptContentTypes",
+                    format!(
+                        "Unsupported value: {t:?} (entry {i}): supported values: {CONTENT_TYPE_JSON:?}, {CONTENT_TYPE_PROTOBUF:?}"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether protobuf was asked for (berth then speaks JSON).
+    pub fn wants_protobuf(&self) -> bool {
+        self.content_type == CONTENT_TYPE_PROTOBUF
+            || self.accept_content_types.contains(CONTENT_TYPE_PROTOBUF)
+    }
+}
+
+fn resolve_client_connection(raw: RawClientConnection) -> Result<ClientConnection, ConfigError> {
+    let d = ClientConnection::default();
+    // Upstream defaults zero values, so `qps: 0` and `burst: 0` mean the
+    // defaults, as in kube-scheduler.
+    let c = ClientConnection {
+        kubeconfig: raw.kubeconfig.filter(|k| !k.is_empty()),
+        accept_content_types: raw.accept_content_types.unwrap_or_default(),
+        content_type: raw
+            .content_type
+            .filter(|t| !t.is_empty())
+            .unwrap_or(d.content_type),
+        qps: raw.qps.filter(|q| *q != 0.0).unwrap_or(d.qps),
+        burst: raw.burst.filter(|b| *b != 0).unwrap_or(d.burst),
+    };
+    c.validate()?;
+    Ok(c)
+}
+
 /// The validated, defaulted configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedulerConfig {
@@ -255,8 +366,8 @@ pub struct SchedulerConfig {
     pub profiles: Vec<Profile>,
     /// Leader election.
     pub leader_election: LeaderElection,
-    /// clientConnection.kubeconfig, if given.
-    pub kubeconfig: Option<String>,
+    /// How berth talks to the API server (kube mode).
+    pub client_connection: ClientConnection,
     /// Remote (streaming gRPC) extenders, each a plugin by its name.
     pub extenders: Vec<ExtenderConfig>,
     /// kube-scheduler's HTTP extenders.
@@ -437,10 +548,7 @@ pub fn resolve(
         pod_max_backoff: Duration::from_secs(max as u64),
         profiles,
         leader_election,
-        kubeconfig: raw
-            .client_connection
-            .and_then(|c| c.kubeconfig)
-            .filter(|k| !k.is_empty()),
+        client_connection: resolve_client_connection(raw.client_connection.unwrap_or_default())?,
     })
 }
 

@@ -102,9 +102,11 @@ profiles:
     assert_eq!(c.leader_election.resource_name, "my-berth");
     assert_eq!(c.leader_election.renew_deadline, Duration::from_secs(20));
     assert_eq!(
-        c.kubeconfig.as_deref(),
+        c.client_connection.kubeconfig.as_deref(),
         Some("/etc/kubernetes/scheduler.conf")
     );
+    assert_eq!(c.client_connection.qps, 100.0);
+    assert_eq!(c.client_connection.burst, 200);
     assert_eq!(c.profiles.len(), 2);
     let p = &c.profiles[0];
     assert_eq!(p.percentage_of_nodes_to_score, Some(50));
@@ -263,6 +265,14 @@ fn errors_name_the_field_path() {
             "berthExtenders[0].timout: unknown field `timout`, expected one of `name`, `endpoint`, `points`, `timeout`, `ignorable`, `maxConcurrentCalls`, `managedResources`, `tls` (line 7, column 3)",
         ),
         (
+            &format!("{HEADER}clientConnection:\n  burst: -1\n"),
+            "clientConnection.burst: Invalid value: -1: must be non-negative",
+        ),
+        (
+            &format!("{HEADER}clientConnection:\n  contentType: application/yaml\n"),
+            "clientConnection.contentType: Unsupported value: \"application/yaml\": supported values: \"application/json\", \"application/vnd.kubernetes.protobuf\"",
+        ),
+        (
             &format!("{HEADER}unknownTopLevel: 1\n"),
             "unknownTopLevel: unknown field `unknownTopLevel`, expected one of `apiVersion`, `kind`, `parallelism`, `leaderElection`, `clientConnection`, `enableProfiling`, `enableContentionProfiling`, `percentageOfNodesToScore`, `podInitialBackoffSeconds`, `podMaxBackoffSeconds`, `profiles`, `extenders`, `delayCacheUntilActive`, `berthExtenders` (line 3, column 1)",
         ),
@@ -346,6 +356,27 @@ fn http_extenders_are_pinned_in_every_profile_at_their_verbs() {
         // The profile's own sets are untouched.
         assert!(p.plugins.get(ExtensionPoint::Filter).enabled.is_empty());
     }
+}
+
+#[test]
+fn client_connection_defaults_are_kube_schedulers_rate_limits() {
+    let c = parse_ok(HEADER).client_connection;
+    assert_eq!((c.qps, c.burst), (50.0, 100));
+    assert_eq!(c.content_type, "application/json");
+    assert!(!c.wants_protobuf());
+    // Zero means the default, as upstream defaults zero values; a negative
+    // qps turns the limiter off, as in client-go.
+    let c = parse_ok(&format!(
+        "{HEADER}clientConnection:\n  qps: 0\n  burst: 0\n"
+    ))
+    .client_connection;
+    assert_eq!((c.qps, c.burst), (50.0, 100));
+    let c = parse_ok(&format!(
+        "{HEADER}clientConnection:\n  qps: -1\n  contentType: application/vnd.kubernetes.protobuf\n"
+    ))
+    .client_connection;
+    assert_eq!(c.qps, -1.0);
+    assert!(c.wants_protobuf());
 }
 
 #[test]

@@ -103,7 +103,7 @@ pub trait ClusterClient: Send + Sync {
 }
 
 /// The type of a Kubernetes event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventType {
     /// Normal.
     Normal,

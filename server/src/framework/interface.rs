@@ -325,22 +325,19 @@ pub trait PermitPlugin: Plugin {
 /// Work before binding (e.g. provisioning volumes).
 #[async_trait]
 pub trait PreBindPlugin: Plugin {
+    /// Whether PreBind will have work to do for `pod` on `node`
+    /// (upstream's PreBindPreFlight): `Success` if it will, `Skip` if not;
+    /// an error fails the binding cycle. When any PreBind plugin has work
+    /// (volumes to bind, claims to allocate), the scheduler first sets the
+    /// pod's `nominatedNodeName`, so that other components see where it
+    /// is about to land while PreBind takes its time. A plugin that cannot
+    /// tell answers `Success`.
+    fn pre_bind_pre_flight(&self, _state: &CycleState, _pod: &PodInfo, _node: &str) -> Status {
+        Status::success()
+    }
+
     /// A failure runs Unreserve and requeues the pod.
     async fn pre_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status;
-
-    /// Whether PreBind will have work for this pod (`Success`) or not
-    /// (`Skip`, the default), asked at the start of the binding cycle: a
-    /// pod with PreBind work (or waiting at Permit) is nominated to its
-    /// node first, so that other components see where it is about to land
-    /// (upstream's PreBindPreFlight, NominatedNodeNameForExpectation).
-    async fn pre_bind_pre_flight(
-        &self,
-        _state: &CycleState,
-        _pod: &PodInfo,
-        _node: &str,
-    ) -> Status {
-        Status::skip()
-    }
 }
 
 /// Binds the pod. Tried in order until one does not return `Skip`.

@@ -1409,34 +1409,36 @@ impl Framework {
         e
     }
 
-    /// Asks PreBind plugins whether they have work for the pod: `Success`
-    /// at the first that has, `Skip` if none has, an error or rejection as
-    /// soon as one answers so.
-    pub async fn run_pre_bind_pre_flights(
+    /// Asks every PreBind plugin whether it has work for `pod` on `node`:
+    /// `Success` if any has, `Skip` if none has (or there are none), the
+    /// first error otherwise. A rejection is an error here, as upstream's
+    /// RunPreBindPreFlights treats it.
+    pub fn run_pre_bind_pre_flights(
         &self,
         state: &CycleState,
         pod: &PodInfo,
         node: &str,
     ) -> Status {
+        let mut out = Status::skip();
         for p in &self.pre_bind {
-            let s = p.pre_bind_pre_flight(state, pod, node).await;
+            let s = p.pre_bind_pre_flight(state, pod, node);
             if s.is_skip() {
                 continue;
             }
-            if s.is_success() || s.is_rejected() {
-                return s.or_plugin(p.name());
+            if !s.is_success() {
+                return Status::error(format!(
+                    "running PreBindPreFlight {:?}: {}",
+                    p.name(),
+                    s.message()
+                ))
+                .with_plugin(p.name());
             }
-            return Status::error(format!(
-                "running PreBindPreFlight {:?}: {}",
-                p.name(),
-                s.message()
-            ))
-            .with_plugin(p.name());
+            out = Status::success();
         }
-        Status::skip()
+        out
     }
 
-    /// Whether the pod waits at Permit.
+    /// Whether `pod` waits at Permit (upstream's WillWaitOnPermit).
     pub fn will_wait_on_permit(&self, pod: &PodInfo) -> bool {
         self.handle.waiting_pods().get(&pod.uid).is_some()
     }

@@ -104,13 +104,45 @@ impl PreFilterResult {
     }
 }
 
+/// The eviction of the victims a PostFilter plugin chose. The scheduler
+/// runs it once the preemptor's status (its `PodScheduled=False`
+/// condition and its nomination, in one write) has been sent, so that the
+/// cluster learns where the preemptor goes before its victims go, as
+/// upstream orders it.
+pub struct Eviction(
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>,
+);
+
+impl Eviction {
+    /// An eviction doing `work`.
+    pub fn new(
+        work: impl std::future::Future<Output = Result<(), String>> + Send + 'static,
+    ) -> Self {
+        Self(Box::pin(work))
+    }
+
+    /// Evicts; the error says which victim could not be evicted.
+    pub async fn run(self) -> Result<(), String> {
+        self.0.await
+    }
+}
+
+impl fmt::Debug for Eviction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Eviction")
+    }
+}
+
 /// What a PostFilter plugin did for the pod.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct PostFilterResult {
     /// The node the pod should be nominated to.
     pub nominating_info: NominatingInfo,
-    /// The pods evicted to make room (or, in a dry run, that would be).
+    /// The pods to evict to make room (or, in a dry run, that would be).
     pub victims: Vec<PodRef>,
+    /// Their eviction, for the scheduler to run after the nomination is
+    /// written (none in a dry run).
+    pub eviction: Option<Eviction>,
 }
 
 impl PostFilterResult {
@@ -119,6 +151,7 @@ impl PostFilterResult {
         Self {
             nominating_info: NominatingInfo::Override(node),
             victims: Vec::new(),
+            eviction: None,
         }
     }
 }

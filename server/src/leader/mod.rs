@@ -37,11 +37,9 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 
+pub use crate::config::JITTER_FACTOR;
 use crate::config::LeaderElection;
-use crate::scheduler::FastRng;
-
-/// client-go's JitterFactor for the acquire retries.
-pub const JITTER_FACTOR: f64 = 1.2;
+use crate::rng::FastRng;
 
 /// What the elector needs to know.
 #[derive(Debug, Clone, PartialEq)]

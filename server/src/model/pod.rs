@@ -111,7 +111,9 @@ pub struct PodInfo {
     /// Names of the PersistentVolumeClaims the pod uses (in its namespace),
     /// including those of generic ephemeral volumes (`<pod>-<volume>`).
     pub pvc_claims: Vec<Arc<str>>,
-    /// Container images (app containers and init containers).
+    /// The images the pod runs (init containers, app containers, image
+    /// volumes), normalized as node statuses name them: a name without a
+    /// tag gets `:latest`.
     pub images: Vec<Arc<str>>,
     /// metadata.deletionTimestamp is set.
     pub terminating: bool,
@@ -245,12 +247,22 @@ impl PodInfo {
                 }
             })
             .collect();
+        // Init containers, app containers, then image volumes, each name
+        // normalized once here (not per node visited).
         let images = spec
-            .containers
+            .init_containers
             .iter()
-            .chain(spec.init_containers.iter().flatten())
-            .filter_map(|c| c.image.as_deref())
-            .map(Arc::from)
+            .flatten()
+            .chain(&spec.containers)
+            .map(|c| c.image.as_deref().unwrap_or(""))
+            .chain(
+                spec.volumes
+                    .iter()
+                    .flatten()
+                    .filter_map(|v| v.image.as_ref())
+                    .map(|i| i.reference.as_deref().unwrap_or("")),
+            )
+            .map(normalized_image_name)
             .collect();
 
         let status = pod.status.as_ref();
@@ -330,6 +342,21 @@ impl PodInfo {
             node_name: Some(node.clone()),
             ..self.clone()
         }
+    }
+}
+
+/// `image` as a node's status would list it: with `:latest` when it has
+/// no tag (a `:` after its last `/`), as upstream's normalizedImageName.
+pub fn normalized_image_name(image: &str) -> Arc<str> {
+    let tagged = match (image.rfind(':'), image.rfind('/')) {
+        (None, _) => false,
+        (Some(colon), Some(slash)) => colon > slash,
+        (Some(_), None) => true,
+    };
+    if tagged {
+        Arc::from(image)
+    } else {
+        Arc::from(format!("{image}:latest").as_str())
     }
 }
 

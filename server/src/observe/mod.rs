@@ -11,8 +11,10 @@
 pub mod health;
 pub mod http;
 pub mod metrics;
-pub mod prom;
 pub mod telemetry;
+
+/// The Prometheus primitives, kept below every module that records.
+pub use crate::prom;
 
 use crate::scheduler::Scheduler;
 use prom::Exposition;
@@ -59,6 +61,7 @@ pub fn render(scheduler: &Scheduler) -> String {
         scheduler.bindings_in_flight() as u64,
     );
     metrics::render_extenders(scheduler.extenders().connections(), &mut e);
+    crate::cluster::kube::rest_metrics().render(&mut e);
     e.finish()
 }
 

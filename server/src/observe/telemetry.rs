@@ -1,7 +1,8 @@
 //! Logs and traces.
 //!
 //! Logs go to stderr as text or JSON, filtered by `RUST_LOG` (default
-//! `info`). Trace spans use the `berth::trace` target: one INFO span per
+//! `info`); text is coloured only when stderr is a terminal (and
+//! `NO_COLOR` is unset), so files and pipes get plain lines. Trace spans use the `berth::trace` target: one INFO span per
 //! scheduling attempt (`scheduling_cycle`, with its `binding_cycle`) and
 //! DEBUG spans per extension point. They are never logged; with an OTLP
 //! endpoint they are exported over gRPC, at the configured level. Without
@@ -77,6 +78,13 @@ impl Telemetry {
     }
 }
 
+/// Whether log lines may carry ANSI colours: only on a terminal, and not
+/// when `NO_COLOR` is set (no-color.org).
+fn colour() -> bool {
+    use std::io::IsTerminal as _;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 /// Installs the global subscriber: logs in `format`, and spans exported
 /// over OTLP when `trace.otlp_endpoint` is set. Must run inside a tokio
 /// runtime when exporting.
@@ -88,7 +96,9 @@ pub fn init(format: LogFormat, trace: &TraceConfig) -> Result<Telemetry, Telemet
                 .parse()
                 .expect("a valid directive"),
         );
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour());
     let fmt = match format {
         LogFormat::Text => fmt.with_filter(filter).boxed(),
         LogFormat::Json => fmt.json().with_filter(filter).boxed(),

@@ -131,12 +131,14 @@ pub struct DryRunReport {
 /// Where a simulated pod went.
 #[derive(Debug, Clone)]
 pub struct SimulatedPod {
-    /// The pod.
-    pub pod: PodRef,
+    /// The pod's namespace.
+    pub namespace: Arc<str>,
+    /// The pod's name.
+    pub name: Arc<str>,
     /// Its node, if it fit.
     pub node: Option<Arc<str>>,
-    /// Why it did not.
-    pub reason: String,
+    /// Why it did not (empty when it fit).
+    pub reason: Arc<str>,
 }
 
 /// A node after a simulation.
@@ -519,6 +521,22 @@ impl Scheduler {
         report.preemption = Some(preemption);
     }
 
+    /// A simulation on a copy of the current state: place pods one after
+    /// another with [`Simulation::place`], each seeing the earlier ones,
+    /// then [`Simulation::finish`]. The caller decides the pace, so it can
+    /// stop between pods (a client gone, a deadline passed).
+    pub fn simulation(&self) -> Simulation<'_> {
+        Simulation {
+            scheduler: self,
+            placed_on: Default::default(),
+            out: Vec::new(),
+            snapshot: Arc::new(self.snapshot()),
+            nominated: self.shared.handle.nominated_pods(),
+            alg: self.algorithm(),
+            last_reason: None,
+        }
+    }
+
     /// Places `pods` one after another on a copy of the current state, each
     /// seeing the earlier ones.
     pub async fn simulate(
@@ -526,53 +544,104 @@ impl Scheduler {
         pods: Vec<PodInfo>,
         profile: Option<&str>,
     ) -> Result<SimulationReport, UnknownProfile> {
-        let mut placed_on: std::collections::HashMap<Arc<str>, u32> = Default::default();
-        let mut out = Vec::with_capacity(pods.len());
-        let mut snapshot = Arc::new(self.snapshot());
-        let nominated = self.shared.handle.nominated_pods();
-        let mut alg = self.algorithm();
+        let mut sim = self.simulation();
         for pod in pods {
-            let fw = self.profile_for(profile, &pod)?;
-            let pod = Arc::new(pod);
-            let mut state = CycleState::with_snapshot(snapshot.clone());
-            state.dry_run = true;
-            let result = alg
-                .schedule_pod(&fw, &mut state, &pod, &snapshot, &nominated)
-                .await;
-            drop(state);
-            match result {
-                Ok(r) => {
-                    Arc::make_mut(&mut snapshot)
-                        .assume_pod(Arc::new(pod.assumed_on(&r.suggested_host)));
-                    *placed_on.entry(r.suggested_host.clone()).or_default() += 1;
-                    out.push(SimulatedPod {
-                        pod,
-                        node: Some(r.suggested_host),
-                        reason: String::new(),
-                    });
-                }
-                Err(e) => {
-                    let reason = match e {
-                        ScheduleError::NoNodesAvailable => NO_NODES_AVAILABLE.to_string(),
-                        ScheduleError::Fit(f) => f.to_string(),
-                        ScheduleError::Error(s) => s.message(),
-                    };
-                    out.push(SimulatedPod {
-                        pod,
-                        node: None,
-                        reason,
-                    });
-                }
+            sim.place(pod, profile).await?;
+        }
+        Ok(sim.finish())
+    }
+}
+
+/// A simulation under way (see [`Scheduler::simulation`]). Only what the
+/// report needs is kept of each pod placed; pods that fit nowhere are
+/// dropped at once, and their identical reasons share one string.
+pub struct Simulation<'a> {
+    scheduler: &'a Scheduler,
+    placed_on: std::collections::HashMap<Arc<str>, u32>,
+    out: Vec<SimulatedPod>,
+    snapshot: Arc<Snapshot>,
+    nominated: Arc<crate::framework::NominatedPods>,
+    alg: Algorithm,
+    last_reason: Option<Arc<str>>,
+}
+
+impl Simulation<'_> {
+    /// Pods placed (or found to fit nowhere) so far.
+    pub fn len(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Whether no pod was placed yet.
+    pub fn is_empty(&self) -> bool {
+        self.out.is_empty()
+    }
+
+    /// Places one more pod with `profile` (default: its schedulerName).
+    pub async fn place(
+        &mut self,
+        pod: PodInfo,
+        profile: Option<&str>,
+    ) -> Result<(), UnknownProfile> {
+        let fw = self.scheduler.profile_for(profile, &pod)?;
+        let pod = Arc::new(pod);
+        let mut state = CycleState::with_snapshot(self.snapshot.clone());
+        state.dry_run = true;
+        let result = self
+            .alg
+            .schedule_pod(&fw, &mut state, &pod, &self.snapshot, &self.nominated)
+            .await;
+        drop(state);
+        match result {
+            Ok(r) => {
+                Arc::make_mut(&mut self.snapshot)
+                    .assume_pod(Arc::new(pod.assumed_on(&r.suggested_host)));
+                *self.placed_on.entry(r.suggested_host.clone()).or_default() += 1;
+                self.out.push(SimulatedPod {
+                    namespace: pod.namespace.clone(),
+                    name: pod.name.clone(),
+                    node: Some(r.suggested_host),
+                    reason: Arc::from(""),
+                });
+            }
+            Err(e) => {
+                let reason = match e {
+                    ScheduleError::NoNodesAvailable => NO_NODES_AVAILABLE.to_string(),
+                    ScheduleError::Fit(f) => f.to_string(),
+                    ScheduleError::Error(s) => s.message(),
+                };
+                let reason = match &self.last_reason {
+                    Some(last) if **last == *reason => last.clone(),
+                    _ => {
+                        let r: Arc<str> = Arc::from(reason);
+                        self.last_reason = Some(r.clone());
+                        r
+                    }
+                };
+                self.out.push(SimulatedPod {
+                    namespace: pod.namespace.clone(),
+                    name: pod.name.clone(),
+                    node: None,
+                    reason,
+                });
             }
         }
-        let nodes = snapshot
+        Ok(())
+    }
+
+    /// The outcome: each pod in order, and every node afterwards.
+    pub fn finish(self) -> SimulationReport {
+        let nodes = self
+            .snapshot
             .list()
             .iter()
             .map(|n| NodeUse {
-                placed: placed_on.get(n.name()).copied().unwrap_or(0),
+                placed: self.placed_on.get(n.name()).copied().unwrap_or(0),
                 node: n.clone(),
             })
             .collect();
-        Ok(SimulationReport { pods: out, nodes })
+        SimulationReport {
+            pods: self.out,
+            nodes,
+        }
     }
 }

@@ -5,6 +5,7 @@
 mod algorithm;
 mod event_handlers;
 mod explain;
+mod idle;
 pub mod metrics;
 mod schedule_one;
 #[cfg(test)]
@@ -25,7 +26,7 @@ pub use algorithm::{
 };
 pub use explain::{
     DryRunReport, NodeReport, NodeUse, PluginOutcome, PreemptionReport, ScoreRow, SimulatedPod,
-    SimulationReport, UnknownProfile, Verdict,
+    Simulation, SimulationReport, UnknownProfile, Verdict,
 };
 pub use metrics::{HistogramSnapshot, MetricsSnapshot, SchedulerMetrics};
 
@@ -252,7 +253,8 @@ pub(crate) struct Shared {
     /// Decisions made, for the idle summary.
     pub decided: AtomicU64,
     pub last_summary: AtomicU64,
-    pub summary_lock: Mutex<()>,
+    /// Wakes the idle summary's reporter.
+    pub idle: tokio::sync::Notify,
     /// Where the loop's next node search starts, for dry runs to match it.
     pub next_start_node_index: AtomicUsize,
     /// The global percentageOfNodesToScore.
@@ -386,7 +388,7 @@ impl Scheduler {
             cycle: tokio::sync::Mutex::new(()),
             decided: AtomicU64::new(0),
             last_summary: AtomicU64::new(0),
-            summary_lock: Mutex::new(()),
+            idle: tokio::sync::Notify::new(),
             next_start_node_index: AtomicUsize::new(0),
             percentage_of_nodes_to_score: config.percentage_of_nodes_to_score,
             node_feed: extenders.feed(),
@@ -402,6 +404,7 @@ impl Scheduler {
             synced_tx,
         ));
         tokio::spawn(queue.clone().run());
+        tokio::spawn(idle::report(shared.clone()));
         if !options.assumed_pod_ttl.is_zero() {
             tokio::spawn(cleanup_assumed_pods(shared.clone()));
         }

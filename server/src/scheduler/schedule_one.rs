@@ -10,13 +10,14 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::algorithm::{Algorithm, NO_NODES_AVAILABLE, ScheduleError, ScheduleResult};
+use super::idle::maybe_report_idle;
 use super::{EventKind, SchedulingEvent, Shared};
 use crate::cache::Snapshot;
 use crate::cluster::PodScheduledCondition;
 use crate::framework::FitError;
 use crate::framework::{
-    ClusterEvent, Code, CycleState, Diagnosis, EventObject, EventType, Framework, NominatingInfo,
-    PodEvent, QueuedPodInfo, Status,
+    ClusterEvent, Code, CycleState, Diagnosis, EventObject, EventType, Eviction, Framework,
+    NominatingInfo, PodEvent, QueuedPodInfo, Status,
 };
 use crate::model::{PodInfo, PodRef};
 use crate::observe::metrics::AttemptResult;
@@ -29,6 +30,9 @@ struct Failure {
     message: String,
     diagnosis: Option<Diagnosis>,
     nominating: Option<NominatingInfo>,
+    /// Preemption's eviction of victims, to run once the pod's nomination
+    /// is written.
+    eviction: Option<Eviction>,
 }
 
 impl Failure {
@@ -38,6 +42,7 @@ impl Failure {
             status,
             diagnosis: None,
             nominating: Some(NominatingInfo::Override(None)),
+            eviction: None,
         }
     }
 
@@ -59,6 +64,7 @@ impl Failure {
             status: Status::code_only(status.code()),
             diagnosis: Some(fit.diagnosis),
             nominating: Some(NominatingInfo::Override(None)),
+            eviction: None,
         }
     }
 }
@@ -264,18 +270,23 @@ impl Loop {
             ScheduleError::Error(s) => Failure::from_status(s),
             ScheduleError::Fit(mut fit) => {
                 let mut nominating = Some(NominatingInfo::Override(None));
+                let mut eviction = None;
                 if fw.has_post_filter_plugins() {
                     let (result, s) = fw
                         .run_post_filter(state, pod, &fit.diagnosis.node_to_status)
                         .await;
                     fit.diagnosis.post_filter_msg = Some(s.message()).filter(|m| !m.is_empty());
-                    nominating = result.map(|r| r.nominating_info);
+                    nominating = result.map(|r| {
+                        eviction = r.eviction;
+                        r.nominating_info
+                    });
                 }
                 Failure {
                     message: fit.to_string(),
                     status: Status::code_only(Code::Unschedulable),
                     diagnosis: Some(fit.diagnosis),
                     nominating,
+                    eviction,
                 }
             }
         }
@@ -395,7 +406,7 @@ async fn binding_cycle(
     );
     tracing::info!(
         pod = %assumed.key(), node = %host, evaluated = result.evaluated_nodes, feasible = result.feasible_nodes,
-        attempts = q.attempts, latency_ms = start.elapsed().as_secs_f64() * 1e3, "scheduled"
+        attempts = q.attempts, latency_ms = millis(start.elapsed()), "scheduled"
     );
     let took = start.elapsed();
     shared.metrics.record_scheduled(took);
@@ -422,27 +433,22 @@ async fn bind_steps(
     assumed: &PodRef,
     host: &Arc<str>,
 ) -> Result<(), Failure> {
-    let pre_flight = fw.run_pre_bind_pre_flights(state, assumed, host).await;
-    if pre_flight.is_error() || pre_flight.is_rejected() {
-        // Rejections are not expected here: treated as errors, as upstream.
-        let mut e = Status::error(pre_flight.message());
-        if let Some(p) = pre_flight.plugin() {
-            e = e.with_plugin(p);
-        }
-        return Err(Failure::from_status(e));
+    // As v1.35+: when PreBind has work to do (volumes to bind, claims to
+    // allocate) or the pod waits at Permit, the pod is nominated to its
+    // node first, so that other components (the cluster autoscaler) see
+    // where it is about to land meanwhile.
+    let pre = fw.run_pre_bind_pre_flights(state, assumed, host);
+    if !pre.is_success() && !pre.is_skip() {
+        return Err(Failure::from_status(pre));
     }
-    if pre_flight.is_success() || fw.will_wait_on_permit(assumed) {
-        // Tell other components (autoscalers) where the pod is about to
-        // land, before the PreBind writes or the wait.
-        if let Err(e) = shared
-            .handle
-            .cluster()
+    if (pre.is_success() || fw.will_wait_on_permit(assumed))
+        && assumed.nominated_node_name.as_deref() != Some(&**host)
+        && let Err(e) = shared
+            .cluster
             .set_nominated_node_name(assumed, Some(host))
             .await
-        {
-            tracing::warn!(pod = %assumed.key(), node = %host, error = %e,
-                "setting the nominated node before binding failed; binding anyway");
-        }
+    {
+        tracing::warn!(pod = %assumed.key(), node = %host, error = %e, "setting the nominated node before binding failed; binding goes on");
     }
     let s = fw.wait_on_permit(assumed).await;
     if !s.is_success() {
@@ -604,6 +610,7 @@ async fn failure_handler(
                     && c.status == "False"
                     && c.reason.as_deref() == Some(reason)
                     && c.message.as_deref() == Some(f.message.as_str())
+                    && c.observed_generation == p.metadata.generation
             })
     });
     if requeued_pod.is_some() && (!unchanged || nominated.is_some()) {
@@ -619,6 +626,19 @@ async fn failure_handler(
             tracing::warn!(pod = %pod.key(), error = %e, "error updating pod status");
         }
     }
+    // The victims go once the cluster knows where the preemptor is
+    // nominated (as upstream orders its writes), unless the preemptor is
+    // gone or placed meanwhile.
+    if let Some(eviction) = f.eviction
+        && requeued_pod.is_some()
+        && let Err(e) = eviction.run().await
+    {
+        // Retry soon rather than wait for an event that may not come.
+        tracing::warn!(pod = %pod.key(), error = %e, "preemption failed; the pod goes back to the active queue");
+        if let Some(p) = &requeued_pod {
+            shared.queue.activate(std::slice::from_ref(p));
+        }
+    }
     let took = start.elapsed();
     shared
         .metrics
@@ -632,50 +652,11 @@ async fn failure_handler(
         m.profile.attempt(result, took);
     }
     tracing::Span::current().record("result", result.label());
-    tracing::trace!(
-        elapsed_ms = start.elapsed().as_secs_f64() * 1e3,
-        "attempt done"
-    );
+    tracing::trace!(elapsed_ms = millis(start.elapsed()), "attempt done");
 }
 
-/// Logs a summary when the scheduler has nothing left to do: what is bound
-/// where, and why each pending pod is pending.
-pub(crate) fn maybe_report_idle(shared: &Arc<Shared>) {
-    shared.metrics.notify();
-    let decided = shared.decided.load(Ordering::SeqCst);
-    if decided == shared.last_summary.load(Ordering::SeqCst) {
-        return;
-    }
-    let counts = shared.queue.counts();
-    if counts.active + counts.backoff + counts.in_flight > 0
-        || shared.bindings_in_flight.load(Ordering::SeqCst) > 0
-    {
-        return;
-    }
-    let Some(_guard) = shared.summary_lock.try_lock() else {
-        return;
-    };
-    if shared.last_summary.swap(decided, Ordering::SeqCst) == decided {
-        return;
-    }
-    let (nodes, pods) = {
-        let cache = shared.cache.lock();
-        (cache.node_count(), cache.pod_count())
-    };
-    let pending = shared.queue.list();
-    tracing::info!(
-        nodes,
-        bound_pods = pods,
-        pending = pending.len(),
-        "scheduler idle: {pods} pods on {nodes} nodes, {} pending",
-        pending.len()
-    );
-    let mut pending: Vec<_> = pending.into_iter().map(|e| (e.info.pod.key(), e)).collect();
-    pending.sort_by(|a, b| a.0.cmp(&b.0));
-    for (key, e) in pending {
-        tracing::info!(
-            pod = %key, queue = ?e.queue, attempts = e.info.attempts,
-            "pending: {}", e.info.last_failure.as_deref().unwrap_or("not attempted yet")
-        );
-    }
+/// A duration in milliseconds, rounded to the microsecond, for logs
+/// (`latency_ms=0.035`, not `0.035036000000000005`).
+fn millis(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
 }

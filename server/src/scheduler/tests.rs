@@ -1284,3 +1284,91 @@ profiles:
         }
     );
 }
+
+/// Log lines written while the guard lives (this thread's subscriber: a
+/// paused-time test runs every task on its thread).
+struct Logs(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl Logs {
+    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let buf = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let w = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .without_time()
+            .with_writer(move || LogWriter(w.clone()))
+            .finish();
+        (Self(buf), tracing::subscriber::set_default(subscriber))
+    }
+
+    fn lines(&self, needle: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock())
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+struct LogWriter(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_idle_summary_comes_once_per_idle_period_with_only_what_changed() {
+    let (logs, _guard) = Logs::capture();
+    let mut env = start(
+        Setup::default(),
+        vec![make_node("n1").cpu("2").memory("4Gi")],
+        vec![make_pod("a").req_cpu("1"), make_pod("big").req_cpu("4")],
+    )
+    .await;
+    let mut decided = [env.next().await, env.next().await];
+    decided.sort_by_key(|d| format!("{d:?}"));
+    assert!(matches!(&decided[1], Decision::Scheduled { pod, .. } if pod == "default/a"));
+    tokio::time::sleep(super::idle::IDLE_QUIET * 10).await;
+    let idle = logs.lines("scheduler idle");
+    assert_eq!(idle.len(), 1, "{idle:#?}");
+    assert!(
+        idle[0].contains("scheduler idle: 1 pods on 1 nodes, 1 pending"),
+        "{}",
+        idle[0]
+    );
+    let pending = logs.lines("pending: ");
+    assert_eq!(pending.len(), 1, "{pending:#?}");
+    assert!(pending[0].contains("Insufficient cpu") && pending[0].contains("pod=default/big"));
+    assert!(
+        logs.lines("latency_ms=")
+            .iter()
+            .all(|l| l.split("latency_ms=").nth(1).is_some_and(|v| {
+                let v = v.split_whitespace().next().unwrap_or("");
+                v.split('.').nth(1).is_none_or(|d| d.len() <= 3)
+            })),
+        "durations are rounded to the microsecond"
+    );
+
+    // Another pod: one more idle period; the pending pod did not change,
+    // so it is counted, not listed again.
+    env.cluster
+        .apply_pod(make_pod("c").req_cpu("500m").object())
+        .unwrap();
+    assert_eq!(env.next().await, scheduled("c", "n1"));
+    tokio::time::sleep(super::idle::IDLE_QUIET * 10).await;
+    let idle = logs.lines("scheduler idle");
+    assert_eq!(idle.len(), 2, "{idle:#?}");
+    assert!(
+        idle[1].contains("scheduler idle: 2 pods on 1 nodes, 1 pending (1 as in the last summary)"),
+        "{}",
+        idle[1]
+    );
+    assert_eq!(logs.lines("pending: ").len(), 1);
+}

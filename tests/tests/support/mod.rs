@@ -54,8 +54,23 @@ pub async fn start(test: &str, cluster: &str, config: &str, connected: &[&str]) 
 }
 
 impl Setup {
+    /// Applies `pods`, with the namespaces they live in first (the API
+    /// server, and so berthd, refuses a pod whose namespace does not
+    /// exist).
     pub async fn apply(&mut self, pods: &[Value]) -> Result<()> {
-        self.client.apply(pods, "").await?;
+        let mut objects: Vec<Value> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for p in pods {
+            if let Some(ns) = p["metadata"]["namespace"].as_str()
+                && seen.insert(ns.to_string())
+            {
+                objects.push(
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                );
+            }
+        }
+        objects.extend(pods.iter().cloned());
+        self.client.apply(&objects, "").await?;
         Ok(())
     }
 

@@ -1,9 +1,7 @@
 //! `berthctl apply` and `berthctl delete`: changing the embedded cluster.
 
-use std::collections::{BTreeSet, HashSet};
-
 use anyhow::{Result, anyhow, bail};
-use berth_client::pb::{ApplyResponse, DeleteResponse, ObjectReference};
+use berth_client::pb::{ApplyAction, ApplyResponse, DeleteResponse, ObjectReference};
 use berth_client::{Client, ClientError};
 use serde_json::Value;
 
@@ -24,33 +22,13 @@ pub fn reference(r: &ObjectReference) -> String {
 
 type Key = (String, String, String);
 
-fn key(kind: &str, namespace: &str, name: &str) -> Key {
-    (
-        kind.to_ascii_lowercase(),
-        namespace.to_string(),
-        name.to_string(),
-    )
-}
-
-/// The objects that already exist among the kinds `docs` name (kinds the
-/// server does not know are left to Apply to refuse).
-async fn existing(client: &mut Client, docs: &[Doc]) -> HashSet<Key> {
-    let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d.kind().ok()).collect();
-    let mut found = HashSet::new();
-    for k in kinds {
-        let Ok(items) = client.list(k, "").await else {
-            continue;
-        };
-        for it in items {
-            let meta = &it["metadata"];
-            found.insert(key(
-                it["kind"].as_str().unwrap_or(k),
-                meta["namespace"].as_str().unwrap_or(""),
-                meta["name"].as_str().unwrap_or(""),
-            ));
-        }
+/// kubectl's word for what an apply did.
+fn verb(r: &ObjectReference) -> &'static str {
+    match ApplyAction::try_from(r.action) {
+        Ok(ApplyAction::Created) => "created",
+        Ok(ApplyAction::Unchanged) => "unchanged",
+        _ => "configured",
     }
-    found
 }
 
 /// Names the file and document in the server's "yaml: document 2: ..." or
@@ -80,7 +58,6 @@ pub async fn apply(
         if docs.is_empty() {
             bail!("{}: no objects to apply", src.name);
         }
-        let before = existing(client, docs).await;
         let result = if src.is_json() {
             let values: Vec<Value> = docs.iter().map(|d| d.value.clone()).collect();
             client.apply(&values, "").await
@@ -101,12 +78,7 @@ pub async fn apply(
         if format == Output::Table {
             let mut text = String::new();
             for r in &applied {
-                let verb = if before.contains(&key(&r.kind, &r.namespace, &r.name)) {
-                    "configured"
-                } else {
-                    "created"
-                };
-                text.push_str(&format!("{} {verb}\n", reference(r)));
+                text.push_str(&format!("{} {}\n", reference(r), verb(r)));
             }
             emit(&text)?;
         }
@@ -216,7 +188,9 @@ mod tests {
             kind: kind.into(),
             namespace: ns.into(),
             name: "x".into(),
+            action: ApplyAction::Unchanged as i32,
         };
+        assert_eq!(verb(&r("Pod", "default")), "unchanged");
         assert_eq!(reference(&r("Pod", "default")), "pod/default/x");
         assert_eq!(reference(&r("Node", "")), "node/x");
     }

@@ -1,16 +1,13 @@
 //! `berthctl get`: objects of the embedded cluster, as tables or as
 //! Kubernetes JSON/YAML.
 
-use std::collections::HashMap;
-
-use anyhow::{Context, Result};
+use anyhow::Result;
 use berth_client::Client;
 use serde_json::{Value, json};
 
 use crate::Rpc;
 use crate::output::{Output, emit, render};
 use crate::quantity::{format_bytes, format_cpu, percent};
-use crate::resources::{Resources, is_active, node_allocatable, pod_requests};
 use crate::table::Table;
 
 /// Which table a kind gets.
@@ -60,6 +57,16 @@ pub async fn run(
     name: Option<&str>,
     namespace: &str,
 ) -> Result<()> {
+    if format == Output::Table && classify(kind) == KindClass::Node {
+        // The server sums each node's pods (in the scheduler's cache);
+        // nothing but the summary crosses the wire.
+        let nodes = client.node_usage(name.unwrap_or("")).await.rpc()?;
+        if nodes.is_empty() {
+            eprintln!("No resources found.");
+            return Ok(());
+        }
+        return emit(&usage_table(&nodes));
+    }
     let items = match name {
         Some(n) => vec![client.get(kind, namespace, n).await.rpc()?],
         None => client.list(kind, namespace).await.rpc()?,
@@ -82,115 +89,54 @@ pub async fn run(
         return Ok(());
     }
     let text = match classify(kind) {
-        KindClass::Node => {
-            let pods = client.list("pods", "").await.rpc()?;
-            nodes_table(&items, &pods)?
-        }
         KindClass::Pod => pods_table(&items),
         KindClass::ResourceClaim => claims_table(&items),
         KindClass::ResourceSlice => slices_table(&items),
-        KindClass::Other => objects_table(&items),
+        // Node tables were answered above, from the server's summary.
+        KindClass::Node | KindClass::Other => objects_table(&items),
     };
     emit(&text)
 }
 
-/// What the active pods bound to each node request, and how many there are.
-fn usage_by_node(pods: &[Value]) -> Result<HashMap<&str, (Resources, i64)>> {
-    let mut by_node: HashMap<&str, (Resources, i64)> = HashMap::new();
-    for p in pods {
-        let node = str_at(p, &["spec", "nodeName"]);
-        if node.is_empty() || !is_active(p) {
-            continue;
-        }
-        let r = pod_requests(p).with_context(|| {
-            format!(
-                "pod {}/{}",
-                str_at(p, &["metadata", "namespace"]),
-                str_at(p, &["metadata", "name"])
-            )
-        })?;
-        let e = by_node.entry(node).or_default();
-        e.0.milli_cpu = e.0.milli_cpu.saturating_add(r.milli_cpu);
-        e.0.memory = e.0.memory.saturating_add(r.memory);
-        e.1 += 1;
-    }
-    Ok(by_node)
-}
-
-fn node_status(n: &Value) -> String {
-    let ready = n["status"]["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
-        .map(|c| c["status"] == "True");
-    let mut s = match ready {
-        Some(true) => "Ready",
-        Some(false) => "NotReady",
-        None => "Unknown",
-    }
-    .to_string();
-    if n["spec"]["unschedulable"].as_bool() == Some(true) {
-        s.push_str(",SchedulingDisabled");
-    }
-    s
-}
-
-fn taints(n: &Value) -> String {
-    let list: Vec<String> = n["spec"]["taints"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| {
-            let key = str_at(t, &["key"]);
-            let value = str_at(t, &["value"]);
-            let effect = str_at(t, &["effect"]);
-            if value.is_empty() {
-                format!("{key}:{effect}")
-            } else {
-                format!("{key}={value}:{effect}")
-            }
-        })
-        .collect();
-    if list.is_empty() {
-        "<none>".into()
-    } else {
-        list.join(",")
-    }
-}
-
-/// Nodes with their requested/allocatable CPU, memory and pods, computed
-/// from the pods bound to them.
-pub fn nodes_table(nodes: &[Value], pods: &[Value]) -> Result<String> {
-    let usage = usage_by_node(pods)?;
+/// Nodes as the server summarized them: requested/allocatable CPU, memory
+/// and pods, status, taints, zone.
+pub fn usage_table(nodes: &[berth_client::pb::NodeUsage]) -> String {
     let mut t = Table::new(["NAME", "STATUS", "CPU", "MEMORY", "PODS", "TAINTS", "ZONE"]);
     for n in nodes {
-        let name = str_at(n, &["metadata", "name"]);
-        let (alloc, alloc_pods) = node_allocatable(n).with_context(|| format!("node {name}"))?;
-        let (req, count) = usage.get(name).copied().unwrap_or_default();
+        let mut status = match n.ready.as_str() {
+            "True" => "Ready",
+            "False" => "NotReady",
+            _ => "Unknown",
+        }
+        .to_string();
+        if n.unschedulable {
+            status.push_str(",SchedulingDisabled");
+        }
         t.row([
-            name.to_string(),
-            node_status(n),
+            n.node.clone(),
+            status,
             format!(
                 "{}/{} ({})",
-                format_cpu(req.milli_cpu),
-                format_cpu(alloc.milli_cpu),
-                percent(req.milli_cpu, alloc.milli_cpu)
+                format_cpu(n.cpu_requested_milli),
+                format_cpu(n.cpu_allocatable_milli),
+                percent(n.cpu_requested_milli, n.cpu_allocatable_milli)
             ),
             format!(
                 "{}/{} ({})",
-                format_bytes(req.memory),
-                format_bytes(alloc.memory),
-                percent(req.memory, alloc.memory)
+                format_bytes(n.memory_requested_bytes),
+                format_bytes(n.memory_allocatable_bytes),
+                percent(n.memory_requested_bytes, n.memory_allocatable_bytes)
             ),
-            format!("{count}/{alloc_pods}"),
-            taints(n),
-            or_none(
-                n["metadata"]["labels"]["topology.kubernetes.io/zone"]
-                    .as_str()
-                    .unwrap_or(""),
-            ),
+            format!("{}/{}", n.pods, n.pods_allocatable),
+            if n.taints.is_empty() {
+                "<none>".into()
+            } else {
+                n.taints.join(",")
+            },
+            or_none(&n.zone),
         ]);
     }
-    Ok(t.render())
+    t.render()
 }
 
 fn pod_status(p: &Value) -> String {
@@ -362,32 +308,45 @@ mod tests {
     }
 
     #[test]
-    fn nodes_show_what_their_pods_request() {
+    fn nodes_show_the_servers_summary() {
         let nodes = [
-            json!({"metadata": {"name": "a", "labels": {"topology.kubernetes.io/zone": "z1"}},
-                   "spec": {"unschedulable": true, "taints": [{"key": "gpu", "value": "true", "effect": "NoSchedule"}, {"key": "x", "effect": "NoExecute"}]},
-                   "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}, "conditions": [{"type": "Ready", "status": "True"}]}}),
-            json!({"metadata": {"name": "b"}, "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"}}}),
+            berth_client::pb::NodeUsage {
+                node: "a".into(),
+                ready: "True".into(),
+                unschedulable: true,
+                taints: vec!["gpu=true:NoSchedule".into(), "x:NoExecute".into()],
+                zone: "z1".into(),
+                cpu_requested_milli: 1500,
+                cpu_allocatable_milli: 4000,
+                memory_requested_bytes: 2 << 30,
+                memory_allocatable_bytes: 16 << 30,
+                pods: 2,
+                pods_allocatable: 110,
+            },
+            berth_client::pb::NodeUsage {
+                node: "b".into(),
+                ready: "Unknown".into(),
+                cpu_allocatable_milli: 2000,
+                memory_allocatable_bytes: 4 << 30,
+                pods_allocatable: 10,
+                ..Default::default()
+            },
         ];
-        let pod = |node: &str, cpu: &str, phase: &str| json!({"metadata": {"namespace": "d", "name": "p"}, "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}, "status": {"phase": phase}});
-        let pods = [
-            pod("a", "500m", "Running"),
-            pod("a", "1", "Pending"),
-            pod("a", "3", "Succeeded"),
-            pod("", "3", "Pending"),
-        ];
-        let text = nodes_table(&nodes, &pods).unwrap();
+        let text = usage_table(&nodes);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0].split_whitespace().collect::<Vec<_>>(),
             ["NAME", "STATUS", "CPU", "MEMORY", "PODS", "TAINTS", "ZONE"]
         );
-        assert_eq!(
-            lines[1]
-                .split("   ")
+        let cells = |l: &str| {
+            l.split("   ")
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
-                .collect::<Vec<_>>(),
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            cells(lines[1]),
             [
                 "a",
                 "Ready,SchedulingDisabled",
@@ -399,11 +358,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            lines[2]
-                .split("   ")
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .collect::<Vec<_>>(),
+            cells(lines[2]),
             [
                 "b",
                 "Unknown",

@@ -10,7 +10,6 @@ mod get;
 mod output;
 mod quantity;
 mod queue;
-mod resources;
 mod simulate;
 mod table;
 mod watch;
@@ -204,6 +203,13 @@ struct Target {
 }
 
 impl Target {
+    /// Whether a TLS flag was given.
+    fn options_want_tls(&self) -> bool {
+        self.options.ca_cert.is_some()
+            || self.options.client_identity.is_some()
+            || self.options.server_name.is_some()
+    }
+
     fn from_args(args: &Args) -> Result<Self> {
         let read = |p: &std::path::Path, flag: &str| {
             std::fs::read(p).with_context(|| format!("{flag} {}", p.display()))
@@ -292,14 +298,52 @@ async fn run(args: Args) -> Result<()> {
     }
 }
 
+/// Whether the failure may be a plaintext connection that broke before any
+/// answer: a TLS server's refusal of a plaintext HTTP/2 client reaches
+/// tonic as "transport error", "operation was canceled" or an h2 protocol
+/// error, depending on timing.
+fn broke_in_plaintext(e: &anyhow::Error, target: &Target) -> bool {
+    let plaintext = !target.server.starts_with("https://") && !target.options_want_tls();
+    plaintext
+        && e.downcast_ref::<RpcError>().is_some_and(|r| {
+            matches!(
+                r.code,
+                tonic::Code::Unknown
+                    | tonic::Code::Unavailable
+                    | tonic::Code::Cancelled
+                    | tonic::Code::Internal
+            )
+        })
+}
+
+/// Whether `server` completes a TLS handshake, or fails it for its
+/// certificate: either way it speaks TLS.
+async fn speaks_tls(server: &str) -> bool {
+    let host_port = server.strip_prefix("http://").unwrap_or(server);
+    match Client::connect(&format!("https://{host_port}")).await {
+        Ok(_) => true,
+        Err(ClientError::Connect { message, .. }) => message.contains("certificate"),
+        Err(_) => false,
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    let target = Target::from_args(&args).ok();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is::<StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            match &target {
+                Some(t) if broke_in_plaintext(&e, t) && speaks_tls(&t.server).await => {
+                    eprintln!(
+                        "error: berthd at {} serves TLS, and berthctl spoke plaintext: give --tls-ca FILE (the CA of its certificate; and --tls-cert, --tls-key if it requires client certificates), or an https:// address ({e:#})",
+                        t.server
+                    );
+                }
+                _ => eprintln!("error: {e:#}"),
+            }
             ExitCode::FAILURE
         }
     }

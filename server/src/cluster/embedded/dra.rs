@@ -349,6 +349,8 @@ mod tests {
     #[tokio::test]
     async fn claims_from_templates_are_made_owned_recorded_and_released() {
         let c = EmbeddedCluster::new();
+        c.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}))
+            .unwrap();
         c.apply(json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "train", "namespace": "ml"},
             "spec": {"containers": [{"name": "c", "image": "i", "resources": {"claims": [{"name": "gpu"}]}}],

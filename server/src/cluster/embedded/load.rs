@@ -146,3 +146,22 @@ items:
         assert!(err.to_string().starts_with("f.yaml: document 1:"), "{err}");
     }
 }
+
+#[cfg(test)]
+mod bomb_tests {
+    use super::*;
+
+    #[test]
+    fn alias_expansion_is_bounded() {
+        // 9 levels of 9 aliases each: 387 million strings if expanded.
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..9 {
+            let refs = vec![format!("*a{}", i - 1); 9].join(", ");
+            text.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+        }
+        text.push_str("kind: Pod\n");
+        let err = parse_objects(&text, "bomb.yaml").unwrap_err().to_string();
+        assert!(err.starts_with("bomb.yaml: document 1: "), "{err}");
+        assert!(err.contains("repetition limit exceeded"), "{err}");
+    }
+}

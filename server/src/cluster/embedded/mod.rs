@@ -28,7 +28,11 @@ pub use load::{LoadError, LoadedObject, parse_objects, read_objects};
 use super::{ClusterChange, ClusterSource, PodScheduledCondition, WatchEvent};
 use crate::cache::{KubeObject, ObjectKind};
 use crate::framework::{ClusterClient, ClusterError, EventRecorder, PodEvent};
-use crate::model::{InvalidObject, NodeSpec, PodInfo};
+use crate::model::{InvalidObject, NodeSpec, PodInfo, admission};
+
+/// The built-in sample cluster berthd loads when no `--cluster` is given
+/// (`server/sample/cluster.yaml`).
+pub const SAMPLE_CLUSTER: &str = include_str!("../../../sample/cluster.yaml");
 
 /// The kinds the embedded cluster stores, for messages.
 pub const SUPPORTED_KINDS: &str = "Node, Pod, Namespace, PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode, PodDisruptionBudget, Service, ReplicaSet, StatefulSet, ReplicationController, DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice";
@@ -48,7 +52,70 @@ pub enum ApplyError {
     /// The object is invalid.
     #[error(transparent)]
     Invalid(#[from] InvalidObject),
+    /// The object's namespace does not exist (the API server's 404).
+    #[error("metadata.namespace: namespaces {0:?} not found")]
+    NamespaceNotFound(String),
 }
+
+/// What an apply did to an object, as kubectl reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// It did not exist.
+    Created,
+    /// It existed and changed.
+    Configured,
+    /// It existed as given: nothing was written.
+    Unchanged,
+}
+
+/// An object decoded, defaulted and validated, ready to store.
+#[derive(Debug, Clone)]
+pub enum Admitted {
+    /// A node.
+    Node(Box<Node>),
+    /// A pod.
+    Pod(Box<Pod>),
+    /// Any other stored kind.
+    Object(KubeObject),
+}
+
+impl Admitted {
+    /// The object's kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Self::Node(_) => Kind::Node,
+            Self::Pod(_) => Kind::Pod,
+            Self::Object(o) => Kind::Object(o.kind()),
+        }
+    }
+
+    /// The namespace it must live in, if namespaced (`default` when unset).
+    fn namespace(&self) -> Option<String> {
+        let (meta, namespaced) = match self {
+            Self::Node(_) => return None,
+            Self::Pod(p) => (&p.metadata, true),
+            Self::Object(o) => (o.metadata(), o.kind().namespaced()),
+        };
+        namespaced.then(|| {
+            meta.namespace
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| "default".into())
+        })
+    }
+
+    /// The namespace this object creates, if it is a Namespace.
+    fn defines_namespace(&self) -> Option<String> {
+        match self {
+            Self::Object(KubeObject::Namespace(ns)) => ns.metadata.name.clone(),
+            _ => None,
+        }
+    }
+}
+
+/// The namespaces a Kubernetes API server creates at start.
+pub const SYSTEM_NAMESPACES: [&str; 4] =
+    ["default", "kube-node-lease", "kube-public", "kube-system"];
 
 /// A Kubernetes object kind the embedded cluster stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,213 +168,102 @@ impl Store {
         self.subscribers.retain(|s| s.send(change.clone()).is_ok());
     }
 
-    /// Creates or replaces an object, with API server bookkeeping (UID,
-    /// creation time, resourceVersion). With `expected_rv`, refuses a stale
-    /// write as the API server does (409).
-    fn put_object(
-        &mut self,
-        obj: KubeObject,
-        expected_rv: Option<&str>,
-    ) -> Result<KubeObject, ClusterError> {
-        let key = obj.key();
-        let old = self.objects.get(&key).cloned();
-        if let (Some(want), Some(old)) = (expected_rv, &old) {
-            let have = old.metadata().resource_version.as_deref().unwrap_or("");
-            if !want.is_empty() && want != have {
-                let (_, kind) = key.0.type_meta();
-                return Err(ClusterError::Conflict(format!(
-                    "Operation cannot be fulfilled on {} {:?}: the object has been modified; please apply your changes to the latest version and try again",
-                    kind.to_ascii_lowercase(),
-                    key.2
-                )));
-            }
+    fn has_namespace(&self, ns: &str) -> bool {
+        self.objects
+            .contains_key(&(ObjectKind::Namespace, String::new(), ns.to_string()))
+    }
+
+    /// Creates the namespace `ns` unless it exists.
+    fn ensure_namespace(&mut self, ns: &str) {
+        if self.has_namespace(ns) {
+            return;
         }
-        if expected_rv.is_some() && old.is_none() {
-            let (_, kind) = key.0.type_meta();
-            return Err(ClusterError::NotFound(format!(
-                "{} {:?} not found",
-                kind.to_ascii_lowercase(),
-                key.2
-            )));
-        }
-        let rv = self.next_rv();
-        let uid = old
-            .as_ref()
-            .and_then(|o| o.metadata().uid.clone())
-            .or_else(|| obj.metadata().uid.clone().filter(|u| !u.is_empty()))
-            .unwrap_or_else(|| self.new_uid());
-        let created = old
-            .as_ref()
-            .and_then(|o| o.metadata().creation_timestamp.clone())
-            .or_else(|| obj.metadata().creation_timestamp.clone())
-            .unwrap_or_else(now_time);
-        let namespace = key.0.namespaced().then(|| key.1.clone());
-        let stored = obj.with_metadata(|m| {
-            m.uid = Some(uid);
-            m.creation_timestamp = Some(created);
-            m.resource_version = Some(rv);
-            m.namespace = namespace;
-        });
-        self.objects.insert(key, stored.clone());
-        let change = match old {
-            Some(old) => WatchEvent::Modified {
-                old,
-                new: stored.clone(),
+        let obj = KubeObject::Namespace(Arc::new(k8s_openapi::api::core::v1::Namespace {
+            metadata: ObjectMeta {
+                name: Some(ns.to_string()),
+                labels: Some(BTreeMap::from([(
+                    "kubernetes.io/metadata.name".to_string(),
+                    ns.to_string(),
+                )])),
+                ..Default::default()
             },
-            None => WatchEvent::Added(stored.clone()),
-        };
-        self.emit(ClusterChange::Object(change));
-        Ok(stored)
-    }
-}
-
-fn now_time() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::try_from(SystemTime::now()).unwrap_or_default())
-}
-
-/// The embedded cluster.
-#[derive(Default)]
-pub struct EmbeddedCluster {
-    store: Mutex<Store>,
-}
-
-impl std::fmt::Debug for EmbeddedCluster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.store.lock();
-        f.debug_struct("EmbeddedCluster")
-            .field("nodes", &s.nodes.len())
-            .field("pods", &s.pods.len())
-            .finish()
-    }
-}
-
-impl EmbeddedCluster {
-    /// An empty cluster.
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
+            status: Some(k8s_openapi::api::core::v1::NamespaceStatus {
+                phase: Some("Active".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }));
+        // A new object with no expected version cannot conflict.
+        let _ = self.put_object(obj, None);
     }
 
-    /// A cluster holding `objects`; the first invalid one fails the load,
-    /// naming where it came from.
-    pub fn from_objects(objects: Vec<LoadedObject>) -> Result<Arc<Self>, LoadError> {
-        let cluster = Self::new();
-        for o in objects {
-            cluster.apply(o.value).map_err(|e| LoadError::Invalid {
-                origin: o.origin,
-                message: e.to_string(),
-            })?;
-        }
-        Ok(cluster)
-    }
-
-    /// Creates or updates an object given as its JSON. Returns its kind,
-    /// namespace and name.
-    pub fn apply(&self, value: serde_json::Value) -> Result<(Kind, String, String), ApplyError> {
-        let kind_text = value
-            .get("kind")
-            .and_then(|k| k.as_str())
-            .unwrap_or("")
-            .to_string();
-        let malformed = |e: serde_json::Error| ApplyError::Malformed(e.to_string());
-        match kind_text.as_str() {
-            "Node" => {
-                let node: Node = serde_json::from_value(value).map_err(malformed)?;
-                let name = self.apply_node(node)?;
-                Ok((Kind::Node, String::new(), name))
+    /// Stores an admitted object (creating or replacing it). Returns its
+    /// kind, namespace, name and what was done.
+    fn put(&mut self, a: Admitted) -> Result<(Kind, String, String, Applied), ApplyError> {
+        match a {
+            Admitted::Node(node) => {
+                let (name, applied) = self.put_node(*node)?;
+                Ok((Kind::Node, String::new(), name, applied))
             }
-            "Pod" => {
-                let pod: Pod = serde_json::from_value(value).map_err(malformed)?;
-                let (ns, name) = self.apply_pod(pod)?;
-                Ok((Kind::Pod, ns, name))
+            Admitted::Pod(pod) => {
+                let (ns, name, applied) = self.put_pod(*pod)?;
+                dra::pod_changed(self, &(ns.clone(), name.clone()));
+                Ok((Kind::Pod, ns, name, applied))
             }
-            other => match ObjectKind::ALL
-                .into_iter()
-                .find(|k| k.type_meta().1 == other)
-            {
-                Some(kind) => {
-                    let obj = KubeObject::from_json(kind, value).map_err(malformed)?;
-                    let (_, ns, name) = self.apply_object(obj)?.key();
-                    Ok((Kind::Object(kind), ns, name))
-                }
-                None => Err(ApplyError::UnsupportedKind(kind_text)),
-            },
+            Admitted::Object(obj) => {
+                let kind = obj.kind();
+                let old = self.objects.get(&obj.key()).cloned();
+                let stored = self
+                    .put_object(obj, None)
+                    .map_err(|e| ApplyError::Malformed(e.to_string()))?;
+                dra::object_changed(self, &stored.key());
+                let (_, ns, name) = stored.key();
+                let applied = match old {
+                    None => Applied::Created,
+                    Some(o)
+                        if o.metadata().resource_version == stored.metadata().resource_version =>
+                    {
+                        Applied::Unchanged
+                    }
+                    Some(_) => Applied::Configured,
+                };
+                Ok((Kind::Object(kind), ns, name, applied))
+            }
         }
     }
 
-    /// Checks that `value` would be applied, without storing it.
-    pub fn validate(&self, value: serde_json::Value) -> Result<(), ApplyError> {
-        let kind_text = value
-            .get("kind")
-            .and_then(|k| k.as_str())
-            .unwrap_or("")
-            .to_string();
-        let malformed = |e: serde_json::Error| ApplyError::Malformed(e.to_string());
-        match kind_text.as_str() {
-            "Node" => {
-                let node: Node = serde_json::from_value(value).map_err(malformed)?;
-                NodeSpec::new(Arc::new(node))?;
-            }
-            "Pod" => {
-                let mut pod: Pod = serde_json::from_value(value).map_err(malformed)?;
-                pod.metadata.uid.get_or_insert_with(|| "validation".into());
-                PodInfo::new(Arc::new(pod))?;
-            }
-            other => match ObjectKind::ALL
-                .into_iter()
-                .find(|k| k.type_meta().1 == other)
-            {
-                Some(kind) => {
-                    KubeObject::from_json(kind, value).map_err(malformed)?;
-                }
-                None => return Err(ApplyError::UnsupportedKind(kind_text)),
-            },
-        }
-        Ok(())
-    }
-
-    /// Creates or replaces an object of a kind other than Node and Pod. The
-    /// store's controllers then react (e.g. binding a claimed volume).
-    pub fn apply_object(&self, obj: KubeObject) -> Result<KubeObject, ApplyError> {
-        let mut s = self.store.lock();
-        let stored = s
-            .put_object(obj, None)
-            .map_err(|e| ApplyError::Malformed(e.to_string()))?;
-        volumes::reconcile(&mut s);
-        dra::object_changed(&mut s, &stored.key());
-        Ok(stored)
-    }
-
-    /// Creates or replaces a node.
-    pub fn apply_node(&self, mut node: Node) -> Result<String, ApplyError> {
-        let mut s = self.store.lock();
+    fn put_node(&mut self, mut node: Node) -> Result<(String, Applied), ApplyError> {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let old = s.nodes.get(&name).cloned();
+        let old = self.nodes.get(&name).cloned();
         node.metadata.uid = old
             .as_ref()
             .and_then(|o| o.metadata.uid.clone())
             .or(node.metadata.uid)
-            .or_else(|| Some(s.new_uid()));
+            .or_else(|| Some(self.new_uid()));
         node.metadata.creation_timestamp = old
             .as_ref()
             .and_then(|o| o.metadata.creation_timestamp.clone())
             .or(node.metadata.creation_timestamp)
             .or_else(|| Some(now_time()));
-        node.metadata.resource_version = Some(s.next_rv());
+        if let Some(old) = &old {
+            node.metadata.resource_version = old.metadata.resource_version.clone();
+            if node == **old {
+                return Ok((name, Applied::Unchanged));
+            }
+        }
+        node.metadata.resource_version = Some(self.next_rv());
         let node = Arc::new(node);
         NodeSpec::new(node.clone())?;
-        s.nodes.insert(name.clone(), node.clone());
-        let change = match old {
-            Some(old) => WatchEvent::Modified { old, new: node },
-            None => WatchEvent::Added(node),
+        self.nodes.insert(name.clone(), node.clone());
+        let (change, applied) = match old {
+            Some(old) => (WatchEvent::Modified { old, new: node }, Applied::Configured),
+            None => (WatchEvent::Added(node), Applied::Created),
         };
-        s.emit(ClusterChange::Node(change));
-        Ok(name)
+        self.emit(ClusterChange::Node(change));
+        Ok((name, applied))
     }
 
-    /// Creates or replaces a pod. An update keeps the pod's UID, creation
-    /// time and (unless given) binding and status.
-    pub fn apply_pod(&self, mut pod: Pod) -> Result<(String, String), ApplyError> {
-        let mut s = self.store.lock();
+    fn put_pod(&mut self, mut pod: Pod) -> Result<(String, String, Applied), ApplyError> {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let ns = pod
             .metadata
@@ -317,7 +273,7 @@ impl EmbeddedCluster {
             .unwrap_or_else(|| "default".into());
         pod.metadata.namespace = Some(ns.clone());
         let key = (ns.clone(), name.clone());
-        let old = s.pods.get(&key).cloned();
+        let old = self.pods.get(&key).cloned();
         if let Some(old) = &old {
             pod.metadata.uid = old.metadata.uid.clone();
             pod.metadata.creation_timestamp = old.metadata.creation_timestamp.clone();
@@ -328,9 +284,22 @@ impl EmbeddedCluster {
             if pod.status.is_none() {
                 pod.status = old.status.clone();
             }
+            // As the API server since v1.33: the generation moves with the
+            // spec.
+            let old_generation = old.metadata.generation.unwrap_or(1);
+            pod.metadata.generation = Some(if pod.spec == old.spec {
+                old_generation
+            } else {
+                old_generation + 1
+            });
+            pod.metadata.resource_version = old.metadata.resource_version.clone();
+            if pod == **old {
+                return Ok((ns, name, Applied::Unchanged));
+            }
         } else {
+            pod.metadata.generation = Some(1);
             if pod.metadata.uid.as_deref().is_none_or(str::is_empty) {
-                pod.metadata.uid = Some(s.new_uid());
+                pod.metadata.uid = Some(self.new_uid());
             }
             pod.metadata.creation_timestamp.get_or_insert_with(now_time);
             // As the API server does, a pod created with scheduling gates
@@ -361,16 +330,309 @@ impl EmbeddedCluster {
                 );
             }
         }
-        pod.metadata.resource_version = Some(s.next_rv());
+        pod.metadata.resource_version = Some(self.next_rv());
         let pod = Arc::new(pod);
         PodInfo::new(pod.clone())?;
-        s.pods.insert(key.clone(), pod.clone());
-        let change = match old {
-            Some(old) => WatchEvent::Modified { old, new: pod },
-            None => WatchEvent::Added(pod),
+        self.pods.insert(key, pod.clone());
+        let (change, applied) = match old {
+            Some(old) => (WatchEvent::Modified { old, new: pod }, Applied::Configured),
+            None => (WatchEvent::Added(pod), Applied::Created),
         };
-        s.emit(ClusterChange::Pod(change));
-        dra::pod_changed(&mut s, &key);
+        self.emit(ClusterChange::Pod(change));
+        Ok((ns, name, applied))
+    }
+
+    /// Creates or replaces an object, with API server bookkeeping (UID,
+    /// creation time, resourceVersion). With `expected_rv`, refuses a stale
+    /// write as the API server does (409). Replacing an object with the
+    /// same content writes nothing (no new resourceVersion, no event).
+    fn put_object(
+        &mut self,
+        obj: KubeObject,
+        expected_rv: Option<&str>,
+    ) -> Result<KubeObject, ClusterError> {
+        let key = obj.key();
+        let old = self.objects.get(&key).cloned();
+        if let (Some(want), Some(old)) = (expected_rv, &old) {
+            let have = old.metadata().resource_version.as_deref().unwrap_or("");
+            if !want.is_empty() && want != have {
+                let (_, kind) = key.0.type_meta();
+                return Err(ClusterError::Conflict(format!(
+                    "Operation cannot be fulfilled on {} {:?}: the object has been modified; please apply your changes to the latest version and try again",
+                    kind.to_ascii_lowercase(),
+                    key.2
+                )));
+            }
+        }
+        if expected_rv.is_some() && old.is_none() {
+            let (_, kind) = key.0.type_meta();
+            return Err(ClusterError::NotFound(format!(
+                "{} {:?} not found",
+                kind.to_ascii_lowercase(),
+                key.2
+            )));
+        }
+        let uid = old
+            .as_ref()
+            .and_then(|o| o.metadata().uid.clone())
+            .or_else(|| obj.metadata().uid.clone().filter(|u| !u.is_empty()))
+            .unwrap_or_else(|| self.new_uid());
+        let created = old
+            .as_ref()
+            .and_then(|o| o.metadata().creation_timestamp.clone())
+            .or_else(|| obj.metadata().creation_timestamp.clone())
+            .unwrap_or_else(now_time);
+        let namespace = key.0.namespaced().then(|| key.1.clone());
+        if let Some(old) = &old {
+            let same = obj.with_metadata(|m| {
+                m.uid = Some(uid.clone());
+                m.creation_timestamp = Some(created.clone());
+                m.resource_version = old.metadata().resource_version.clone();
+                m.namespace = namespace.clone();
+            });
+            if same.to_json() == old.to_json() {
+                return Ok(old.clone());
+            }
+        }
+        let rv = self.next_rv();
+        let stored = obj.with_metadata(|m| {
+            m.uid = Some(uid);
+            m.creation_timestamp = Some(created);
+            m.resource_version = Some(rv);
+            m.namespace = namespace;
+        });
+        self.objects.insert(key, stored.clone());
+        let change = match old {
+            Some(old) => WatchEvent::Modified {
+                old,
+                new: stored.clone(),
+            },
+            None => WatchEvent::Added(stored.clone()),
+        };
+        self.emit(ClusterChange::Object(change));
+        Ok(stored)
+    }
+}
+
+/// Decodes, defaults and validates an object given as JSON, as the API
+/// server would before storing it ([`crate::model::admission`]).
+pub fn admit(value: serde_json::Value) -> Result<Admitted, ApplyError> {
+    let kind_text = value
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or("")
+        .to_string();
+    // Nodes and pods are also pre-parsed here, as they will be when
+    // stored, so that a batch is refused before any of it is stored.
+    match kind_text.as_str() {
+        "Node" => {
+            let node = admission::node_from_json(value)?;
+            NodeSpec::new(Arc::new(node.clone()))?;
+            Ok(Admitted::Node(Box::new(node)))
+        }
+        "Pod" => {
+            let pod = admission::pod_from_json(value)?;
+            let mut probe = pod.clone();
+            probe.metadata.uid.get_or_insert_with(|| "admission".into());
+            PodInfo::new(Arc::new(probe))?;
+            Ok(Admitted::Pod(Box::new(pod)))
+        }
+        other => {
+            let Some(kind) = ObjectKind::ALL
+                .into_iter()
+                .find(|k| k.type_meta().1 == other)
+            else {
+                return Err(ApplyError::UnsupportedKind(kind_text));
+            };
+            crate::model::decode::check_bounds(&value)?;
+            // Other kinds are decoded leniently, then encoded again: a
+            // field of the input missing from the result is one the kind
+            // does not have.
+            let obj = KubeObject::from_json(kind, value.clone())
+                .map_err(|e| ApplyError::Malformed(e.to_string()))?;
+            if let Some(path) = crate::model::decode::unknown_field(&value, &obj.to_json()) {
+                let name = path
+                    .rsplit(['.', '['])
+                    .next()
+                    .unwrap_or(&path)
+                    .trim_end_matches(']')
+                    .to_string();
+                return Err(InvalidObject::new(path, format!("unknown field \"{name}\"")).into());
+            }
+            admit_meta(&obj, kind)?;
+            Ok(Admitted::Object(obj))
+        }
+    }
+}
+
+fn admit_meta(obj: &KubeObject, kind: ObjectKind) -> Result<(), InvalidObject> {
+    let label_name = matches!(kind, ObjectKind::Namespace | ObjectKind::Service);
+    admission::admit_meta(obj.metadata(), kind.namespaced(), label_name)
+}
+
+fn now_time() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::try_from(SystemTime::now()).unwrap_or_default())
+}
+
+/// The embedded cluster.
+#[derive(Default)]
+pub struct EmbeddedCluster {
+    store: Mutex<Store>,
+}
+
+impl std::fmt::Debug for EmbeddedCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.store.lock();
+        f.debug_struct("EmbeddedCluster")
+            .field("nodes", &s.nodes.len())
+            .field("pods", &s.pods.len())
+            .finish()
+    }
+}
+
+impl EmbeddedCluster {
+    /// A cluster holding only the namespaces an API server creates at
+    /// start ([`SYSTEM_NAMESPACES`]).
+    pub fn new() -> Arc<Self> {
+        let c = Arc::new(Self::default());
+        {
+            let mut s = c.store.lock();
+            for ns in SYSTEM_NAMESPACES {
+                s.ensure_namespace(ns);
+            }
+        }
+        c
+    }
+
+    /// A cluster holding `objects` (a `--cluster` file, the sample
+    /// cluster); the first invalid one fails the load, naming where it came
+    /// from. As these describe a cluster's state rather than requests to
+    /// it, a namespace that objects live in but that no document defines
+    /// is created, and Namespaces are stored before the rest.
+    pub fn from_objects(objects: Vec<LoadedObject>) -> Result<Arc<Self>, LoadError> {
+        let cluster = Self::new();
+        let mut admitted = Vec::with_capacity(objects.len());
+        for o in objects {
+            let a = admit(o.value).map_err(|e| LoadError::Invalid {
+                origin: o.origin.clone(),
+                message: e.to_string(),
+            })?;
+            admitted.push((o.origin, a));
+        }
+        // Namespaces first, as kubectl applies a directory's in its order
+        // and the objects after them need them.
+        admitted.sort_by_key(|(_, a)| a.defines_namespace().is_none());
+        let mut s = cluster.store.lock();
+        for (_, a) in &admitted {
+            if let Some(ns) = a.namespace() {
+                s.ensure_namespace(&ns);
+            }
+        }
+        for (origin, a) in admitted {
+            s.put(a).map_err(|e| LoadError::Invalid {
+                origin,
+                message: e.to_string(),
+            })?;
+        }
+        volumes::reconcile(&mut s);
+        drop(s);
+        Ok(cluster)
+    }
+
+    /// Creates or updates an object given as its JSON, as the gRPC Apply
+    /// does (its namespace must exist). Returns its kind, namespace and
+    /// name.
+    pub fn apply(&self, value: serde_json::Value) -> Result<(Kind, String, String), ApplyError> {
+        let (k, ns, name, _) = self.apply_all(vec![value]).map_err(|(_, e)| e)?.remove(0);
+        Ok((k, ns, name))
+    }
+
+    /// Applies `values` all or none, as the gRPC Apply does: every object
+    /// is admitted (strictly decoded, defaulted, validated) and its
+    /// namespace checked (existing, or created by an earlier object of the
+    /// batch) before any is stored. Returns each object's kind, namespace,
+    /// name and what the apply did; or the index of the first refused
+    /// object and why.
+    #[allow(clippy::type_complexity)]
+    pub fn apply_all(
+        &self,
+        values: Vec<serde_json::Value>,
+    ) -> Result<Vec<(Kind, String, String, Applied)>, (usize, ApplyError)> {
+        let mut admitted = Vec::with_capacity(values.len());
+        for (i, v) in values.into_iter().enumerate() {
+            admitted.push(admit(v).map_err(|e| (i, e))?);
+        }
+        let mut s = self.store.lock();
+        let mut batch_namespaces: Vec<String> = Vec::new();
+        for (i, a) in admitted.iter().enumerate() {
+            if let Some(ns) = a.namespace()
+                && !s.has_namespace(&ns)
+                && !batch_namespaces.contains(&ns)
+            {
+                return Err((i, ApplyError::NamespaceNotFound(ns)));
+            }
+            if let Some(ns) = a.defines_namespace() {
+                batch_namespaces.push(ns);
+            }
+        }
+        let mut out = Vec::with_capacity(admitted.len());
+        for (i, a) in admitted.into_iter().enumerate() {
+            out.push(s.put(a).map_err(|e| (i, e))?);
+        }
+        volumes::reconcile(&mut s);
+        Ok(out)
+    }
+
+    /// Checks that `value` would be applied (admitted and its namespace
+    /// existing), without storing it.
+    pub fn validate(&self, value: serde_json::Value) -> Result<(), ApplyError> {
+        let a = admit(value)?;
+        if let Some(ns) = a.namespace()
+            && !self.store.lock().has_namespace(&ns)
+        {
+            return Err(ApplyError::NamespaceNotFound(ns));
+        }
+        Ok(())
+    }
+
+    /// Creates or replaces an object of a kind other than Node and Pod (its
+    /// namespace is created if missing). The store's controllers then react
+    /// (e.g. binding a claimed volume).
+    pub fn apply_object(&self, obj: KubeObject) -> Result<KubeObject, ApplyError> {
+        let kind = obj.kind();
+        admit_meta(&obj, kind)?;
+        let mut s = self.store.lock();
+        if kind.namespaced() {
+            let ns = obj.metadata().namespace.clone().filter(|n| !n.is_empty());
+            s.ensure_namespace(ns.as_deref().unwrap_or("default"));
+        }
+        let key = obj.key();
+        s.put(Admitted::Object(obj))?;
+        volumes::reconcile(&mut s);
+        s.objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApplyError::Malformed("the object was not stored".into()))
+    }
+
+    /// Creates or replaces a node (admitted first).
+    pub fn apply_node(&self, node: Node) -> Result<String, ApplyError> {
+        admission::admit_node(&node)?;
+        let (_, _, name, _) = self.store.lock().put(Admitted::Node(Box::new(node)))?;
+        Ok(name)
+    }
+
+    /// Creates or replaces a pod, defaulted and validated as the API server
+    /// would (its namespace is created if missing). An update keeps the
+    /// pod's UID, creation time and (unless given) binding and status.
+    pub fn apply_pod(&self, mut pod: Pod) -> Result<(String, String), ApplyError> {
+        admission::admit_pod(&mut pod)?;
+        let a = Admitted::Pod(Box::new(pod));
+        let mut s = self.store.lock();
+        if let Some(ns) = a.namespace() {
+            s.ensure_namespace(&ns);
+        }
+        let (_, ns, name, _) = s.put(a)?;
         Ok((ns, name))
     }
 
@@ -417,6 +679,11 @@ impl EmbeddedCluster {
                 }
             }
         }
+    }
+
+    /// The store's current resourceVersion.
+    pub fn resource_version(&self) -> String {
+        self.store.lock().resource_version.to_string()
     }
 
     /// Every node, by name.
@@ -529,13 +796,12 @@ impl ClusterClient for EmbeddedCluster {
                 )));
             }
             spec.node_name = Some(node.to_string());
-            // The API server clears the nomination when it binds
-            // (ClearingNominatedNodeNameAfterBinding, on since v1.34).
-            if let Some(st) = p.status.as_mut() {
-                st.nominated_node_name = None;
-            }
+            let status = p.status.get_or_insert_with(Default::default);
+            // As the API server since v1.35 (ClearingNominatedNodeNameAfterBinding):
+            // a bound pod's nomination is over.
+            status.nominated_node_name = None;
             set_condition(
-                p.status.get_or_insert_with(Default::default),
+                status,
                 PodCondition {
                     type_: "PodScheduled".into(),
                     status: "True".into(),
@@ -787,17 +1053,8 @@ impl EventRecorder for EmbeddedCluster {
                 resource_version: pod.pod.metadata.resource_version.clone(),
                 ..Default::default()
             }),
-            related: e
-                .related
-                .as_ref()
-                .map(|r| k8s_openapi::api::core::v1::ObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Pod".into()),
-                    namespace: Some(r.namespace.to_string()),
-                    name: Some(r.name.to_string()),
-                    uid: Some(r.uid.to_string()),
-                    ..Default::default()
-                }),
+            // Upstream's scheduler events carry no related object (not even
+            // Preempted, whose preemptor the note names).
             note: Some(e.note),
             type_: Some(e.event_type.as_str().to_string()),
             ..Default::default()
@@ -862,6 +1119,7 @@ impl ClusterSource for EmbeddedCluster {
                     reason: Some(condition.reason),
                     message: Some(condition.message),
                     last_transition_time: Some(now_time()),
+                    observed_generation: p.metadata.generation,
                     ..Default::default()
                 },
             );
@@ -938,6 +1196,16 @@ mod tests {
             .unwrap();
         c.apply(pod_json("p")).unwrap();
         let mut rx = c.subscribe();
+        // The API server's own namespaces come first, as objects pods
+        // refer to.
+        for ns in SYSTEM_NAMESPACES {
+            match rx.recv().await {
+                Some(ClusterChange::Object(WatchEvent::Added(o))) => {
+                    assert_eq!(o.metadata().name.as_deref(), Some(ns));
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
         assert!(matches!(
             rx.recv().await,
             Some(ClusterChange::Node(WatchEvent::Added(_)))
@@ -947,7 +1215,18 @@ mod tests {
             Some(ClusterChange::Pod(WatchEvent::Added(_)))
         ));
         assert!(matches!(rx.recv().await, Some(ClusterChange::Synced)));
-        c.apply(pod_json("p")).unwrap();
+        // The same object again changes nothing: no event, as kubectl's
+        // "unchanged".
+        assert_eq!(
+            c.apply_all(vec![pod_json("p")]).unwrap()[0].3,
+            Applied::Unchanged
+        );
+        let mut changed = pod_json("p");
+        changed["metadata"]["labels"] = serde_json::json!({"v": "2"});
+        assert_eq!(
+            c.apply_all(vec![changed]).unwrap()[0].3,
+            Applied::Configured
+        );
         match rx.recv().await {
             Some(ClusterChange::Pod(WatchEvent::Modified { old, new })) => {
                 assert_eq!(old.metadata.uid, new.metadata.uid, "updates keep the UID");
@@ -961,6 +1240,60 @@ mod tests {
             Some(ClusterChange::Pod(WatchEvent::Deleted(_)))
         ));
         assert!(!c.delete(Kind::Pod, "default", "p"));
+    }
+
+    #[test]
+    fn apply_refuses_what_the_api_server_refuses() {
+        use serde_json::json;
+        let c = EmbeddedCluster::new();
+        let mut p = pod_json("p");
+        p["metadata"]["namespace"] = json!("nope");
+        let (i, e) = c.apply_all(vec![pod_json("ok"), p.clone()]).unwrap_err();
+        assert_eq!(i, 1);
+        assert_eq!(
+            e.to_string(),
+            "metadata.namespace: namespaces \"nope\" not found"
+        );
+        assert!(c.get_pod("default", "ok").is_none(), "all or nothing");
+        // A namespace created earlier in the same batch is there.
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nope"}});
+        let done = c.apply_all(vec![ns, p]).unwrap();
+        assert_eq!(done[1].3, Applied::Created);
+        let mut typo = pod_json("t");
+        typo["spec"]["nodeSelektor"] = json!({"a": "b"});
+        assert_eq!(
+            c.apply(typo).unwrap_err().to_string(),
+            "spec.nodeSelektor: unknown field \"nodeSelektor\""
+        );
+        let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "c", "namespace": "default"}, "spec": {"storageClassNme": "x"}});
+        assert_eq!(
+            c.apply(pvc).unwrap_err().to_string(),
+            "spec.storageClassNme: unknown field \"storageClassNme\""
+        );
+        let mut limited = pod_json("l");
+        limited["spec"]["containers"][0]["resources"] = json!({"limits": {"cpu": "64"}});
+        c.apply(limited).unwrap();
+        let stored = c.get_pod("default", "l").unwrap();
+        let reqs = stored.spec.as_ref().unwrap().containers[0]
+            .resources
+            .as_ref()
+            .unwrap()
+            .requests
+            .clone()
+            .unwrap();
+        assert_eq!(
+            reqs["cpu"].0, "64",
+            "stored defaulted, as the API server stores it"
+        );
+    }
+
+    #[test]
+    fn files_get_the_namespaces_their_objects_live_in() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: shop}\nspec: {containers: [{name: c}]}\n";
+        let c = EmbeddedCluster::from_objects(parse_objects(text, "f.yaml").unwrap()).unwrap();
+        assert!(c.object(ObjectKind::Namespace, "", "shop").is_some());
+        assert!(c.object(ObjectKind::Namespace, "", "kube-system").is_some());
     }
 
     #[test]

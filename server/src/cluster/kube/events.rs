@@ -1,43 +1,81 @@
-//! Events through `events.k8s.io/v1`, as upstream's scheduler writes them,
-//! rate-limited per pod.
+//! Events through `events.k8s.io/v1`, written as client-go's events
+//! broadcaster writes kube-scheduler's (`k8s.io/client-go/tools/events`).
 //!
 //! `reportingController` is the profile's scheduler name (upstream writes
 //! `default-scheduler`, its profile's name; a berth profile named `berth`
 //! writes `berth`), `reportingInstance` is `<scheduler name>-<host name>`.
-//! Recording never blocks the scheduler: events go through a bounded
-//! channel (dropped with a log line when 1000 are waiting, as upstream's
-//! broadcaster drops them) to one writer task.
 //!
-//! Rate limit: a token bucket per regarded pod (its UID), holding
-//! [`EVENT_BURST`] tokens and regaining one every [`EVENT_REFILL_EVERY`],
-//! the defaults of client-go's event spam filter (burst 25, 1/300 qps).
-//! A pod that fails scheduling over and over thus gets its first 25
-//! FailedScheduling events at once, then one every five minutes.
+//! Recording never blocks the scheduler and never loses an event:
+//!
+//! * **Series.** Events are keyed as client-go keys them: type, action,
+//!   reason, reporting controller and instance, the regarded object with
+//!   its resourceVersion (the note is not part of the key; berth, as
+//!   upstream's scheduler, writes no related object). The first event of a key is created (`POST`, named
+//!   `<pod>.<unix nanos in hex>`). The second becomes a series: the event
+//!   is patched with `series: {count: 2, lastObservedTime}` (a strategic
+//!   merge patch of `series` only). Later ones only count, in memory.
+//!   Every [`FINISH_EVERY`] the series last observed more than that long
+//!   ago get their final count written and are forgotten (as are plain
+//!   events that old); every [`REFRESH_EVERY`] every open series is
+//!   written again. A failing pod whose status patch changed its
+//!   resourceVersion starts a new key, so upstream's pattern shows: a
+//!   `POST` on the first failure, another on the second, a series patch
+//!   on the third.
+//! * **Spam filter.** Per regarded pod, a token bucket of [`EVENT_BURST`]
+//!   regaining one every [`EVENT_REFILL_EVERY`] (client-go's event spam
+//!   filter's defaults). An event over the limit is not dropped: it counts
+//!   into the series of the pod's latest event with the same reason.
+//! * **Writes** are concurrent (at most [`WRITERS`] at once, each waiting
+//!   for the events client's own token bucket, so bindings, on the
+//!   scheduler's client, never wait behind events). One write per event
+//!   is in flight at a time; a change meanwhile is written after it. A
+//!   transport failure is retried [`MAX_TRIES`] times, [`RETRY_AFTER`]
+//!   apart; a patch of an event the API no longer has creates it again;
+//!   an answer refusing the event is logged with the pod, verb and code,
+//!   and the write given up, as client-go gives up.
+//! * **Memory.** An event keeps its own small copy of what it writes (not
+//!   the pod), and at most [`MAX_CACHED`] plain events are remembered for
+//!   series; the oldest written ones are forgotten first.
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant, SystemTime};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
 
+use async_trait::async_trait;
+use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
 
-use super::writes::cluster_error;
-use crate::framework::PodEvent;
+use crate::framework::{EventType, PodEvent};
 
-/// Tokens each pod's bucket holds.
+/// Tokens each pod's spam-filter bucket holds.
 pub const EVENT_BURST: u32 = 25;
 /// How often a pod's bucket regains a token.
 pub const EVENT_REFILL_EVERY: Duration = Duration::from_secs(300);
-/// Events waiting to be written before new ones are dropped.
-const QUEUE: usize = 1000;
+/// How often finished series are written and old events forgotten
+/// (client-go's finishTime).
+pub const FINISH_EVERY: Duration = Duration::from_secs(6 * 60);
+/// How often open series are written again (client-go's refreshTime).
+pub const REFRESH_EVERY: Duration = Duration::from_secs(30 * 60);
+/// Writes in flight at once.
+pub const WRITERS: usize = 16;
+/// Attempts of a write that fails in transport (client-go's
+/// maxTriesPerEvent).
+pub const MAX_TRIES: u32 = 12;
+/// The pause between them (client-go's sleepDuration).
+pub const RETRY_AFTER: Duration = Duration::from_secs(10);
+/// Plain events remembered for series at most.
+pub const MAX_CACHED: usize = 16_384;
 /// Buckets kept before full ones are forgotten.
 const MAX_BUCKETS: usize = 4096;
 
-/// Per-object token buckets.
+/// Per-object token buckets (client-go's event spam filter).
 #[derive(Debug)]
 pub(super) struct RateLimiter {
     burst: f64,
     refill: Duration,
-    buckets: HashMap<String, (f64, Instant)>,
+    buckets: HashMap<Arc<str>, (f64, Instant)>,
 }
 
 impl RateLimiter {
@@ -55,10 +93,10 @@ impl RateLimiter {
     }
 
     /// Takes a token for `key` at `now`; false when its bucket is empty.
-    pub(super) fn allow(&mut self, key: &str, now: Instant) -> bool {
+    pub(super) fn allow(&mut self, key: &Arc<str>, now: Instant) -> bool {
         if self.buckets.len() >= MAX_BUCKETS && !self.buckets.contains_key(key) {
             let burst = self.burst;
-            let full: Vec<String> = self
+            let full: Vec<Arc<str>> = self
                 .buckets
                 .iter()
                 .filter(|(_, b)| self.tokens_at(**b, now) >= burst)
@@ -78,110 +116,544 @@ impl RateLimiter {
         if current < 1.0 {
             return false;
         }
-        self.buckets.insert(key.to_string(), (current - 1.0, now));
+        self.buckets.insert(key.clone(), (current - 1.0, now));
         true
     }
 }
 
-/// Now, as `metav1.MicroTime` is written.
-pub(super) fn now_micro() -> (Value, i128) {
-    let now = k8s_openapi::jiff::Timestamp::try_from(SystemTime::now()).unwrap_or_default();
-    let v = serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
-        now,
+/// `t` as `metav1.MicroTime` is written.
+fn micro_time(t: SystemTime) -> Value {
+    let ts = k8s_openapi::jiff::Timestamp::try_from(t).unwrap_or_default();
+    serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        ts,
     ))
-    .unwrap_or(Value::Null);
-    (v, now.as_nanosecond())
+    .unwrap_or(Value::Null)
 }
 
-fn pod_ref(p: &crate::model::PodInfo) -> Value {
-    let mut r = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "name": &*p.name,
-        "namespace": &*p.namespace,
-        "uid": &*p.uid,
-    });
-    if let Some(rv) = &p.pod.metadata.resource_version {
-        r["resourceVersion"] = json!(rv);
-    }
-    r
+/// What makes two events the same event, as client-go's eventKey.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct EventKey {
+    event_type: EventType,
+    action: &'static str,
+    reason: &'static str,
+    controller: Arc<str>,
+    uid: Arc<str>,
+    resource_version: Option<Box<str>>,
 }
 
-/// The `events.k8s.io/v1` Event for `e`, named `<pod>.<unix nanos in hex>`
-/// as upstream names them.
-pub(super) fn event_body(e: &PodEvent, identity: &str) -> Value {
-    let (time, nanos) = now_micro();
-    let mut body = json!({
-        "apiVersion": "events.k8s.io/v1",
-        "kind": "Event",
-        "metadata": {
-            "name": format!("{}.{:x}", e.pod.name, nanos),
-            "namespace": &*e.pod.namespace,
-        },
-        "eventTime": time,
-        "reportingController": &*e.controller,
-        "reportingInstance": format!("{}-{}", e.controller, identity),
-        "action": e.action,
-        "reason": e.reason,
-        "regarding": pod_ref(&e.pod),
-        "note": e.note,
-        "type": e.event_type.as_str(),
-    });
-    if let Some(r) = &e.related {
-        body["related"] = pod_ref(r);
-    }
-    body
-}
-
-/// Where events go: a bounded queue to the writer task.
+/// An event as it is written: its own copy, not the pod.
 #[derive(Debug)]
+struct Fixed {
+    name: String,
+    namespace: Arc<str>,
+    pod: Arc<str>,
+    uid: Arc<str>,
+    resource_version: Option<Box<str>>,
+    event_time: SystemTime,
+    controller: Arc<str>,
+    action: &'static str,
+    reason: &'static str,
+    event_type: EventType,
+    note: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Series {
+    count: u32,
+    last_observed: SystemTime,
+    /// When it was last observed, on the scheduler's clock.
+    last_at: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Progress {
+    /// The API has the event.
+    created: bool,
+    series: Option<Series>,
+    /// Something is to be written.
+    dirty: bool,
+    /// A writer owns the event (queued or writing).
+    queued: bool,
+    /// The series is over: forget the event once written.
+    finished: bool,
+}
+
+#[derive(Debug)]
+struct Entry {
+    key: EventKey,
+    fixed: Fixed,
+    recorded_at: Instant,
+    progress: Mutex<Progress>,
+}
+
+/// One write to the API.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Write {
+    /// `POST events` with this body.
+    Create { namespace: String, body: Value },
+    /// `PATCH events/name` (strategic merge) with this body.
+    Patch {
+        namespace: String,
+        name: String,
+        body: Value,
+    },
+}
+
+/// Why a write failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum WriteError {
+    /// 409 AlreadyExists on a create.
+    AlreadyExists,
+    /// 404 on a patch.
+    NotFound,
+    /// No answer (connection refused, reset, timed out): worth retrying.
+    Transport(String),
+    /// Any other answer: the API refused the event.
+    Refused { code: u16, message: String },
+}
+
+/// Where event writes go: the API through the events client, or a
+/// recorder in tests.
+#[async_trait]
+pub(super) trait EventApi: Send + Sync + 'static {
+    async fn write(&self, w: &Write) -> Result<(), WriteError>;
+}
+
+#[async_trait]
+impl EventApi for kube::Client {
+    async fn write(&self, w: &Write) -> Result<(), WriteError> {
+        let (method, path, content_type, body) = match w {
+            Write::Create { namespace, body } => (
+                http::Method::POST,
+                format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events"),
+                "application/json",
+                body,
+            ),
+            Write::Patch {
+                namespace,
+                name,
+                body,
+            } => (
+                http::Method::PATCH,
+                format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}"),
+                "application/strategic-merge-patch+json",
+                body,
+            ),
+        };
+        let bytes = serde_json::to_vec(body).map_err(|e| WriteError::Refused {
+            code: 0,
+            message: e.to_string(),
+        })?;
+        let req = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::CONTENT_TYPE, content_type)
+            .header(http::header::ACCEPT, "application/json")
+            .body(bytes)
+            .map_err(|e| WriteError::Refused {
+                code: 0,
+                message: e.to_string(),
+            })?;
+        match self.request::<serde::de::IgnoredAny>(req).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+                Err(WriteError::AlreadyExists)
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Err(WriteError::NotFound),
+            Err(kube::Error::Api(s)) => Err(WriteError::Refused {
+                code: s.code,
+                message: s.message,
+            }),
+            Err(e) => Err(WriteError::Transport(e.to_string())),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    cache: HashMap<EventKey, Arc<Entry>>,
+    /// Keys in the order they were cached, for forgetting the oldest.
+    order: VecDeque<EventKey>,
+    /// The latest event of each pod and reason: where spam goes.
+    latest: HashMap<(Arc<str>, &'static str), EventKey>,
+    spam: Option<RateLimiter>,
+}
+
+impl State {
+    fn remove(&mut self, key: &EventKey) {
+        if self.cache.remove(key).is_some() {
+            let l = (key.uid.clone(), key.reason);
+            if self.latest.get(&l) == Some(key) {
+                self.latest.remove(&l);
+            }
+        }
+    }
+
+    /// Forgets the oldest plain events written, down to [`MAX_CACHED`].
+    fn trim(&mut self) {
+        let mut kept = VecDeque::new();
+        while self.cache.len() > MAX_CACHED {
+            let Some(key) = self.order.pop_front() else {
+                break;
+            };
+            let Some(e) = self.cache.get(&key) else {
+                continue;
+            };
+            let p = e.progress.lock();
+            let idle = p.created && !p.queued && p.series.is_none();
+            drop(p);
+            if idle {
+                self.remove(&key);
+            } else {
+                kept.push_back(key);
+            }
+        }
+        while let Some(k) = kept.pop_back() {
+            self.order.push_front(k);
+        }
+    }
+}
+
+struct Shared {
+    api: Box<dyn EventApi>,
+    identity: String,
+    state: Mutex<State>,
+    writers: Semaphore,
+    runtime: tokio::runtime::Handle,
+}
+
+/// Where events go: the cache of events and their series, and the
+/// writers.
 pub(super) struct EventSink {
-    tx: mpsc::Sender<PodEvent>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventSink")
+            .field("cached", &self.shared.state.lock().cache.len())
+            .finish()
+    }
 }
 
 impl EventSink {
-    pub(super) fn start(client: kube::Client, identity: String) -> Self {
-        let (tx, mut rx) = mpsc::channel::<PodEvent>(QUEUE);
-        tokio::spawn(async move {
-            let mut limiter = RateLimiter::new(EVENT_BURST, EVENT_REFILL_EVERY);
-            while let Some(e) = rx.recv().await {
-                if !limiter.allow(&e.pod.uid, Instant::now()) {
-                    tracing::debug!(pod = %e.pod.key(), reason = e.reason, "event rate-limited; dropped");
-                    continue;
-                }
-                let body = event_body(&e, &identity);
-                let path = format!(
-                    "/apis/events.k8s.io/v1/namespaces/{}/events",
-                    e.pod.namespace
-                );
-                let req = serde_json::to_vec(&body)
-                    .map_err(|e| e.to_string())
-                    .and_then(|b| {
-                        http::Request::post(path)
-                            .header(http::header::CONTENT_TYPE, "application/json")
-                            .header(http::header::ACCEPT, "application/json")
-                            .body(b)
-                            .map_err(|e| e.to_string())
-                    });
-                let result = match req {
-                    Ok(req) => client
-                        .request::<Value>(req)
-                        .await
-                        .map_err(|e| cluster_error(e).to_string()),
-                    Err(e) => Err(e),
-                };
-                if let Err(err) = result {
-                    tracing::warn!(pod = %e.pod.key(), reason = e.reason, error = %err, "writing event failed");
-                }
-            }
+    /// Starts the sink writing through `api`. Must run in a tokio runtime.
+    pub(super) fn start(api: impl EventApi, identity: String) -> Self {
+        let shared = Arc::new(Shared {
+            api: Box::new(api),
+            identity,
+            state: Mutex::new(State {
+                spam: Some(RateLimiter::new(EVENT_BURST, EVENT_REFILL_EVERY)),
+                ..State::default()
+            }),
+            writers: Semaphore::new(WRITERS),
+            runtime: tokio::runtime::Handle::current(),
         });
-        Self { tx }
+        let weak = Arc::downgrade(&shared);
+        shared
+            .runtime
+            .spawn(tick(weak, FINISH_EVERY, Shared::finish_series));
+        let weak = Arc::downgrade(&shared);
+        shared
+            .runtime
+            .spawn(tick(weak, REFRESH_EVERY, Shared::refresh_series));
+        Self { shared }
     }
 
     pub(super) fn record(&self, e: PodEvent) {
         tracing::debug!(pod = %e.pod.key(), reason = e.reason, note = %e.note, "event");
-        if let Err(mpsc::error::TrySendError::Full(e)) = self.tx.try_send(e) {
-            tracing::warn!(pod = %e.pod.key(), reason = e.reason, "event queue full; event dropped");
+        self.shared.record(e, SystemTime::now(), Instant::now());
+    }
+
+    #[cfg(test)]
+    fn cached(&self) -> usize {
+        self.shared.state.lock().cache.len()
+    }
+}
+
+/// Runs `f` every `period` while the sink lives.
+async fn tick(weak: Weak<Shared>, period: Duration, f: fn(&Arc<Shared>, SystemTime, Instant)) {
+    let mut every = tokio::time::interval_at(Instant::now() + period, period);
+    loop {
+        every.tick().await;
+        let Some(shared) = weak.upgrade() else { return };
+        f(&shared, SystemTime::now(), Instant::now());
+    }
+}
+
+impl Shared {
+    fn record(self: &Arc<Self>, e: PodEvent, now: SystemTime, at: Instant) {
+        let key = EventKey {
+            event_type: e.event_type,
+            action: e.action,
+            reason: e.reason,
+            controller: e.controller.clone(),
+            uid: e.pod.uid.clone(),
+            resource_version: e
+                .pod
+                .pod
+                .metadata
+                .resource_version
+                .as_deref()
+                .map(Box::from),
+        };
+        let mut st = self.state.lock();
+        if let Some(entry) = st.cache.get(&key).cloned() {
+            drop(st);
+            self.occurred(&entry, now, at);
+            return;
+        }
+        let allowed = st.spam.as_mut().is_none_or(|s| s.allow(&key.uid, at));
+        if !allowed
+            && let Some(entry) = st
+                .latest
+                .get(&(key.uid.clone(), key.reason))
+                .and_then(|k| st.cache.get(k))
+                .cloned()
+        {
+            drop(st);
+            tracing::debug!(pod = %e.pod.key(), reason = e.reason, "event over the spam limit counts into the pod's latest series");
+            self.occurred(&entry, now, at);
+            return;
+        }
+        let nanos = k8s_openapi::jiff::Timestamp::try_from(now)
+            .unwrap_or_default()
+            .as_nanosecond();
+        let entry = Arc::new(Entry {
+            fixed: Fixed {
+                name: format!("{}.{:x}", e.pod.name, nanos),
+                namespace: e.pod.namespace.clone(),
+                pod: e.pod.name.clone(),
+                uid: e.pod.uid.clone(),
+                resource_version: key.resource_version.clone(),
+                event_time: now,
+                controller: e.controller.clone(),
+                action: e.action,
+                reason: e.reason,
+                event_type: e.event_type,
+                note: e.note,
+            },
+            key: key.clone(),
+            recorded_at: at,
+            progress: Mutex::new(Progress {
+                dirty: true,
+                queued: true,
+                ..Progress::default()
+            }),
+        });
+        st.latest.insert((key.uid.clone(), key.reason), key.clone());
+        st.order.push_back(key.clone());
+        st.cache.insert(key, entry.clone());
+        if st.cache.len() > MAX_CACHED {
+            st.trim();
+        }
+        drop(st);
+        self.spawn_writer(entry);
+    }
+
+    /// Another occurrence of a cached event.
+    fn occurred(self: &Arc<Self>, entry: &Arc<Entry>, now: SystemTime, at: Instant) {
+        let mut p = entry.progress.lock();
+        match &mut p.series {
+            Some(s) => {
+                s.count = s.count.saturating_add(1);
+                s.last_observed = now;
+                s.last_at = at;
+            }
+            None => {
+                p.series = Some(Series {
+                    count: 2,
+                    last_observed: now,
+                    last_at: at,
+                });
+                self.mark_dirty(entry, &mut p);
+            }
+        }
+    }
+
+    /// Wants `entry` written; starts a writer unless one owns it.
+    fn mark_dirty(self: &Arc<Self>, entry: &Arc<Entry>, p: &mut Progress) {
+        p.dirty = true;
+        if !p.queued {
+            p.queued = true;
+            self.spawn_writer(entry.clone());
+        }
+    }
+
+    fn spawn_writer(self: &Arc<Self>, entry: Arc<Entry>) {
+        let shared = self.clone();
+        self.runtime
+            .spawn(async move { shared.write_until_clean(entry).await });
+    }
+
+    /// Writes `entry` until nothing more is wanted.
+    async fn write_until_clean(self: Arc<Self>, entry: Arc<Entry>) {
+        let Ok(_permit) = self.writers.acquire().await else {
+            return;
+        };
+        loop {
+            let write = {
+                let mut p = entry.progress.lock();
+                p.dirty = false;
+                self.next_write(&entry, &p)
+            };
+            let result = self.write_with_retries(&entry, &write).await;
+            {
+                let mut p = entry.progress.lock();
+                match (&write, result) {
+                    (_, Ok(())) => p.created = true,
+                    (Write::Patch { .. }, Err(WriteError::NotFound)) => {
+                        // Gone from the API (events expire): create it
+                        // again with its series.
+                        p.created = false;
+                        p.dirty = true;
+                    }
+                    (Write::Create { .. }, Err(WriteError::AlreadyExists)) => {
+                        // Created meanwhile (by an earlier attempt whose
+                        // answer was lost): a series still needs its patch.
+                        p.created = true;
+                        if p.series.is_some() {
+                            p.dirty = true;
+                        }
+                    }
+                    (w, Err(e)) => {
+                        let verb = match w {
+                            Write::Create { .. } => "POST",
+                            Write::Patch { .. } => "PATCH",
+                        };
+                        let (code, error) = match &e {
+                            WriteError::Refused { code, message } => (*code, message.clone()),
+                            WriteError::Transport(m) => (0, m.clone()),
+                            WriteError::AlreadyExists => (409, "already exists".into()),
+                            WriteError::NotFound => (404, "not found".into()),
+                        };
+                        tracing::warn!(
+                            pod = %format_args!("{}/{}", entry.fixed.namespace, entry.fixed.pod),
+                            reason = entry.fixed.reason, verb, code, %error,
+                            "writing event failed; given up"
+                        );
+                        // The API refused it: it will not exist.
+                        p.created = matches!(w, Write::Patch { .. });
+                    }
+                }
+                if p.dirty {
+                    continue;
+                }
+                p.queued = false;
+                if !p.finished {
+                    return;
+                }
+            }
+            // The series is over and written: forget it.
+            self.state.lock().remove(&entry.key);
+            return;
+        }
+    }
+
+    async fn write_with_retries(&self, entry: &Entry, write: &Write) -> Result<(), WriteError> {
+        let mut tries = 1;
+        loop {
+            match self.api.write(write).await {
+                Err(WriteError::Transport(e)) if tries < MAX_TRIES => {
+                    tracing::info!(
+                        pod = %format_args!("{}/{}", entry.fixed.namespace, entry.fixed.pod),
+                        reason = entry.fixed.reason, error = %e, tries,
+                        "writing event failed; retrying in {}s", RETRY_AFTER.as_secs()
+                    );
+                    tries += 1;
+                    tokio::time::sleep(RETRY_AFTER).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The write `entry` needs now.
+    fn next_write(&self, entry: &Entry, p: &Progress) -> Write {
+        let f = &entry.fixed;
+        let series = p.series.map(|s| {
+            json!({
+                "count": s.count,
+                "lastObservedTime": micro_time(s.last_observed),
+            })
+        });
+        if p.created {
+            return Write::Patch {
+                namespace: f.namespace.to_string(),
+                name: f.name.clone(),
+                body: json!({ "series": series }),
+            };
+        }
+        let mut regarding = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": &*f.pod,
+            "namespace": &*f.namespace,
+            "uid": &*f.uid,
+        });
+        if let Some(rv) = &f.resource_version {
+            regarding["resourceVersion"] = json!(rv);
+        }
+        let mut body = json!({
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": &f.name, "namespace": &*f.namespace},
+            "eventTime": micro_time(f.event_time),
+            "reportingController": &*f.controller,
+            "reportingInstance": format!("{}-{}", f.controller, self.identity),
+            "action": f.action,
+            "reason": f.reason,
+            "regarding": regarding,
+            "note": &f.note,
+            "type": f.event_type.as_str(),
+        });
+        if let Some(s) = series {
+            body["series"] = s;
+        }
+        Write::Create {
+            namespace: f.namespace.to_string(),
+            body,
+        }
+    }
+
+    /// client-go's finishSeries: series not seen for [`FINISH_EVERY`]
+    /// get their last count written and are forgotten; so are plain
+    /// events that old.
+    fn finish_series(self: &Arc<Self>, _now: SystemTime, at: Instant) {
+        let mut st = self.state.lock();
+        let mut forget = Vec::new();
+        for (k, e) in &st.cache {
+            let mut p = e.progress.lock();
+            match p.series {
+                Some(s)
+                    if !p.finished && at.saturating_duration_since(s.last_at) >= FINISH_EVERY =>
+                {
+                    p.finished = true;
+                    self.mark_dirty(e, &mut p);
+                }
+                None if !p.queued
+                    && at.saturating_duration_since(e.recorded_at) >= FINISH_EVERY =>
+                {
+                    forget.push(k.clone())
+                }
+                _ => {}
+            }
+        }
+        for k in forget {
+            st.remove(&k);
+        }
+        let State { order, cache, .. } = &mut *st;
+        order.retain(|k| cache.contains_key(k));
+    }
+
+    /// client-go's refresh: every open series is written again.
+    fn refresh_series(self: &Arc<Self>, _now: SystemTime, _at: Instant) {
+        let st = self.state.lock();
+        for e in st.cache.values() {
+            let mut p = e.progress.lock();
+            if p.series.is_some() && !p.finished {
+                self.mark_dirty(e, &mut p);
+            }
         }
     }
 }
@@ -189,16 +661,254 @@ impl EventSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::PodInfo;
+    use crate::testing::make_pod;
 
     #[test]
     fn each_pod_gets_a_burst_then_one_event_per_refill() {
         let mut l = RateLimiter::new(3, Duration::from_secs(300));
         let t0 = Instant::now();
-        assert!((0..3).all(|_| l.allow("a", t0)));
-        assert!(!l.allow("a", t0), "the burst is spent");
-        assert!(l.allow("b", t0), "other pods have their own bucket");
-        assert!(!l.allow("a", t0 + Duration::from_secs(299)));
-        assert!(l.allow("a", t0 + Duration::from_secs(300)));
-        assert!(!l.allow("a", t0 + Duration::from_secs(301)));
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        assert!((0..3).all(|_| l.allow(&a, t0)));
+        assert!(!l.allow(&a, t0), "the burst is spent");
+        assert!(l.allow(&b, t0), "other pods have their own bucket");
+        assert!(!l.allow(&a, t0 + Duration::from_secs(299)));
+        assert!(l.allow(&a, t0 + Duration::from_secs(300)));
+        assert!(!l.allow(&a, t0 + Duration::from_secs(301)));
+    }
+
+    /// Records every write; fails as told.
+    #[derive(Clone, Default)]
+    struct Recorder {
+        writes: Arc<Mutex<Vec<Write>>>,
+        /// Answers to give, in order, before answering Ok.
+        answers: Arc<Mutex<VecDeque<Result<(), WriteError>>>>,
+        /// Signalled after each write.
+        wrote: Arc<tokio::sync::Notify>,
+        /// Writes wait for this many permits when set.
+        gate: Option<Arc<Semaphore>>,
+    }
+
+    #[async_trait]
+    impl EventApi for Recorder {
+        async fn write(&self, w: &Write) -> Result<(), WriteError> {
+            if let Some(g) = &self.gate {
+                g.acquire().await.map(|p| p.forget()).ok();
+            }
+            self.writes.lock().push(w.clone());
+            let answer = self.answers.lock().pop_front().unwrap_or(Ok(()));
+            self.wrote.notify_waiters();
+            answer
+        }
+    }
+
+    impl Recorder {
+        fn summary(&self) -> Vec<String> {
+            self.writes
+                .lock()
+                .iter()
+                .map(|w| match w {
+                    Write::Create { body, .. } => format!(
+                        "POST {} {}@{}{}",
+                        body["reason"].as_str().unwrap_or(""),
+                        body["regarding"]["name"].as_str().unwrap_or(""),
+                        body["regarding"]["resourceVersion"].as_str().unwrap_or(""),
+                        body["series"]["count"]
+                            .as_u64()
+                            .map(|c| format!(" series {c}"))
+                            .unwrap_or_default()
+                    ),
+                    Write::Patch { body, .. } => {
+                        format!("PATCH series {}", body["series"]["count"])
+                    }
+                })
+                .collect()
+        }
+
+        /// Waits until `n` writes were made. The sink's timers keep the
+        /// paused clock moving, so a guard of a (virtual) day fails a test
+        /// whose writes never come instead of spinning.
+        async fn wait_for(&self, n: usize) {
+            let wait = async {
+                loop {
+                    let wrote = self.wrote.notified();
+                    tokio::pin!(wrote);
+                    wrote.as_mut().enable();
+                    if self.writes.lock().len() >= n {
+                        return;
+                    }
+                    wrote.await;
+                }
+            };
+            if tokio::time::timeout(Duration::from_secs(86_400), wait)
+                .await
+                .is_err()
+            {
+                panic!("{n} writes expected, got {:?}", self.summary());
+            }
+        }
+    }
+
+    fn event(name: &str, rv: &str, reason: &'static str) -> PodEvent {
+        let mut p = make_pod(name).uid(&format!("uid-{name}")).object();
+        p.metadata.resource_version = Some(rv.into());
+        let info = Arc::new(PodInfo::new(Arc::new(p)).unwrap());
+        PodEvent::new(
+            info,
+            Arc::from("default-scheduler"),
+            EventType::Warning,
+            reason,
+            "Scheduling",
+            "0/5 nodes are available",
+        )
+    }
+
+    /// Lets spawned writers run to their next wait.
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn repeats_become_a_series_as_upstream_writes_them() {
+        let api = Recorder::default();
+        let sink = EventSink::start(api.clone(), "host".into());
+        // Attempt 1, then the status patch changes the pod's RV.
+        sink.record(event("big-0", "271", "FailedScheduling"));
+        api.wait_for(1).await;
+        // Attempt 2: a new key (new RV), a new event.
+        sink.record(event("big-0", "272", "FailedScheduling"));
+        api.wait_for(2).await;
+        // Attempt 3: isomorphic with attempt 2: a series of 2, patched.
+        sink.record(event("big-0", "272", "FailedScheduling"));
+        api.wait_for(3).await;
+        // Attempts 4..8: counted, not written.
+        for _ in 4..=8 {
+            sink.record(event("big-0", "272", "FailedScheduling"));
+        }
+        settle().await;
+        assert_eq!(
+            api.summary(),
+            [
+                "POST FailedScheduling big-0@271",
+                "POST FailedScheduling big-0@272",
+                "PATCH series 2"
+            ]
+        );
+        let third = api.writes.lock()[2].clone();
+        let Write::Patch { body, name, .. } = &third else {
+            panic!("a patch")
+        };
+        assert!(name.starts_with("big-0."), "{name}");
+        assert_eq!(
+            body.as_object().map(|o| o.keys().collect::<Vec<_>>()),
+            Some(vec![&"series".to_string()]),
+            "the patch carries the series only"
+        );
+        // Six minutes after the last failure the series is finished: its
+        // count (attempts 3..8 of the second event: 7 occurrences in all)
+        // is written once, and the events are forgotten.
+        tokio::time::sleep(FINISH_EVERY * 2).await;
+        api.wait_for(4).await;
+        assert_eq!(api.summary()[3], "PATCH series 7");
+        settle().await;
+        assert_eq!(sink.cached(), 0, "finished and old events are forgotten");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_dropped_when_writes_are_slow() {
+        // Writes blocked: everything recorded meanwhile waits, none lost.
+        let gate = Arc::new(Semaphore::new(0));
+        let api = Recorder {
+            gate: Some(gate.clone()),
+            ..Recorder::default()
+        };
+        let sink = EventSink::start(api.clone(), "host".into());
+        for i in 0..3000 {
+            sink.record(event(&format!("p{i}"), "1", "Scheduled"));
+        }
+        settle().await;
+        assert!(api.writes.lock().is_empty());
+        gate.add_permits(3000);
+        api.wait_for(3000).await;
+        let names: std::collections::HashSet<String> = api
+            .writes
+            .lock()
+            .iter()
+            .map(|w| match w {
+                Write::Create { body, .. } => body["regarding"]["name"].to_string(),
+                Write::Patch { .. } => "patch".into(),
+            })
+            .collect();
+        assert_eq!(names.len(), 3000, "one event per pod, none dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spam_counts_into_the_pods_latest_series_instead_of_being_dropped() {
+        let api = Recorder::default();
+        let sink = EventSink::start(api.clone(), "host".into());
+        // 30 failures, each after a status patch (a new RV each time).
+        for i in 0..30 {
+            sink.record(event("p", &i.to_string(), "FailedScheduling"));
+        }
+        api.wait_for(25).await;
+        settle().await;
+        let s = api.summary();
+        assert_eq!(s.len(), EVENT_BURST as usize, "{s:?}");
+        // The 26th turned the 25th event into a series before that event
+        // was written: it is created with its series, counted up to the
+        // 30th (all were recorded before any write).
+        assert_eq!(
+            s.last().map(String::as_str),
+            Some("POST FailedScheduling p@24 series 6")
+        );
+        // Once finished, the series is written once more.
+        tokio::time::sleep(FINISH_EVERY * 2).await;
+        api.wait_for(26).await;
+        assert_eq!(
+            api.summary().last().map(String::as_str),
+            Some("PATCH series 6")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transport_failures_are_retried_and_a_lost_event_is_created_again() {
+        let api = Recorder::default();
+        api.answers.lock().extend([
+            Err(WriteError::Transport("connection refused".into())),
+            Ok(()),
+            // The series patch finds the event gone: it is created again,
+            // with its series.
+            Err(WriteError::NotFound),
+        ]);
+        let sink = EventSink::start(api.clone(), "host".into());
+        sink.record(event("p", "1", "FailedScheduling"));
+        api.wait_for(2).await;
+        sink.record(event("p", "1", "FailedScheduling"));
+        api.wait_for(4).await;
+        assert_eq!(
+            api.summary(),
+            [
+                "POST FailedScheduling p@1",
+                "POST FailedScheduling p@1",
+                "PATCH series 2",
+                "POST FailedScheduling p@1 series 2",
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_events_are_given_up_not_retried() {
+        let api = Recorder::default();
+        api.answers.lock().push_back(Err(WriteError::Refused {
+            code: 422,
+            message: "invalid".into(),
+        }));
+        let sink = EventSink::start(api.clone(), "host".into());
+        sink.record(event("p", "1", "Scheduled"));
+        api.wait_for(1).await;
+        tokio::time::sleep(RETRY_AFTER * 3).await;
+        assert_eq!(api.writes.lock().len(), 1);
     }
 }

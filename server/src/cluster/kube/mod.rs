@@ -26,7 +26,9 @@
 //! Writes go to the API as upstream's scheduler sends them (see
 //! [`writes`]).
 
+mod client;
 mod events;
+mod slim;
 mod writes;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,6 +37,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
@@ -42,7 +45,9 @@ use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
+pub use client::{ClientOptions, MAX_RETRIES, RestMetrics, TokenBucket, rest_metrics};
 pub use events::{EVENT_BURST, EVENT_REFILL_EVERY};
+pub use slim::{LAST_APPLIED, SlimNode, SlimPod, strip_meta};
 
 use super::{ClusterChange, WatchEvent};
 use crate::cache::{KubeObject, ObjectKind};
@@ -95,12 +100,16 @@ pub struct KubeOptions {
     /// The name of this replica, for events' `reportingInstance`
     /// (`<scheduler name>-<identity>`); default: the host name.
     pub identity: String,
+    /// The rate limits of the scheduler's client and of the events client
+    /// (each has its own bucket, as kube-scheduler's two clientsets).
+    pub client: ClientOptions,
 }
 
 impl Default for KubeOptions {
     fn default() -> Self {
         Self {
             identity: hostname(),
+            client: ClientOptions::default(),
         }
     }
 }
@@ -140,9 +149,10 @@ pub fn config_in_cluster() -> Result<kube::Config, KubeError> {
     kube::Config::incluster().map_err(|e| KubeError::InCluster(e.to_string()))
 }
 
-/// A client for `config`.
-pub fn client(config: kube::Config) -> Result<kube::Client, KubeError> {
-    kube::Client::try_from(config).map_err(|e| KubeError::Client(e.to_string()))
+/// A client for `config` with its own token bucket of `options`'s qps and
+/// burst (see [`client`]).
+pub fn client(config: kube::Config, options: &ClientOptions) -> Result<kube::Client, KubeError> {
+    client::build_client(config, options)
 }
 
 /// What a watcher watches: the sort order is the order of the initial
@@ -189,6 +199,34 @@ impl Obj {
                 let (k, ns, name) = o.key();
                 (Res::Object(k), ns, name)
             }
+        }
+    }
+
+    /// Whether `other` is this object at another resourceVersion with
+    /// nothing else changed (pods and nodes, as berth keeps them).
+    fn same_but_version(&self, other: &Obj) -> bool {
+        fn meta_eq(a: &ObjectMeta, b: &ObjectMeta) -> bool {
+            a.uid == b.uid
+                && a.generation == b.generation
+                && a.labels == b.labels
+                && a.annotations == b.annotations
+                && a.deletion_timestamp == b.deletion_timestamp
+                && a.deletion_grace_period_seconds == b.deletion_grace_period_seconds
+                && a.finalizers == b.finalizers
+                && a.owner_references == b.owner_references
+                && a.name == b.name
+                && a.namespace == b.namespace
+                && a.generate_name == b.generate_name
+                && a.creation_timestamp == b.creation_timestamp
+        }
+        match (self, other) {
+            (Obj::Node(a), Obj::Node(b)) => {
+                meta_eq(&a.metadata, &b.metadata) && a.spec == b.spec && a.status == b.status
+            }
+            (Obj::Pod(a), Obj::Pod(b)) => {
+                meta_eq(&a.metadata, &b.metadata) && a.spec == b.spec && a.status == b.status
+            }
+            _ => false,
         }
     }
 
@@ -288,6 +326,11 @@ impl MirrorState {
         let key = new.key();
         match self.objects.get(&key).cloned() {
             Some(old) if old.rv() == new.rv() && old.rv().is_some() => {}
+            Some(old) if old.same_but_version(&new) => {
+                // Only what berth does not keep changed (a heartbeat, the
+                // managed fields): the new version, and no news.
+                self.objects.insert(key, new);
+            }
             Some(old) if old.uid() != new.uid() => {
                 // Replaced under the same name: a different object.
                 self.objects.insert(key, new.clone());
@@ -411,27 +454,39 @@ fn spawn_watcher<K>(
 }
 
 impl KubeCluster {
-    /// Starts watching the cluster behind `client`. Must run inside a tokio
-    /// runtime.
-    pub fn start(client: kube::Client, options: KubeOptions) -> Arc<Self> {
+    /// Starts watching the cluster `config` names: the scheduler's client
+    /// (watches and writes) and the events client, each with its own rate
+    /// limit. Must run inside a tokio runtime.
+    pub fn connect(config: kube::Config, options: KubeOptions) -> Result<Arc<Self>, KubeError> {
+        let scheduler =
+            client::build_client(config.clone(), &options.client.for_purpose("scheduler"))?;
+        let events = client::build_client(config, &options.client.for_purpose(""))?;
+        Ok(Self::start(scheduler, events, options))
+    }
+
+    /// Starts watching the cluster behind `client`, writing events through
+    /// `events`. Must run inside a tokio runtime.
+    pub fn start(client: kube::Client, events: kube::Client, options: KubeOptions) -> Arc<Self> {
         let mirror = Arc::new(Mirror::default());
         // Counted before any watcher runs: Synced waits for all of them.
         mirror.state.lock().watchers = 2 + KUBE_WATCHED.len();
         // Lists from the watch cache (resourceVersion=0), as informers do.
         let config = || watcher::Config::default().any_semantic();
+        // Pods and nodes are decoded straight into what berth keeps (see
+        // `slim`); other kinds are stripped of the same metadata.
         spawn_watcher(
             mirror.clone(),
-            Api::<Node>::all(client.clone()),
+            Api::<SlimNode>::all(client.clone()),
             config(),
             Res::Node,
-            |n| Obj::Node(Arc::new(n)),
+            |n| Obj::Node(Arc::new(n.0)),
         );
         spawn_watcher(
             mirror.clone(),
-            Api::<Pod>::all(client.clone()),
+            Api::<SlimPod>::all(client.clone()),
             config().fields(POD_FIELD_SELECTOR),
             Res::Pod,
-            |p| Obj::Pod(Arc::new(p)),
+            |p| Obj::Pod(Arc::new(p.0)),
         );
         macro_rules! objects {
             ($($kind:ident => $ty:ty),* $(,)?) => {$(
@@ -440,7 +495,10 @@ impl KubeCluster {
                     Api::<$ty>::all(client.clone()),
                     config(),
                     Res::Object(ObjectKind::$kind),
-                    |o| Obj::Other(KubeObject::$kind(Arc::new(o))),
+                    |mut o| {
+                        strip_meta(kube::Resource::meta_mut(&mut o));
+                        Obj::Other(KubeObject::$kind(Arc::new(o)))
+                    },
                 );
             )*};
         }
@@ -461,7 +519,7 @@ impl KubeCluster {
             ResourceClaim => resource::v1::ResourceClaim,
             ResourceSlice => resource::v1::ResourceSlice,
         );
-        let events = events::EventSink::start(client.clone(), options.identity);
+        let events = events::EventSink::start(events, options.identity);
         Arc::new(Self {
             client,
             mirror,
@@ -590,8 +648,10 @@ mod tests {
     use super::*;
     use crate::testing::make_pod;
 
+    /// Pod `name` at resourceVersion `rv`, with a label that changes with
+    /// it (a change berth keeps).
     fn pod(name: &str, rv: &str) -> Obj {
-        let mut p = make_pod(name).object();
+        let mut p = make_pod(name).label("version", rv).object();
         p.metadata.resource_version = Some(rv.into());
         Obj::Pod(Arc::new(p))
     }
@@ -659,6 +719,30 @@ mod tests {
         s.on_watch_event(Res::Pod, watcher::Event::Delete(pod("c", "7")));
         s.on_watch_event(Res::Pod, watcher::Event::Delete(pod("c", "7")));
         assert_eq!(drain(&mut rx), ["deleted c"]);
+    }
+
+    #[test]
+    fn a_new_version_that_changes_nothing_kept_is_no_news() {
+        let mut s = MirrorState {
+            watchers: 1,
+            ..Default::default()
+        };
+        s.on_watch_event(Res::Pod, watcher::Event::Init);
+        s.on_watch_event(Res::Pod, watcher::Event::InitDone);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        s.subscribers.push(tx);
+        let at = |rv: &str| {
+            let mut p = make_pod("a").object();
+            p.metadata.resource_version = Some(rv.into());
+            Obj::Pod(Arc::new(p))
+        };
+        s.on_watch_event(Res::Pod, watcher::Event::Apply(at("1")));
+        // Only the version moved (what changed was dropped at decoding).
+        s.on_watch_event(Res::Pod, watcher::Event::Apply(at("2")));
+        assert_eq!(drain(&mut rx), ["added a@1"]);
+        // The mirror has the new version all the same.
+        let key = (Res::Pod, "default".to_string(), "a".to_string());
+        assert_eq!(s.objects[&key].rv(), Some("2"));
     }
 
     #[test]

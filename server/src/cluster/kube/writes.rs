@@ -1,23 +1,38 @@
-//! The scheduler's writes, sent as upstream kube-scheduler sends them:
+//! The scheduler's writes, sent as upstream kube-scheduler v1.36 sends
+//! them (`tests/k8s-api/` has the recordings):
 //!
 //! * bind: `POST pods/{name}/binding` with a `v1 Binding` carrying the
 //!   pod's UID (201 on success; 409 when already bound or replaced, 404
 //!   when gone: the pod is then read again so the mirror, and with it the
 //!   scheduler's requeue decision, sees why, and nothing is retried
-//!   blindly);
-//! * `PodScheduled=False`: a strategic merge patch of the status
-//!   subresource; `status.nominatedNodeName`: a merge patch of it;
+//!   blindly; a 5xx or a timeout is the scheduler's to requeue, as
+//!   upstream's);
+//! * a failed attempt: ONE strategic merge patch of the status
+//!   subresource with the `PodScheduled=False` condition (its
+//!   `observedGeneration` the pod's `metadata.generation`, as v1.36
+//!   writes it) and, when it changes, `nominatedNodeName`, with
+//!   `$setElementOrder/conditions` when the pod has conditions already, as
+//!   client-go's two-way strategic merge patch makes it;
+//! * `status.nominatedNodeName` alone (before a long PreBind, or cleared
+//!   for a lower-priority pod): a strategic merge patch of it;
 //! * preemption victims: a status patch adding the `DisruptionTarget`
-//!   condition, then `DELETE` with a UID precondition;
+//!   condition, then `DELETE` with a UID precondition; a victim already
+//!   gone counts as evicted, one already terminating is left alone;
 //! * other objects (volume binding, DRA claims): `PUT` with the
 //!   resourceVersion read (409 Conflict when stale), `PUT` of a claim's
-//!   `status` subresource, and a strategic merge patch of it that removes
-//!   one `reservedFor` entry (Unreserve).
+//!   `status` subresource, a strategic merge patch of it that removes one
+//!   `reservedFor` entry (Unreserve); a claim for extended resources is
+//!   `POST`ed (and `DELETE`d when its pod is not bound), and the pod's
+//!   `status.extendedResourceClaimStatus` set by a strategic merge patch.
+//!
+//! Every failed write is logged with the object, the verb and the status
+//! code.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
 use super::KubeCluster;
@@ -28,7 +43,6 @@ use crate::model::PodInfo;
 
 const JSON: &str = "application/json";
 const STRATEGIC_MERGE: &str = "application/strategic-merge-patch+json";
-const MERGE: &str = "application/merge-patch+json";
 
 /// The API error as one of the errors the scheduler tells apart.
 pub(super) fn cluster_error(e: kube::Error) -> ClusterError {
@@ -77,26 +91,81 @@ fn now_time() -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// A `v1 Binding`, written straight from the pod's fields.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Binding<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: BindingMeta<'a>,
+    target: BindingTarget<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct BindingMeta<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    uid: &'a str,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BindingTarget<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    name: &'a str,
+}
+
+/// The API's status code in an error, for logs (0: no answer).
+fn status_code(e: &kube::Error) -> u16 {
+    match e {
+        kube::Error::Api(s) => s.code,
+        _ => 0,
+    }
+}
+
+/// The status patch that adds or replaces `condition` among the pod's
+/// `existing` condition types, as client-go's two-way strategic merge
+/// patch of the status writes it: the element order is given when the pod
+/// had conditions before.
+fn conditions_patch(existing: &[String], condition: Value) -> serde_json::Map<String, Value> {
+    let mut status = serde_json::Map::new();
+    if !existing.is_empty() {
+        let kind = condition["type"].as_str().unwrap_or_default().to_string();
+        let mut order: Vec<Value> = existing.iter().map(|t| json!({"type": t})).collect();
+        if !existing.contains(&kind) {
+            order.push(json!({"type": kind}));
+        }
+        status.insert("$setElementOrder/conditions".into(), Value::Array(order));
+    }
+    status.insert("conditions".into(), json!([condition]));
+    status
+}
+
 impl KubeCluster {
-    pub(super) async fn send(
+    /// Sends one request; a failure is logged with `subject` (the object
+    /// written), the verb and the status code.
+    pub(super) async fn send<B: serde::Serialize + ?Sized, R: serde::de::DeserializeOwned>(
         &self,
         method: http::Method,
         path: &str,
         content_type: &str,
-        body: &Value,
-    ) -> Result<Value, ClusterError> {
+        body: &B,
+        subject: &str,
+    ) -> Result<R, ClusterError> {
         let body = serde_json::to_vec(body).map_err(|e| ClusterError::Other(e.to_string()))?;
         let req = http::Request::builder()
-            .method(method)
+            .method(method.clone())
             .uri(path)
             .header(http::header::CONTENT_TYPE, content_type)
             .header(http::header::ACCEPT, JSON)
             .body(body)
             .map_err(|e| ClusterError::Other(e.to_string()))?;
-        self.client
-            .request::<Value>(req)
-            .await
-            .map_err(cluster_error)
+        self.client.request::<R>(req).await.map_err(|e| {
+            let code = status_code(&e);
+            tracing::warn!(object = subject, verb = %method, path, code, error = %e, "API write failed");
+            cluster_error(e)
+        })
     }
 
     /// Reads the pod again after a write the API refused, so the mirror
@@ -107,8 +176,8 @@ impl KubeCluster {
             .header(http::header::ACCEPT, JSON)
             .body(Vec::new());
         let Ok(req) = req else { return };
-        match self.client.request::<Pod>(req).await {
-            Ok(p) => self.refresh_pod(&pod.namespace, &pod.name, &pod.uid, Some(p)),
+        match self.client.request::<super::SlimPod>(req).await {
+            Ok(p) => self.refresh_pod(&pod.namespace, &pod.name, &pod.uid, Some(p.0)),
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 self.refresh_pod(&pod.namespace, &pod.name, &pod.uid, None)
             }
@@ -118,43 +187,68 @@ impl KubeCluster {
         }
     }
 
-    /// The `PodScheduled=False` condition patch, keeping the transition
-    /// time when the condition was already False.
-    fn condition_patch(&self, pod: &PodInfo, c: &PodScheduledCondition) -> Value {
+    /// The pod's condition types in order, and the `PodScheduled=False`
+    /// condition with its transition time kept when it was already False,
+    /// as the mirror knows the pod.
+    fn condition_patch(
+        &self,
+        pod: &PodInfo,
+        c: &PodScheduledCondition,
+    ) -> serde_json::Map<String, Value> {
         let known = self.get_pod_inner(&pod.namespace, &pod.name);
-        let transition = known
+        let conditions = known
             .as_ref()
             .and_then(|p| p.status.as_ref())
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| {
-                cs.iter()
-                    .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-            })
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default();
+        let transition = conditions
+            .iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
             .and_then(|c| c.last_transition_time.as_ref())
             .and_then(|t| serde_json::to_value(t).ok())
             .unwrap_or_else(now_time);
-        json!({"status": {"conditions": [{
+        let mut condition = json!({
             "type": "PodScheduled",
             "status": "False",
             "reason": c.reason,
             "message": c.message,
             "lastProbeTime": null,
             "lastTransitionTime": transition,
-        }]}})
+        });
+        let generation = known
+            .as_ref()
+            .and_then(|p| p.metadata.generation)
+            .or(pod.pod.metadata.generation);
+        if let Some(g) = generation {
+            condition["observedGeneration"] = json!(g);
+        }
+        let types: Vec<String> = conditions.iter().map(|c| c.type_.clone()).collect();
+        conditions_patch(&types, condition)
     }
 }
 
 #[async_trait]
 impl ClusterClient for KubeCluster {
     async fn bind(&self, pod: &PodInfo, node: &str) -> Result<(), ClusterError> {
-        let body = json!({
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": &*pod.name, "namespace": &*pod.namespace, "uid": &*pod.uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        });
+        let body = Binding {
+            api_version: "v1",
+            kind: "Binding",
+            metadata: BindingMeta {
+                name: &pod.name,
+                namespace: &pod.namespace,
+                uid: &pod.uid,
+            },
+            target: BindingTarget {
+                api_version: "v1",
+                kind: "Node",
+                name: node,
+            },
+        };
         let path = format!("{}/binding", pod_path(&pod.namespace, &pod.name));
-        match self.send(http::Method::POST, &path, JSON, &body).await {
+        match self
+            .send::<_, IgnoredAny>(http::Method::POST, &path, JSON, &body, &pod.key())
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e @ (ClusterError::NotFound(_) | ClusterError::Conflict(_))) => {
                 self.reread_pod(pod).await;
@@ -165,37 +259,76 @@ impl ClusterClient for KubeCluster {
     }
 
     async fn delete_pod(&self, pod: &PodInfo, message: &str) -> Result<(), ClusterError> {
-        let patch = json!({"status": {"conditions": [{
+        let known = self.get_pod_inner(&pod.namespace, &pod.name);
+        if known
+            .as_ref()
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+        {
+            // Its deletion has started: nothing more to send, as upstream.
+            return Ok(());
+        }
+        let existing: Vec<String> = known
+            .as_ref()
+            .and_then(|p| p.status.as_ref())
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.type_.clone())
+            .collect();
+        let mut condition = json!({
             "type": "DisruptionTarget",
             "status": "True",
             "reason": "PreemptionByScheduler",
             "message": message,
             "lastProbeTime": null,
             "lastTransitionTime": now_time(),
-        }]}});
+        });
+        if let Some(g) = pod.pod.metadata.generation {
+            condition["observedGeneration"] = json!(g);
+        }
+        let patch = json!({ "status": conditions_patch(&existing, condition) });
         let path = pod_path(&pod.namespace, &pod.name);
-        self.send(
-            http::Method::PATCH,
-            &format!("{path}/status"),
-            STRATEGIC_MERGE,
-            &patch,
-        )
-        .await?;
+        let key = pod.key();
+        match self
+            .send::<_, IgnoredAny>(
+                http::Method::PATCH,
+                &format!("{path}/status"),
+                STRATEGIC_MERGE,
+                &patch,
+                &key,
+            )
+            .await
+        {
+            // Already gone: evicted as far as the preemptor is concerned.
+            Err(ClusterError::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+            Ok(_) => {}
+        }
         let options = json!({
             "apiVersion": "v1",
             "kind": "DeleteOptions",
             "preconditions": {"uid": &*pod.uid},
         });
-        self.send(http::Method::DELETE, &path, JSON, &options)
+        match self
+            .send::<_, IgnoredAny>(http::Method::DELETE, &path, JSON, &options, &key)
             .await
-            .map(|_| ())
+        {
+            Ok(_) | Err(ClusterError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     async fn update_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
         let (kind, namespace, name) = obj.key();
         let path = object_path(kind, &namespace, &name);
         let stored = self
-            .send(http::Method::PUT, &path, JSON, &obj.to_json())
+            .send::<_, Value>(
+                http::Method::PUT,
+                &path,
+                JSON,
+                &obj.to_json(),
+                &subject(&namespace, &name),
+            )
             .await?;
         KubeObject::from_json(kind, stored).map_err(|e| ClusterError::Other(e.to_string()))
     }
@@ -207,16 +340,28 @@ impl ClusterClient for KubeCluster {
     ) -> Result<(), ClusterError> {
         let path = format!("{}/status", pod_path(&pod.namespace, &pod.name));
         let patch = json!({"status": {"nominatedNodeName": node}});
-        self.send(http::Method::PATCH, &path, MERGE, &patch)
-            .await
-            .map(|_| ())
+        self.send::<_, IgnoredAny>(
+            http::Method::PATCH,
+            &path,
+            STRATEGIC_MERGE,
+            &patch,
+            &pod.key(),
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn update_object_status(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
         let (kind, namespace, name) = obj.key();
         let path = format!("{}/status", object_path(kind, &namespace, &name));
         let stored = self
-            .send(http::Method::PUT, &path, JSON, &obj.to_json())
+            .send::<_, Value>(
+                http::Method::PUT,
+                &path,
+                JSON,
+                &obj.to_json(),
+                &subject(&namespace, &name),
+            )
             .await?;
         KubeObject::from_json(kind, stored).map_err(|e| ClusterError::Other(e.to_string()))
     }
@@ -254,20 +399,28 @@ impl ClusterClient for KubeCluster {
             "metadata": {"uid": claim_uid},
             "status": {"reservedFor": [{"$patch": "delete", "uid": consumer_uid}]},
         });
-        self.send(http::Method::PATCH, &path, STRATEGIC_MERGE, &patch)
-            .await
-            .map(|_| ())
+        self.send::<_, IgnoredAny>(
+            http::Method::PATCH,
+            &path,
+            STRATEGIC_MERGE,
+            &patch,
+            &subject(namespace, name),
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn create_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
         let (kind, namespace, _) = obj.key();
         let path = object_path(kind, &namespace, "");
+        let generate = obj.metadata().generate_name.clone().unwrap_or_default();
         let stored = self
-            .send(
+            .send::<_, Value>(
                 http::Method::POST,
                 path.trim_end_matches('/'),
                 JSON,
                 &obj.to_json(),
+                &subject(&namespace, &generate),
             )
             .await?;
         KubeObject::from_json(kind, stored).map_err(|e| ClusterError::Other(e.to_string()))
@@ -280,9 +433,15 @@ impl ClusterClient for KubeCluster {
         name: &str,
     ) -> Result<(), ClusterError> {
         let path = object_path(kind, namespace, name);
-        self.send(http::Method::DELETE, &path, JSON, &json!({}))
-            .await
-            .map(|_| ())
+        self.send::<_, IgnoredAny>(
+            http::Method::DELETE,
+            &path,
+            JSON,
+            &json!({}),
+            &subject(namespace, name),
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn set_extended_resource_claim_status(
@@ -292,9 +451,15 @@ impl ClusterClient for KubeCluster {
     ) -> Result<(), ClusterError> {
         let path = format!("{}/status", pod_path(&pod.namespace, &pod.name));
         let patch = json!({"status": {"extendedResourceClaimStatus": status}});
-        self.send(http::Method::PATCH, &path, STRATEGIC_MERGE, &patch)
-            .await
-            .map(|_| ())
+        self.send::<_, IgnoredAny>(
+            http::Method::PATCH,
+            &path,
+            STRATEGIC_MERGE,
+            &patch,
+            &pod.key(),
+        )
+        .await
+        .map(|_| ())
     }
 }
 
@@ -320,14 +485,22 @@ impl ClusterSource for KubeCluster {
         condition: PodScheduledCondition,
         nominated_node: Option<Option<String>>,
     ) -> Result<(), ClusterError> {
-        if let Some(node) = &nominated_node {
-            self.set_nominated_node_name(pod, node.as_deref()).await?;
+        // One patch with the condition and the nomination, as upstream
+        // writes a preemptor's before its victims go.
+        let mut status = self.condition_patch(pod, &condition);
+        if let Some(node) = nominated_node {
+            status.insert("nominatedNodeName".into(), json!(node));
         }
         let path = format!("{}/status", pod_path(&pod.namespace, &pod.name));
-        let patch = self.condition_patch(pod, &condition);
-        self.send(http::Method::PATCH, &path, STRATEGIC_MERGE, &patch)
-            .await
-            .map(|_| ())
+        self.send::<_, IgnoredAny>(
+            http::Method::PATCH,
+            &path,
+            STRATEGIC_MERGE,
+            &json!({ "status": status }),
+            &pod.key(),
+        )
+        .await
+        .map(|_| ())
     }
 
     fn kind(&self) -> &'static str {
@@ -356,6 +529,30 @@ mod tests {
     }
 
     #[test]
+    fn condition_patches_give_the_order_only_when_the_pod_had_conditions() {
+        let c = json!({"type": "PodScheduled", "status": "False"});
+        assert_eq!(
+            Value::Object(conditions_patch(&[], c.clone())),
+            json!({"conditions": [c]}),
+            "a pod without conditions: the condition alone, as recorded"
+        );
+        let d = json!({"type": "DisruptionTarget", "status": "True"});
+        assert_eq!(
+            Value::Object(conditions_patch(&["PodScheduled".into()], d.clone())),
+            json!({
+                "$setElementOrder/conditions": [{"type": "PodScheduled"}, {"type": "DisruptionTarget"}],
+                "conditions": [d],
+            }),
+        );
+        // Replacing a condition keeps the order it had.
+        let types = ["PodScheduled".to_string(), "Ready".to_string()];
+        assert_eq!(
+            conditions_patch(&types, c.clone())["$setElementOrder/conditions"],
+            json!([{"type": "PodScheduled"}, {"type": "Ready"}]),
+        );
+    }
+
+    #[test]
     fn api_statuses_map_to_the_errors_the_scheduler_handles() {
         let status = |code: u16, message: &str| {
             kube::Error::Api(Box::new(kube::core::Status {
@@ -376,5 +573,15 @@ mod tests {
             cluster_error(status(500, "boom")),
             ClusterError::Other(_)
         ));
+    }
+}
+
+/// How a failed write names its object: `namespace/name`, or the name of a
+/// cluster-scoped one.
+fn subject(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        name.to_string()
+    } else {
+        format!("{namespace}/{name}")
     }
 }

@@ -20,9 +20,11 @@
 //!   `preemptVerb`) narrow the candidates and their victims, in order; an
 //!   ignorable one that fails is skipped, and so is a node it returns without
 //!   victims;
-//! * victims get the `DisruptionTarget` condition and are deleted (a victim
-//!   waiting at Permit is rejected instead), lower-priority pods nominated to
-//!   the node lose their nomination, and the preemptor is nominated to it.
+//! * the preemptor is nominated to the node; once that is written (with
+//!   its `PodScheduled=False` condition, in one status update), the victims
+//!   get the `DisruptionTarget` condition and are deleted (a victim waiting
+//!   at Permit is rejected instead), and lower-priority pods nominated to
+//!   the node lose their nomination ([`Eviction`], run by the scheduler).
 
 mod args;
 
@@ -37,12 +39,12 @@ pub use args::DefaultPreemptionArgs;
 use crate::cache::NodeInfo;
 use crate::extension_points;
 use crate::framework::{
-    Code, CycleState, EventType, FitError, Framework, Handle, NodeToStatus, NodeVictims,
+    Code, CycleState, EventType, Eviction, FitError, Framework, Handle, NodeToStatus, NodeVictims,
     NominatingInfo, Plugin, PodEvent, PostFilterPlugin, PostFilterResult, Status, Victims,
 };
 use crate::model::{LabelSelector, PodInfo, PodRef};
 use crate::plugins::names::DEFAULT_PREEMPTION;
-use crate::scheduler::FastRng;
+use crate::rng::FastRng;
 
 /// Nodes where preemption cannot help are reported with this reason.
 pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
@@ -459,55 +461,55 @@ impl DefaultPreemption {
             .collect())
     }
 
-    /// Evicts the victims, clears lower-priority nominations on the node.
-    async fn prepare(
-        &self,
-        profile: &Framework,
-        pod: &PodInfo,
-        c: &Candidate,
-    ) -> Result<(), Status> {
-        let message = format!(
-            "{}: preempting to accommodate a higher priority pod",
-            profile.profile_name()
-        );
+    /// The eviction of `c`'s victims, for the scheduler to run once the
+    /// preemptor's nomination is written: each victim waiting at Permit is
+    /// rejected, the others get the `DisruptionTarget` condition and are
+    /// deleted, each with a `Preempted` event; then the lower-priority
+    /// pods nominated to the node lose their nomination.
+    fn eviction(&self, profile: &Framework, pod: &PodInfo, c: &Candidate) -> Eviction {
+        let handle = self.handle.clone();
+        let controller = profile.profile_name().clone();
+        let message = format!("{controller}: preempting to accommodate a higher priority pod");
         let preemptor = Arc::new(pod.clone());
-        for v in &c.victims {
-            if self
-                .handle
-                .waiting_pods()
-                .reject(&v.uid, Some(DEFAULT_PREEMPTION), "preempted")
-            {
-                continue;
-            }
-            if let Err(e) = self.handle.cluster().delete_pod(v, &message).await {
-                return Err(Status::error(format!("deleting victim {}: {e}", v.key())));
-            }
-            self.handle.events().record(
-                PodEvent::new(
-                    v.clone(),
-                    profile.profile_name().clone(),
-                    EventType::Normal,
-                    "Preempted",
-                    "Preempting",
-                    &format!("Preempted by pod {} on node {}", pod.uid, c.node),
-                )
-                .with_related(preemptor.clone()),
-            );
-        }
-        let nominated = self.handle.nominated_pods();
-        for np in nominated.get(&c.node).into_iter().flatten() {
-            if np.priority < pod.priority
-                && np.uid != pod.uid
-                && let Err(e) = self
-                    .handle
+        let node = c.node.clone();
+        let victims = c.victims.clone();
+        Eviction::new(async move {
+            for v in &victims {
+                if handle
+                    .waiting_pods()
+                    .reject(&v.uid, Some(DEFAULT_PREEMPTION), "preempted")
+                {
+                    continue;
+                }
+                handle
                     .cluster()
-                    .set_nominated_node_name(np, None)
+                    .delete_pod(v, &message)
                     .await
-            {
-                tracing::warn!(pod = %np.key(), error = %e, "clearing nominated node failed");
+                    .map_err(|e| format!("deleting victim {}: {e}", v.key()))?;
+                // Upstream's event names the preemptor in its note only.
+                handle.events().record(
+                    PodEvent::new(
+                        v.clone(),
+                        controller.clone(),
+                        EventType::Normal,
+                        "Preempted",
+                        "Preempting",
+                        &format!("Preempted by pod {} on node {}", preemptor.uid, node),
+                    )
+                    .with_related(preemptor.clone()),
+                );
             }
-        }
-        Ok(())
+            let nominated = handle.nominated_pods();
+            for np in nominated.get(&node).into_iter().flatten() {
+                if np.priority < preemptor.priority
+                    && np.uid != preemptor.uid
+                    && let Err(e) = handle.cluster().set_nominated_node_name(np, None).await
+                {
+                    tracing::warn!(pod = %np.key(), error = %e, "clearing nominated node failed");
+                }
+            }
+            Ok(())
+        })
     }
 
     async fn preempt(
@@ -558,16 +560,15 @@ impl DefaultPreemption {
             return (None, Status::unschedulable(NO_CANDIDATE));
         };
         // A dry run only says what would happen.
-        if !state.dry_run {
-            if let Err(s) = self.prepare(profile, pod, best).await {
-                return (None, s);
-            }
+        let eviction = (!state.dry_run).then(|| {
             tracing::info!(pod = %pod.key(), node = %best.node, victims = best.victims.len(), "preempting");
-        }
+            self.eviction(profile, pod, best)
+        });
         (
             Some(PostFilterResult {
                 nominating_info: NominatingInfo::Override(Some(best.node.clone())),
                 victims: best.victims.clone(),
+                eviction,
             }),
             Status::success(),
         )

@@ -96,9 +96,15 @@ impl Env {
             found.nodes.is_empty(),
             "the pod must not fit anywhere for these tests"
         );
-        self.fw
+        let (mut result, status) = self
+            .fw
             .run_post_filter(&state, pod, &found.diagnosis.node_to_status)
-            .await
+            .await;
+        // The scheduler evicts once the nomination is written.
+        if let Some(eviction) = result.as_mut().and_then(|r| r.eviction.take()) {
+            eviction.run().await.unwrap();
+        }
+        (result, status)
     }
 
     fn pods(&self) -> Vec<String> {

@@ -871,6 +871,31 @@ impl ReservePlugin for DynamicResources {
 
 #[async_trait]
 impl PreBindPlugin for DynamicResources {
+    /// Work for PreBind: a claim not yet reserved for the pod (to allocate
+    /// or to reserve), or a claim to create for extended resources on a
+    /// node whose device plugins do not serve them all. `Skip` when the pod
+    /// has no claims, or every one is allocated and reserved for it.
+    fn pre_bind_pre_flight(&self, state: &CycleState, pod: &PodInfo, _node: &str) -> Status {
+        let Some(State(st)) = state.read(&STATE_KEY) else {
+            return Status::skip();
+        };
+        let special = st.extended.as_ref().map(|e| e.index);
+        let work = st.claims.iter().enumerate().any(|(i, claim)| {
+            if claim.reserved_for_pod(&pod.uid) {
+                return false;
+            }
+            match (Some(i) == special, &st.extended) {
+                (true, Some(e)) => e.chosen.lock().as_ref().is_some_and(|v| v.object.is_some()),
+                _ => true,
+            }
+        });
+        if work {
+            Status::success()
+        } else {
+            Status::skip()
+        }
+    }
+
     async fn pre_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
         let Some(State(st)) = state.read(&STATE_KEY) else {
             return Status::success();
@@ -879,13 +904,6 @@ impl PreBindPlugin for DynamicResources {
             return Status::success();
         }
         binding::pre_bind(self, st, pod, node).await
-    }
-
-    async fn pre_bind_pre_flight(&self, state: &CycleState, _pod: &PodInfo, _node: &str) -> Status {
-        match state.read(&STATE_KEY) {
-            Some(State(st)) if !st.claims.is_empty() => Status::success(),
-            _ => Status::skip(),
-        }
     }
 }
 

@@ -9,7 +9,7 @@ use super::*;
 use crate::cache::{KubeObject, ObjectKind, Snapshot};
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::framework::{Code, EventObject, Parallelizer, QueueingHint};
-use crate::testing::{make_node, make_pod};
+use crate::testing::{default_framework, make_node, make_pod};
 
 fn class(name: &str) -> Value {
     json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
@@ -50,20 +50,6 @@ impl Env {
             .unwrap();
         p
     }
-}
-
-fn default_framework(handle: &Handle) -> Arc<crate::framework::Framework> {
-    let registry = crate::plugins::in_tree_registry();
-    let cfg = crate::config::parse(
-        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n",
-        &|n| registry.contains(n),
-    )
-    .unwrap();
-    crate::scheduler::build_profiles(&cfg, &registry, handle)
-        .unwrap()
-        .into_values()
-        .next()
-        .unwrap()
 }
 
 struct Env {
@@ -360,6 +346,10 @@ async fn shared_claims_are_reserved_for_every_pod() {
     let a = env.pod("pa", &[("gpu", "shared")]);
     let (mut state, _) = env.pre_filter(&a).await;
     assert!(env.pl.reserve(&mut state, &a, "n1").await.is_success());
+    assert!(
+        env.pl.pre_bind_pre_flight(&state, &a, "n1").is_success(),
+        "PreBind has a claim to write"
+    );
     // While pa's allocation is in flight, pb must wait.
     let b = env.pod("pb", &[("gpu", "shared")]);
     let (_, s) = env.pre_filter(&b).await;
@@ -370,6 +360,17 @@ async fn shared_claims_are_reserved_for_every_pod() {
     );
     assert!(env.pl.pre_bind(&state, &a, "n1").await.is_success());
     env.sync();
+    // Allocated and reserved for pa: a new cycle of pa has nothing to
+    // write, and neither has a pod without claims.
+    let (state_again, _) = env.pre_filter(&a).await;
+    assert!(env.pl.pre_bind_pre_flight(&state_again, &a, "n1").is_skip());
+    let plain = make_pod("plain").build();
+    let (state_plain, _) = env.pre_filter(&plain).await;
+    assert!(
+        env.pl
+            .pre_bind_pre_flight(&state_plain, &plain, "n1")
+            .is_skip()
+    );
     // Allocated: pb may only go where the devices are.
     let (mut state_b, s) = env.pre_filter(&b).await;
     assert!(s.is_success(), "{s:?}");
@@ -565,12 +566,14 @@ async fn extended_resources_backed_by_dra_get_a_claim_of_their_own() {
     // A node whose device plugin serves it needs no claim.
     let (mut on_n2, _) = env.pre_filter(&p).await;
     assert!(env.pl.reserve(&mut on_n2, &p, "n2").await.is_success());
+    assert!(env.pl.pre_bind_pre_flight(&on_n2, &p, "n2").is_skip());
     assert!(env.pl.pre_bind(&on_n2, &p, "n2").await.is_success());
     assert!(env.cluster.objects(ObjectKind::ResourceClaim).is_empty());
 
     // On n1: a claim is made, allocated, reserved and named in the pod's
     // status.
     assert!(env.pl.reserve(&mut state, &p, "n1").await.is_success());
+    assert!(env.pl.pre_bind_pre_flight(&state, &p, "n1").is_success());
     assert!(env.pl.pre_bind(&state, &p, "n1").await.is_success());
     let claims = env.cluster.objects(ObjectKind::ResourceClaim);
     assert_eq!(claims.len(), 1);

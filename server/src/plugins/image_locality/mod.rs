@@ -36,57 +36,17 @@ impl ImageLocality {
 }
 
 /// Whether `image` names a tag or a digest: a `:` after the last `/`.
-fn has_tag(image: &str) -> bool {
-    match (image.rfind(':'), image.rfind('/')) {
-        (None, _) => false,
-        (Some(colon), Some(slash)) => colon > slash,
-        (Some(_), None) => true,
-    }
-}
-
-/// Whether the node's image name `name` is the pod's `image` once the latter
-/// is normalized (`:latest` added when it has no tag), without building the
-/// normalized name.
-fn is_normalized(name: &str, image: &str) -> bool {
-    const LATEST: &str = ":latest";
-    if has_tag(image) {
-        name == image
-    } else {
-        name.len() == image.len() + LATEST.len()
-            && name.starts_with(image)
-            && name.ends_with(LATEST)
-    }
-}
-
-/// The images the pod needs: init containers, app containers, image volumes
-/// (an image left empty counts, and matches nothing).
-fn pod_images(pod: &PodInfo) -> impl Iterator<Item = &str> {
-    let spec = pod.pod.spec.as_ref();
-    let containers = spec
-        .into_iter()
-        .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
-        .map(|c| c.image.as_deref().unwrap_or(""));
-    let volumes = spec
-        .into_iter()
-        .flat_map(|s| s.volumes.iter().flatten())
-        .filter_map(|v| v.image.as_ref())
-        .map(|i| i.reference.as_deref().unwrap_or(""));
-    containers.chain(volumes)
-}
-
-/// The name and size of the node's image that is the pod's `image`; when
-/// several list the name, the last one, as upstream's per-node image map
-/// keeps it.
+/// The size of the node's image named `image` (normalized), with the
+/// name as the node lists it.
 fn find_on_node<'a>(node: &'a NodeSpec, image: &str) -> Option<(&'a str, i64)> {
     node.images.iter().rev().find_map(|img| {
         img.names
             .iter()
-            .find(|n| is_normalized(n, image))
+            .find(|n| ***n == *image)
             .map(|n| (&**n, img.size_bytes))
     })
 }
 
-/// An image's size scaled by the fraction of nodes that have it.
 fn scaled_image_score(size: i64, num_nodes: usize, total_nodes: usize) -> i64 {
     if total_nodes == 0 {
         return 0;
@@ -123,7 +83,7 @@ impl ScorePlugin for ImageLocality {
         let total = snapshot.num_nodes();
         let mut sum = 0i64;
         let mut count = 0usize;
-        for image in pod_images(pod) {
+        for image in &pod.images {
             count += 1;
             if let Some((name, size)) = node.node().and_then(|n| find_on_node(n, image)) {
                 sum = sum.saturating_add(scaled_image_score(

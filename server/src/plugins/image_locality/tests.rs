@@ -242,7 +242,7 @@ fn normalization_rules() {
     ];
     for (node_name, image, want) in cases {
         assert_eq!(
-            is_normalized(node_name, image),
+            *crate::model::normalized_image_name(image) == *node_name,
             want,
             "{node_name} vs {image}"
         );

@@ -320,6 +320,13 @@ impl ReservePlugin for VolumeBinding {
 
 #[async_trait]
 impl PreBindPlugin for VolumeBinding {
+    fn pre_bind_pre_flight(&self, state: &CycleState, _: &PodInfo, _: &str) -> Status {
+        match state.read(&STATE_KEY) {
+            Some(st) if !st.all_bound => Status::success(),
+            _ => Status::skip(),
+        }
+    }
+
     async fn pre_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
         let st = match state.require(&STATE_KEY) {
             Ok(s) => s,
@@ -334,13 +341,6 @@ impl PreBindPlugin for VolumeBinding {
         match self.binder.bind_pod_volumes(pod, node, &volumes).await {
             Ok(()) => Status::success(),
             Err(e) => Status::error(e),
-        }
-    }
-
-    async fn pre_bind_pre_flight(&self, state: &CycleState, _: &PodInfo, _: &str) -> Status {
-        match state.read(&STATE_KEY) {
-            Some(st) if !st.all_bound => Status::success(),
-            _ => Status::skip(),
         }
     }
 }
