@@ -118,6 +118,9 @@ fn private_copy(built: &Path, bin: &str) -> Result<PathBuf, String> {
     let dest = dir.join(bin);
     std::fs::rename(&tmp, &dest)
         .map_err(|e| format!("renaming {} to {}: {e}", tmp.display(), dest.display()))?;
+    // When `dest` already is a link to the same file, rename does nothing
+    // and leaves `tmp` behind (POSIX): each would pin a whole old build.
+    let _ = std::fs::remove_file(&tmp);
     Ok(dest)
 }
 
