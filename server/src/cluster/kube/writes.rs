@@ -508,6 +508,16 @@ impl ClusterSource for KubeCluster {
     }
 }
 
+/// How a failed write names its object: `namespace/name`, or the name of a
+/// cluster-scoped one.
+fn subject(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        name.to_string()
+    } else {
+        format!("{namespace}/{name}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -573,15 +583,5 @@ mod tests {
             cluster_error(status(500, "boom")),
             ClusterError::Other(_)
         ));
-    }
-}
-
-/// How a failed write names its object: `namespace/name`, or the name of a
-/// cluster-scoped one.
-fn subject(namespace: &str, name: &str) -> String {
-    if namespace.is_empty() {
-        name.to_string()
-    } else {
-        format!("{namespace}/{name}")
     }
 }
