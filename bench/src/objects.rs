@@ -9,8 +9,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, Node, NodeAffinity, NodeCondition, NodeSelector,
     NodeSelectorRequirement, NodeSelectorTerm, NodeStatus, Pod, PodAffinity, PodAffinityTerm,
-    PodAntiAffinity, PodSpec, ResourceRequirements, TopologySpreadConstraint,
+    PodAntiAffinity, PodResourceClaim, PodSpec, ResourceClaim, ResourceRequirements,
+    TopologySpreadConstraint,
 };
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
@@ -61,6 +63,54 @@ pub fn node_name(i: usize) -> String {
     format!("node-{i:05}")
 }
 
+/// The DRA driver of scheduler_perf's DRA workloads.
+pub const DRA_DRIVER: &str = "test-driver.cdi.k8s.io";
+/// Its DeviceClass.
+pub const DEVICE_CLASS: &str = "test-class";
+/// The ResourceClaimTemplate the claim template pods name.
+pub const CLAIM_TEMPLATE: &str = "test-claim-template";
+
+/// The DeviceClass of the DRA workloads: every device of the test driver,
+/// selected by CEL as upstream's `deviceclass.yaml` does.
+pub fn device_class() -> DeviceClass {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{DRA_DRIVER}\"")}}]},
+    }))
+    .expect("a valid DeviceClass")
+}
+
+/// Node `i`'s ResourceSlice: one pool named after the node, `devices`
+/// devices (`device-00`, ...), as upstream's `resourceslice.yaml`.
+pub fn resource_slice(i: usize, devices: usize) -> ResourceSlice {
+    let node = node_name(i);
+    let devices: Vec<_> = (0..devices)
+        .map(|d| serde_json::json!({"name": format!("device-{d:02}")}))
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{node}-{DRA_DRIVER}")},
+        "spec": {
+            "nodeName": node,
+            "driver": DRA_DRIVER,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }))
+    .expect("a valid ResourceSlice")
+}
+
+/// The ResourceClaimTemplate in `namespace`: one request for one device of
+/// the class.
+pub fn claim_template(namespace: &str) -> ResourceClaimTemplate {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": CLAIM_TEMPLATE, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "req-0", "exactly": {"deviceClassName": DEVICE_CLASS}},
+        ]}}},
+    }))
+    .expect("a valid ResourceClaimTemplate")
+}
+
 /// The pod templates of upstream's scheduler_perf that the workloads use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodTemplate {
@@ -88,6 +138,9 @@ pub enum PodTemplate {
     PreferredTopologySpreading,
     /// `pod-with-node-affinity.yaml`: required zone in [zone1, zone2].
     NodeAffinity,
+    /// `pod-with-claim-template.yaml`: the default pod with one claim made
+    /// from [`CLAIM_TEMPLATE`], used by its container.
+    ClaimTemplate,
 }
 
 impl PodTemplate {
@@ -103,6 +156,7 @@ impl PodTemplate {
             Self::TopologySpreading => "spreading",
             Self::PreferredTopologySpreading => "preferred-spreading",
             Self::NodeAffinity => "node-affinity",
+            Self::ClaimTemplate => "claim",
         }
     }
 
@@ -218,10 +272,22 @@ impl PodTemplate {
                     resources: Some(ResourceRequirements {
                         requests: Some(requests),
                         limits,
-                        ..Default::default()
+                        claims: (self == Self::ClaimTemplate).then(|| {
+                            vec![ResourceClaim {
+                                name: "resource".into(),
+                                ..Default::default()
+                            }]
+                        }),
                     }),
                     ..Default::default()
                 }],
+                resource_claims: (self == Self::ClaimTemplate).then(|| {
+                    vec![PodResourceClaim {
+                        name: "resource".into(),
+                        resource_claim_template_name: Some(CLAIM_TEMPLATE.into()),
+                        ..Default::default()
+                    }]
+                }),
                 ..Default::default()
             }),
             status: None,
@@ -253,6 +319,7 @@ mod tests {
             PodTemplate::TopologySpreading,
             PodTemplate::PreferredTopologySpreading,
             PodTemplate::NodeAffinity,
+            PodTemplate::ClaimTemplate,
         ] {
             let mut pod = t.pod("ns", "p");
             pod.metadata.uid = Some("u".into());
@@ -265,6 +332,22 @@ mod tests {
             };
             assert_eq!(info.requests.milli_cpu, cpu, "{t:?}");
             assert_eq!(info.requests.memory, 500 << 20, "{t:?}");
+            assert_eq!(
+                info.resource_claims.len(),
+                usize::from(t == PodTemplate::ClaimTemplate)
+            );
         }
+    }
+
+    #[test]
+    fn dra_objects_parse() {
+        use berth_server::model::dra::{DeviceSlots, SelectorCache, parse_class, parse_slice};
+        let mut cache = SelectorCache::default();
+        let mut slots = DeviceSlots::default();
+        parse_class(&mut cache, Arc::new(device_class())).unwrap();
+        let s = parse_slice(&mut slots, &resource_slice(3, 10)).unwrap();
+        assert_eq!(s.devices.len(), 10);
+        let t = claim_template("ns");
+        assert_eq!(t.spec.spec.devices.unwrap().requests.unwrap().len(), 1);
     }
 }

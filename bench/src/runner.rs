@@ -323,6 +323,25 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
             .apply_node(objects::node(i, w.zones))
             .map_err(|e| anyhow!("creating node {i}: {e}"))?;
     }
+    if w.devices_per_node > 0 {
+        use berth_server::cache::KubeObject;
+        let mut objects = vec![KubeObject::DeviceClass(Arc::new(objects::device_class()))];
+        for ns in [w.existing.1, w.measured.1] {
+            objects.push(KubeObject::ResourceClaimTemplate(Arc::new(
+                objects::claim_template(ns),
+            )));
+        }
+        for i in 0..w.size.nodes {
+            objects.push(KubeObject::ResourceSlice(Arc::new(
+                objects::resource_slice(i, w.devices_per_node),
+            )));
+        }
+        for o in objects {
+            cluster
+                .apply_object(o)
+                .map_err(|e| anyhow!("creating a DRA object: {e}"))?;
+        }
+    }
     let existing = w.existing_pods();
     for i in 0..existing.count {
         let name = format!("{}-init-{i}", existing.template.stem());
@@ -525,6 +544,10 @@ fn verify(
         );
     }
 
+    if w.devices_per_node > 0 {
+        verify_claims(cluster, &infos)?;
+    }
+
     // The placement rules of the templates.
     let zone_of = |node: &str| {
         nodes
@@ -579,6 +602,76 @@ fn verify(
             }
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// DRA workloads: every bound pod's claims are allocated, on its node,
+/// reserved for it, and no device is allocated twice.
+fn verify_claims(cluster: &EmbeddedCluster, bound: &[(String, PodInfo)]) -> Result<()> {
+    use berth_server::cache::{KubeObject, ObjectKind};
+    let mut claims = HashMap::new();
+    for o in cluster.objects(ObjectKind::ResourceClaim) {
+        if let KubeObject::ResourceClaim(c) = o {
+            let k = (
+                c.metadata.namespace.clone().unwrap_or_default(),
+                c.metadata.name.clone().unwrap_or_default(),
+            );
+            claims.insert(k, c);
+        }
+    }
+    let mut devices = std::collections::HashSet::new();
+    for (node, pod) in bound {
+        let status = pod.pod.status.as_ref();
+        let named = status
+            .and_then(|s| s.resource_claim_statuses.as_ref())
+            .map_or(0, Vec::len);
+        ensure!(
+            named == pod.resource_claims.len(),
+            "{} names {named} of its {} claims",
+            pod.key(),
+            pod.resource_claims.len()
+        );
+        for s in status
+            .and_then(|s| s.resource_claim_statuses.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            let name = s.resource_claim_name.clone().unwrap_or_default();
+            let claim = claims
+                .get(&(pod.namespace.to_string(), name.clone()))
+                .with_context(|| format!("claim {name} of {} is gone", pod.key()))?;
+            let st = claim.status.as_ref().context("claim without status")?;
+            let alloc = st
+                .allocation
+                .as_ref()
+                .with_context(|| format!("claim {name} of {} is not allocated", pod.key()))?;
+            ensure!(
+                st.reserved_for.iter().flatten().any(|r| r.uid == *pod.uid),
+                "claim {name} is not reserved for {}",
+                pod.key()
+            );
+            for r in alloc
+                .devices
+                .as_ref()
+                .and_then(|d| d.results.as_ref())
+                .into_iter()
+                .flatten()
+            {
+                ensure!(
+                    r.pool == *node,
+                    "{}'s device {} is on another node",
+                    pod.key(),
+                    r.device
+                );
+                ensure!(
+                    devices.insert((r.driver.clone(), r.pool.clone(), r.device.clone())),
+                    "device {}/{} is allocated twice",
+                    r.pool,
+                    r.device
+                );
+            }
+        }
     }
     Ok(())
 }

@@ -88,6 +88,10 @@ pub struct Workload {
     pub unschedulable: PodTemplate,
     /// The scheduler's profile.
     pub profile: Profile,
+    /// Devices each node publishes in a ResourceSlice (0: no DRA objects;
+    /// otherwise also a DeviceClass and, in the pods' namespaces, the
+    /// ResourceClaimTemplate).
+    pub devices_per_node: usize,
 }
 
 impl Workload {
@@ -136,6 +140,7 @@ fn workload(
         measured,
         unschedulable: PodTemplate::HighPriorityLargeCpu,
         profile,
+        devices_per_node: 0,
     }
 }
 
@@ -249,6 +254,22 @@ pub fn all(quick: bool) -> Vec<Workload> {
         (T::HighPriority, d),
         Profile::Default,
     );
+    // scheduler_perf's dra/SchedulingWithResourceClaimTemplateStructured
+    // at 500 nodes: each node publishes 10 devices, every pod claims one
+    // through a template (the embedded resourceclaim controller makes the
+    // claims), and the measured pods take the last free devices.
+    let s = pick(size(500, 2500, 2500), size(20, 40, 40));
+    let mut dra = workload(
+        "SchedulingWithResourceClaimTemplateStructured",
+        &label(s),
+        s,
+        ZONES,
+        (T::ClaimTemplate, d),
+        (T::ClaimTemplate, d),
+        Profile::Default,
+    );
+    dra.devices_per_node = if quick { 4 } else { 10 };
+    out.push(dra);
     for variant in [
         ExtenderVariant::Native,
         ExtenderVariant::Grpc,
@@ -300,6 +321,7 @@ pub fn all(quick: bool) -> Vec<Workload> {
         measured: (T::Default, d),
         unschedulable: T::HighPriorityLargeCpu,
         profile: Profile::Api(api),
+        devices_per_node: 0,
     });
     out
 }

@@ -2,7 +2,8 @@
 """Writes cluster.yaml: berthd's built-in sample cluster.
 
 Deterministic (fixed seed). Nodes of mixed sizes across three zones, a
-cordoned node, a tainted control-plane node, tainted GPU nodes; pods
+cordoned node, a tainted control-plane node, tainted GPU nodes (two of them
+publishing their GPUs in DRA ResourceSlices); pods
 already running on nodes, a few hundred pending pods of several
 workloads (spread over zones, with node and pod affinities), gated pods,
 a pod for another scheduler, and pods that cannot fit anywhere on
@@ -97,7 +98,27 @@ nodes.append(node("medium-cordoned", 8, 32, ZONES[0], unschedulable=True,
 nodes.append(node("control-plane", 4, 16, ZONES[1],
                   extra_labels={"node-role.kubernetes.io/control-plane": ""},
                   taints=[{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]))
+# GPUs through Dynamic Resource Allocation: a driver publishes each node's
+# devices in a ResourceSlice (4 × A100 80Gi on dra-gpu-00, two per NUMA
+# node; 4 × T4 16Gi on dra-gpu-01); pods ask for them with claims.
+DRA_TAINT = {"key": "gpu.example.com/dra", "value": "present", "effect": "NoSchedule"}
+DRA_TOLERATION = [{"key": "gpu.example.com/dra", "operator": "Exists", "effect": "NoSchedule"}]
+for i, (model, mem) in enumerate([("a100", "80Gi"), ("t4", "16Gi")]):
+    nodes.append(node(f"dra-gpu-{i:02d}", 16, 64, ZONES[i % 3],
+                      extra_labels={"node.kubernetes.io/instance-type": "g5.4xlarge"},
+                      taints=[DRA_TAINT]))
 docs += nodes
+docs.append({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+             "metadata": {"name": "gpu.example.com"},
+             "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]}})
+for i, (model, mem) in enumerate([("a100", "80Gi"), ("t4", "16Gi")]):
+    docs.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                 "metadata": {"name": f"dra-gpu-{i:02d}-gpu.example.com"},
+                 "spec": {"driver": "gpu.example.com", "nodeName": f"dra-gpu-{i:02d}",
+                          "pool": {"name": f"dra-gpu-{i:02d}", "generation": 1, "resourceSliceCount": 1},
+                          "devices": [{"name": f"gpu-{d}",
+                                       "attributes": {"model": {"string": model}, "numa": {"int": d // 2}},
+                                       "capacity": {"memory": {"value": mem}}} for d in range(4)]}})
 
 workers = [n["metadata"]["name"] for n in nodes if n["metadata"]["name"].startswith(("small", "medium-0", "medium-1", "large"))]
 
@@ -154,6 +175,35 @@ workload("analytics", "data", 8, "4", "16Gi", spec_extra={"affinity": {"podAffin
 workload("trainer", "ml", 4, "4", "16Gi", priority=200000, extra={"nvidia.com/gpu": "2"},
          tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
 
+# DRA: claims made from templates by the resourceclaim controller. finetune
+# needs two A100s on one NUMA node; infer takes any GPU; greedy wants more
+# GPUs than a node has.
+def claim_template(name, requests, constraints=None):
+    devices = {"requests": requests}
+    if constraints:
+        devices["constraints"] = constraints
+    docs.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                 "metadata": {"name": name, "namespace": "ml"},
+                 "spec": {"spec": {"devices": devices}}})
+
+def with_claim(template):
+    return {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}]}
+
+claim_template("one-gpu", [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}])
+claim_template("a100-pair", [{"name": "gpus", "exactly": {
+    "deviceClassName": "gpu.example.com", "count": 2,
+    "selectors": [{"cel": {"expression": 'device.attributes["gpu.example.com"].model == "a100"'}}]}}],
+    [{"matchAttribute": "gpu.example.com/numa"}])
+claim_template("eight-gpus", [{"name": "gpus", "exactly": {"deviceClassName": "gpu.example.com", "count": 8}}])
+docs.append(pod("finetune", ns="ml", cpu="4", mem="16Gi", priority=200000,
+                tolerations=DRA_TOLERATION, spec_extra=with_claim("a100-pair")))
+for i in range(4):
+    docs.append(pod(f"infer-{i:03d}", ns="ml", cpu="2", mem="8Gi", priority=1000,
+                    labels={"app": "infer"}, tolerations=DRA_TOLERATION, spec_extra=with_claim("one-gpu")))
+docs.append(pod("gpu-greedy", ns="ml", cpu="1", mem="1Gi", tolerations=DRA_TOLERATION,
+                spec_extra=with_claim("eight-gpus"),
+                annotations={"berth.dev/expect-pending": "cannot allocate all claims"}))
+
 # Held back by scheduling gates until someone removes them.
 for i in range(3):
     docs.append(pod(f"gated-{i}", ns="batch", cpu="100m", mem="128Mi", gates=["example.com/quota-check"],
@@ -173,7 +223,7 @@ docs.append(pod("gpu-hog", ns="ml", cpu="4", mem="8Gi", extra={"nvidia.com/gpu":
                 annotations={"berth.dev/expect-pending": "Insufficient nvidia.com/gpu"}))
 docs.append(pod("gpu-no-toleration", ns="ml", cpu="1", mem="1Gi",
                 spec_extra={"nodeSelector": {"accelerator": "nvidia-v100"}},
-                annotations={"berth.dev/expect-pending": "3 node(s) had untolerated taint(s), 36 node(s) didn't match Pod's node affinity/selector"}))
+                annotations={"berth.dev/expect-pending": "36 node(s) didn't match Pod's node affinity/selector, 5 node(s) had untolerated taint(s)"}))
 docs.append(pod("arm-only", ns="batch", cpu="100m", mem="64Mi",
                 spec_extra=required_node("kubernetes.io/arch", ["arm64"]),
                 annotations={"berth.dev/expect-pending": "node(s) didn't match Pod's node affinity/selector"}))

@@ -236,3 +236,19 @@ impl NodeBuilder {
         NodeSpec::new(Arc::new(self.object())).expect("builder makes valid nodes")
     }
 }
+
+/// The default profile's framework, built as berthd builds it.
+#[cfg(test)]
+pub fn default_framework(handle: &crate::framework::Handle) -> Arc<crate::framework::Framework> {
+    let registry = crate::plugins::in_tree_registry();
+    let cfg = crate::config::parse(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n",
+        &|n| registry.contains(n),
+    )
+    .expect("the default configuration parses");
+    crate::scheduler::build_profiles(&cfg, &registry, handle)
+        .expect("the default profile builds")
+        .into_values()
+        .next()
+        .expect("one profile")
+}

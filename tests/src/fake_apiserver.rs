@@ -21,7 +21,12 @@
 //!   merged by type, or merge patch), delete with a UID precondition (a
 //!   bound pod is only marked terminating, as there is no kubelet), and
 //!   `pods/binding` (201, 409 already assigned or stale UID, 404);
-//! * Leases like any other object (create, get, replace with conflicts).
+//! * Leases like any other object (create, get, replace with conflicts);
+//! * `metadata.generateName` on create (a deterministic suffix);
+//! * `resource.k8s.io/v1` objects: a ResourceClaim's `PUT` keeps its
+//!   status and a `PUT` of its `status` keeps the rest, and strategic merge
+//!   patches of `reservedFor` merge by UID (`$patch: delete` removes one),
+//!   a UID in the patch's metadata being a precondition.
 //!
 //! Tests can drop every watch connection and hold new ones back
 //! ([`FakeApiServer::hold_watches`]), change objects meanwhile, compact the
@@ -267,6 +272,10 @@ fn kind_of(plural: &str) -> String {
         "replicationcontrollers" => "ReplicationController",
         "leases" => "Lease",
         "events" => "Event",
+        "deviceclasses" => "DeviceClass",
+        "resourceclaims" => "ResourceClaim",
+        "resourceclaimtemplates" => "ResourceClaimTemplate",
+        "resourceslices" => "ResourceSlice",
         other => return other.trim_end_matches('s').to_string(),
     }
     .to_string()
@@ -375,6 +384,29 @@ fn merge_patch(target: &mut Value, patch: &Value, strategic: bool) {
             }
             continue;
         }
+        // reservedFor merges by uid; `$patch: delete` removes an entry (as
+        // kube-scheduler's Unreserve sends it).
+        if strategic && k == "reservedFor" && v.is_array() {
+            let mut list = target[k.as_str()].as_array().cloned().unwrap_or_default();
+            for e in v.as_array().into_iter().flatten() {
+                if e["$patch"] == "delete" {
+                    list.retain(|x| x["uid"] != e["uid"]);
+                } else {
+                    match list.iter_mut().find(|x| x["uid"] == e["uid"]) {
+                        Some(x) => merge_patch(x, e, true),
+                        None => list.push(e.clone()),
+                    }
+                }
+            }
+            if list.is_empty() {
+                if let Some(o) = target.as_object_mut() {
+                    o.remove(k);
+                }
+            } else {
+                target[k.as_str()] = Value::Array(list);
+            }
+            continue;
+        }
         if strategic && k == "conditions" && v.is_array() {
             let list = target[k.as_str()].as_array().cloned().unwrap_or_default();
             let mut list = list;
@@ -458,7 +490,23 @@ impl State {
     }
 
     fn create(&mut self, t: &Target, mut obj: Value) -> (u16, Value) {
-        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let mut name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        if name.is_empty()
+            && let Some(prefix) = obj["metadata"]["generateName"].as_str()
+        {
+            // A deterministic stand-in for the API's random suffix.
+            const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+            let mut n = self.uid + 1;
+            let suffix: String = (0..5)
+                .map(|_| {
+                    let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
+                    n /= ALPHABET.len() as u64;
+                    c
+                })
+                .collect();
+            name = format!("{prefix}{suffix}");
+            obj["metadata"]["name"] = json!(name);
+        }
         if name.is_empty() {
             return (
                 422,
@@ -508,6 +556,19 @@ impl State {
         let Some(old) = self.objects.get(&key).cloned() else {
             return not_found(t, name);
         };
+        // Kinds with a status subresource: a PUT of the object keeps the
+        // stored status, a PUT of `status` keeps everything else.
+        if t.plural == "resourceclaims" {
+            let rv = obj["metadata"]["resourceVersion"].clone();
+            if t.subresource.as_deref() == Some("status") {
+                let status = obj["status"].clone();
+                obj = old.clone();
+                obj["status"] = status;
+                obj["metadata"]["resourceVersion"] = rv;
+            } else {
+                obj["status"] = old["status"].clone();
+            }
+        }
         let want = obj["metadata"]["resourceVersion"].as_str().unwrap_or("");
         if !want.is_empty() && want != old["metadata"]["resourceVersion"].as_str().unwrap_or("") {
             return (
@@ -905,6 +966,27 @@ fn answer(
         ("PATCH", Some(name), None | Some("status")) => {
             let strategic = content_type.is_some_and(|c| c.contains("strategic-merge-patch"));
             let body = body.clone();
+            // A UID in the patch is a precondition.
+            if let Some(want) = body["metadata"]["uid"].as_str() {
+                let actual = s
+                    .objects
+                    .get(&State::key(&t, &name))
+                    .and_then(|o| o["metadata"]["uid"].as_str().map(str::to_string));
+                if let Some(actual) = actual.filter(|a| a != want) {
+                    return (
+                        409,
+                        status_body(
+                            409,
+                            "Conflict",
+                            &format!(
+                                "Operation cannot be fulfilled on {} {name:?}: Precondition failed: UID in precondition: {want}, UID in object meta: {actual}",
+                                t.qualified()
+                            ),
+                            details(&t, &name, None),
+                        ),
+                    );
+                }
+            }
             s.modify(&t, &name, |o| merge_patch(o, &body, strategic))
         }
         ("DELETE", Some(name), None) => s.delete(&t, &name, body),

@@ -390,6 +390,9 @@ async fn grpcurl_dry_run_explains_every_node() -> Result<()> {
             // LeastAllocated: cpu (8-2)/8 = 75, memory (16-1)/16 = 93.75;
             // their mean, truncated.
             ("NodeResourcesFit", 84, 84, 1, 84),
+            // No claims: DynamicResources scores every node 0 (it has no
+            // PreScore to skip itself), weight 2 in the default profile.
+            ("DynamicResources", 0, 0, 2, 0),
             // Balance with the pod: cpu 0.25, memory 0.0625, std 0.09375 ->
             // 90; without: 100; 50 + (50 + 90 - 100) / 2 = 70.
             ("NodeResourcesBalancedAllocation", 70, 70, 1, 70),
@@ -423,7 +426,7 @@ async fn grpcurl_dry_run_explains_every_node() -> Result<()> {
     assert_eq!(none["feasibleNodes"], Value::Null);
     assert_eq!(
         none["message"],
-        "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu. no new claims to deallocate, preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
     );
 
     // Nothing was scheduled by any of it.

@@ -399,6 +399,184 @@ async fn dry_run_explains_the_choice_as_a_matrix() -> Result<()> {
     Ok(())
 }
 
+/// Three nodes: n1 publishes two A100s, n2 one T4, n3 nothing; a class for
+/// them, templates asking for an A100 pair and for three GPUs, and a pod
+/// already holding n2's T4 through a claim.
+const DRA_CLUSTER: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+status:
+  allocatable: {cpu: "8", memory: 16Gi, pods: "10"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2}
+status:
+  allocatable: {cpu: "8", memory: 16Gi, pods: "10"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n3}
+status:
+  allocatable: {cpu: "8", memory: 16Gi, pods: "10"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu}
+spec:
+  selectors: [{cel: {expression: 'device.driver == "gpu.example.com"'}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-gpus}
+spec:
+  nodeName: n1
+  driver: gpu.example.com
+  pool: {name: n1, generation: 1, resourceSliceCount: 1}
+  devices:
+  - {name: gpu-0, attributes: {model: {string: a100}}}
+  - {name: gpu-1, attributes: {model: {string: a100}}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n2-gpus}
+spec:
+  nodeName: n2
+  driver: gpu.example.com
+  pool: {name: n2, generation: 1, resourceSliceCount: 1}
+  devices:
+  - {name: gpu-0, attributes: {model: {string: t4}}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: a100-pair, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpus
+        exactly:
+          deviceClassName: gpu
+          count: 2
+          selectors: [{cel: {expression: 'device.attributes["gpu.example.com"].model == "a100"'}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: three, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - {name: gpus, exactly: {deviceClassName: gpu, count: 3}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: t4, namespace: default}
+spec:
+  devices:
+    requests:
+    - {name: gpu, exactly: {deviceClassName: gpu}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: holder, namespace: default}
+spec:
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [n2]}]}]
+  containers: [{name: c}]
+  resourceClaims: [{name: gpu, resourceClaimName: t4}]
+"#;
+
+#[tokio::test]
+async fn dry_run_names_claim_requests_that_fail_and_devices_it_would_get() -> Result<()> {
+    let dir = TempDir::new("dry-run-dra")?;
+    let cluster = dir.write("cluster.yaml", DRA_CLUSTER)?;
+    let mut berthd = Berthd::start(&["--cluster", &cluster]).await?;
+    berthd.wait_idle().await?;
+    let addr = berthd.addr.as_str();
+    let pod = |name: &str, template: &str| {
+        format!(
+            "kind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers: [{{name: c}}]\n  \
+             resourceClaims: [{{name: gpus, resourceClaimTemplateName: {template}}}]\n"
+        )
+    };
+
+    // The claim the controller would make from the template is imagined:
+    // n1's two A100s.
+    let pair = dir.write("pair.yaml", &pod("pair", "a100-pair"))?;
+    let text = ctl_ok(addr, &["dry-run", "-f", &pair]).await?;
+    assert!(
+        text.starts_with(
+            "Pod default/pair, profile default-scheduler: Successfully assigned default/pair to n1\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "\nDevices the pod's claims would get on n1:\n  \
+             claim default/pair-gpus-?????, request gpus: gpu.example.com/n1/gpu-0\n  \
+             claim default/pair-gpus-?????, request gpus: gpu.example.com/n1/gpu-1\n"
+        ),
+        "{text}"
+    );
+
+    // Three GPUs: no node has them; each says which request fails and why.
+    let three = dir.write("three.yaml", &pod("three", "three"))?;
+    let text = ctl_ok(addr, &["dry-run", "-f", &three]).await?;
+    assert!(
+        text.starts_with(
+            "Pod default/three, profile default-scheduler: 0/3 nodes are available: \
+             3 cannot allocate all claims. still not schedulable, preemption: "
+        ),
+        "{text}"
+    );
+    let why = text
+        .split("\nWhy nodes cannot give the pod what it asks for:\n")
+        .nth(1)
+        .context("no explanation")?;
+    for expected in [
+        "  n1:\n    DynamicResources: claim default/three-gpus-?????, request gpus: needs 3 device(s); \
+         2 in the node's resource pools, 2 of class gpu, 2 not allocated\n",
+        "  n2:\n    DynamicResources: claim default/three-gpus-?????, request gpus: needs 3 device(s); \
+         1 in the node's resource pools, 1 of class gpu, 0 not allocated\n",
+        "  n3:\n    DynamicResources: no ResourceSlice publishes devices for this node\n",
+    ] {
+        assert!(why.contains(expected), "{expected:?} in\n{text}");
+    }
+    // The same in JSON.
+    let v: Value =
+        serde_json::from_str(&ctl_ok(addr, &["dry-run", "-f", &three, "-o", "json"]).await?)?;
+    let n2 = v["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["node"] == "n2"))
+        .context("n2")?;
+    assert_eq!(
+        n2["unsatisfied"],
+        serde_json::json!([{"plugin": "DynamicResources", "claim": "default/three-gpus-?????",
+            "request": "gpus", "reason": "needs 3 device(s); 1 in the node's resource pools, 1 of class gpu, 0 not allocated"}])
+    );
+
+    // Nothing was made or allocated by the dry runs; the holder's claim is.
+    let claims = ctl_ok(addr, &["get", "resourceclaims"]).await?;
+    assert_eq!(claims.lines().count(), 2, "{claims}");
+    assert_eq!(
+        cells(row(&claims, "t4")),
+        ["default", "t4", "allocated,reserved", "n2", "n2/gpu-0"]
+    );
+    let slices = ctl_ok(addr, &["get", "resourceslices"]).await?;
+    assert_eq!(
+        cells(row(&slices, "n1-gpus")),
+        ["n1-gpus", "n1", "gpu.example.com", "n1", "2"]
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn json_and_yaml_are_canonical_proto3_and_kubernetes_objects() -> Result<()> {
     let dir = TempDir::new("json")?;

@@ -132,7 +132,7 @@ berthExtenders:
     assert_eq!(
         failed,
         "0/3 nodes are available: 3 node(s) didn't have a GPU with enough free memory. \
-         preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+         no new claims to deallocate, preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
     );
     assert_eq!(
         s.condition("ml", "big").await?,

@@ -121,6 +121,48 @@ async fn schedules_the_sample_cluster() -> Result<()> {
         }
     }
 
+    // Every bound pod with claims has them made (templates), allocated on
+    // its node and reserved for it; finetune's two A100s share a NUMA node.
+    let claims = client.list("ResourceClaim", "").await?;
+    let mut with_claims = 0;
+    for p in pods.iter().filter(|p| p["spec"]["nodeName"].is_string()) {
+        let Some(statuses) = p["status"]["resourceClaimStatuses"].as_array() else {
+            continue;
+        };
+        with_claims += 1;
+        let k = key(p);
+        for st in statuses {
+            let name = st["resourceClaimName"].as_str().unwrap();
+            let c = claims
+                .iter()
+                .find(|c| c["metadata"]["name"] == name)
+                .unwrap_or_else(|| panic!("{k}: claim {name} missing"));
+            let alloc = &c["status"]["allocation"];
+            assert_eq!(
+                alloc["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0],
+                p["spec"]["nodeName"],
+                "{k}: {name}"
+            );
+            assert_eq!(
+                c["status"]["reservedFor"][0]["uid"], p["metadata"]["uid"],
+                "{k}"
+            );
+            if k == "ml/finetune" {
+                let devices: Vec<&str> = alloc["devices"]["results"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r["device"].as_str().unwrap())
+                    .collect();
+                assert!(
+                    devices == ["gpu-0", "gpu-1"] || devices == ["gpu-2", "gpu-3"],
+                    "{devices:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(with_claims, 5, "finetune and four infer pods");
+
     // Each pending pod waits with its expected reason, in the queue and in
     // its PodScheduled condition.
     let queue = client.get_queue("").await?;
@@ -151,7 +193,7 @@ async fn schedules_the_sample_cluster() -> Result<()> {
             assert_eq!(cond["reason"], "Unschedulable", "{k}");
             let msg = cond["message"].as_str().unwrap();
             assert!(
-                msg.starts_with("0/40 nodes are available: ") && msg.contains(phrase.as_str()),
+                msg.starts_with("0/42 nodes are available: ") && msg.contains(phrase.as_str()),
                 "{k}: {msg}"
             );
         }
@@ -235,8 +277,8 @@ async fn schedules_the_sample_cluster() -> Result<()> {
         .count();
     assert_eq!(
         scheduled_lines,
-        bound - 80,
-        "80 pods were running before berthd started"
+        bound - 82,
+        "82 pods were running before berthd started"
     );
 
     let status = berthd.stop().await?;

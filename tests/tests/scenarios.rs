@@ -8,18 +8,29 @@
 //! * `berth.dev/expect-node-in: "n1,n2"` — bound to one of them;
 //! * `berth.dev/expect-pending: "<phrase>"` — still pending, its
 //!   PodScheduled condition's message containing the phrase;
-//! * `berth.dev/expect-gone: "true"` — deleted (e.g. a preemption victim).
+//! * `berth.dev/expect-gone: "true"` — deleted (e.g. a preemption victim);
+//! * `berth.dev/expect-gated: "<phrase>"` — held by a PreEnqueue plugin
+//!   (the queue's `Gated`), its last failure containing the phrase.
+//!
+//! Any object may carry `berth.dev/stage: "N"` (N ≥ 1): it is left out of
+//! the cluster berthd starts with and applied through the Cluster API at
+//! the N-th idle point (a claim created after the pod that needs it).
+//!
+//! A remote extender in the configuration's `berthExtenders` whose
+//! `endpoint` reads `extender:NAME ARGS...` is one of the example
+//! extenders, started with those arguments for the scenario (e.g. a PreBind
+//! that fails on purpose).
 //!
 //! The runner waits for berthd's idle summary and checks; if a scenario is
-//! still moving (pods ready, backing off or in flight), it waits for the
-//! next idle point, else it reports what is unmet.
+//! still moving (pods ready, backing off or in flight) or has stages left,
+//! it waits for the next idle point, else it reports what is unmet.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use berth_client::pb::QueueName;
-use berth_e2e::{Berthd, workspace_root};
+use berth_e2e::{Berthd, Extender, workspace_root};
 use serde_json::Value;
 
 fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
@@ -34,8 +45,15 @@ fn key(p: &Value) -> String {
     )
 }
 
+/// The stage an object belongs to (0: the initial cluster).
+fn stage(obj: &Value) -> u32 {
+    annotation(obj, "berth.dev/stage")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Checks every expectation; returns the unmet ones.
-fn unmet(expected: &[Value], pods: &[Value]) -> Vec<String> {
+fn unmet(expected: &[Value], pods: &[Value], queue: &[berth_client::pb::QueuedPod]) -> Vec<String> {
     let live: BTreeMap<String, &Value> = pods.iter().map(|p| (key(p), p)).collect();
     let mut problems = Vec::new();
     for want in expected.iter().filter(|o| o["kind"] == "Pod") {
@@ -70,6 +88,18 @@ fn unmet(expected: &[Value], pods: &[Value]) -> Vec<String> {
         if annotation(want, "berth.dev/expect-gone").is_some() && got.is_some() {
             problems.push(format!("{k}: expected deleted, still there"));
         }
+        if let Some(phrase) = annotation(want, "berth.dev/expect-gated") {
+            let entry = queue
+                .iter()
+                .find(|q| format!("{}/{}", q.namespace, q.name) == k);
+            match entry {
+                Some(q) if q.queue() == QueueName::Gated && q.last_failure.contains(phrase) => {}
+                other => problems.push(format!(
+                    "{k}: expected gated with {phrase:?}, queued as {:?}",
+                    other.map(|q| (q.queue(), q.last_failure.clone()))
+                )),
+            }
+        }
     }
     problems
 }
@@ -86,6 +116,8 @@ async fn run(file: &str) -> Result<()> {
     let (configs, objects): (Vec<Value>, Vec<Value>) = docs
         .into_iter()
         .partition(|d| d["kind"] == "KubeSchedulerConfiguration");
+    let initial: Vec<&Value> = objects.iter().filter(|o| stage(o) == 0).collect();
+    let last_stage = objects.iter().map(stage).max().unwrap_or(0);
     let dir = std::env::temp_dir().join(format!(
         "berth-scenario-{}-{}",
         std::process::id(),
@@ -96,7 +128,7 @@ async fn run(file: &str) -> Result<()> {
     std::fs::write(
         &cluster,
         serde_json::to_string(
-            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}),
+            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": initial}),
         )?,
     )?;
     let mut args: Vec<String> = vec![
@@ -105,9 +137,30 @@ async fn run(file: &str) -> Result<()> {
         "--cluster".into(),
         cluster.display().to_string(),
     ];
+    let mut extenders = Vec::new();
     if let Some(cfg) = configs.first() {
+        let mut cfg = cfg.clone();
+        for e in cfg
+            .get_mut("berthExtenders")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            let Some(spec) = e["endpoint"]
+                .as_str()
+                .and_then(|s| s.strip_prefix("extender:"))
+            else {
+                continue;
+            };
+            let mut words = spec.split_whitespace();
+            let name = words.next().context("extender: needs a name")?.to_string();
+            let args: Vec<&str> = words.collect();
+            let ext = Extender::start(&name, &args).await?;
+            e["endpoint"] = Value::String(ext.endpoint());
+            extenders.push(ext);
+        }
         let p = dir.join("config.yaml");
-        std::fs::write(&p, serde_yaml::to_string(cfg)?)?;
+        std::fs::write(&p, serde_yaml::to_string(&cfg)?)?;
         args.extend(["--config".into(), p.display().to_string()]);
     }
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -117,10 +170,24 @@ async fn run(file: &str) -> Result<()> {
     // settles with expectations unmet fails with them (when no further idle
     // point comes, berthd's log guard ends the wait).
     let mut last = vec!["berthd never went idle".to_string()];
+    let mut applied = 0;
     for _ in 0..20 {
         if let Err(e) = berthd.wait_idle().await {
             last.push(format!("({e})"));
             break;
+        }
+        if applied < last_stage {
+            applied += 1;
+            let docs: Vec<Value> = objects
+                .iter()
+                .filter(|o| stage(o) == applied)
+                .cloned()
+                .collect();
+            client
+                .apply(&docs, "")
+                .await
+                .with_context(|| format!("applying stage {applied}"))?;
+            continue;
         }
         // The queue first, the pods after: the scheduler may move between
         // the two reads, and a queue that was settled before the listing
@@ -140,7 +207,7 @@ async fn run(file: &str) -> Result<()> {
             ) || !p.nominated_node_name.is_empty()
         });
         let pods = client.list("Pod", "").await?;
-        last = unmet(&objects, &pods);
+        last = unmet(&objects, &pods, &queue);
         if last.is_empty() {
             break;
         }
@@ -163,6 +230,7 @@ async fn run(file: &str) -> Result<()> {
     } else {
         berthd.stop().await?;
     }
+    drop(extenders);
     std::fs::remove_dir_all(&dir).ok();
     if !last.is_empty() {
         bail!("{}: {}", Path::new(file).display(), last.join("; "));
@@ -194,4 +262,7 @@ scenarios! {
     inter_pod_affinity => "inter_pod_affinity.yaml",
     pod_topology_spread => "pod_topology_spread.yaml",
     volumes => "volumes.yaml",
+    dynamic_resources => "dynamic_resources.yaml",
+    dynamic_resources_unreserve => "dynamic_resources_unreserve.yaml",
+    dynamic_resources_extended => "dynamic_resources_extended.yaml",
 }

@@ -14,7 +14,7 @@ pub use super::convert::MAX_SIMULATED_PODS;
 use super::convert::{object, pod_from_json, simulation_plan};
 use super::paging::{Page, page};
 use super::{ApiError, Closing};
-use crate::framework::{Code, FilterVerdict, Status as PluginStatus};
+use crate::framework::{Code, FilterVerdict, NodeDetail, Status as PluginStatus};
 use crate::queue::QueueName;
 use crate::scheduler::{
     DryRunReport, EventKind, PluginOutcome, PodIdentity, Scheduler, SchedulingEvent,
@@ -140,6 +140,8 @@ pub fn dry_run_response(r: &DryRunReport) -> pb::DryRunResponse {
                 total_score: n.total,
                 selected: n.selected,
                 top_score: n.top,
+                unsatisfied: n.details.iter().filter_map(unsatisfied).collect(),
+                devices: n.details.iter().filter_map(allocated_device).collect(),
             })
             .collect(),
         evaluated_nodes: r.evaluated as u32,
@@ -153,6 +155,41 @@ pub fn dry_run_response(r: &DryRunReport) -> pb::DryRunResponse {
                 .collect(),
             message: p.message.clone(),
         }),
+    }
+}
+
+fn unsatisfied((plugin, d): &(&'static str, NodeDetail)) -> Option<pb::Unsatisfied> {
+    match d {
+        NodeDetail::Unsatisfied {
+            claim,
+            request,
+            reason,
+        } => Some(pb::Unsatisfied {
+            plugin: plugin.to_string(),
+            claim: claim.clone(),
+            request: request.clone(),
+            reason: reason.clone(),
+        }),
+        NodeDetail::Device { .. } => None,
+    }
+}
+
+fn allocated_device((_, d): &(&'static str, NodeDetail)) -> Option<pb::AllocatedDevice> {
+    match d {
+        NodeDetail::Device {
+            claim,
+            request,
+            driver,
+            pool,
+            device,
+        } => Some(pb::AllocatedDevice {
+            claim: claim.clone(),
+            request: request.clone(),
+            driver: driver.clone(),
+            pool: pool.clone(),
+            device: device.clone(),
+        }),
+        NodeDetail::Unsatisfied { .. } => None,
     }
 }
 

@@ -28,6 +28,7 @@
 //! counter; [`Cache::update_snapshot`] copies only nodes whose generation is
 //! newer than the snapshot's.
 
+pub mod dra;
 mod node_info;
 mod node_tree;
 pub mod objects;

@@ -1,6 +1,8 @@
 //! Cluster objects other than nodes and pods that plugins read:
 //! namespaces, volumes and their classes, CSI nodes, disruption budgets,
-//! and the workload objects whose selectors default topology spreading.
+//! the workload objects whose selectors default topology spreading, and
+//! Dynamic Resource Allocation's device classes, claims, claim templates
+//! and resource slices (`resource.k8s.io/v1`).
 //!
 //! The scheduler keeps them in an [`ObjectStore`] fed by the cluster
 //! source's change stream (as kube-scheduler keeps informer caches); plugins
@@ -14,6 +16,9 @@ use k8s_openapi::api::core::v1::{
     Namespace, PersistentVolume, PersistentVolumeClaim, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::RwLock;
@@ -47,11 +52,19 @@ pub enum ObjectKind {
     StatefulSet,
     /// v1 ReplicationController.
     ReplicationController,
+    /// resource.k8s.io/v1 DeviceClass.
+    DeviceClass,
+    /// resource.k8s.io/v1 ResourceClaim.
+    ResourceClaim,
+    /// resource.k8s.io/v1 ResourceClaimTemplate.
+    ResourceClaimTemplate,
+    /// resource.k8s.io/v1 ResourceSlice.
+    ResourceSlice,
 }
 
 impl ObjectKind {
     /// Every kind.
-    pub const ALL: [ObjectKind; 10] = [
+    pub const ALL: [ObjectKind; 14] = [
         Self::Namespace,
         Self::PersistentVolume,
         Self::PersistentVolumeClaim,
@@ -62,6 +75,10 @@ impl ObjectKind {
         Self::ReplicaSet,
         Self::StatefulSet,
         Self::ReplicationController,
+        Self::DeviceClass,
+        Self::ResourceClaim,
+        Self::ResourceClaimTemplate,
+        Self::ResourceSlice,
     ];
 
     /// `(apiVersion, kind)` as objects carry them.
@@ -77,6 +94,10 @@ impl ObjectKind {
             Self::ReplicaSet => ("apps/v1", "ReplicaSet"),
             Self::StatefulSet => ("apps/v1", "StatefulSet"),
             Self::ReplicationController => ("v1", "ReplicationController"),
+            Self::DeviceClass => ("resource.k8s.io/v1", "DeviceClass"),
+            Self::ResourceClaim => ("resource.k8s.io/v1", "ResourceClaim"),
+            Self::ResourceClaimTemplate => ("resource.k8s.io/v1", "ResourceClaimTemplate"),
+            Self::ResourceSlice => ("resource.k8s.io/v1", "ResourceSlice"),
         }
     }
 
@@ -84,7 +105,12 @@ impl ObjectKind {
     pub fn namespaced(&self) -> bool {
         !matches!(
             self,
-            Self::Namespace | Self::PersistentVolume | Self::StorageClass | Self::CsiNode
+            Self::Namespace
+                | Self::PersistentVolume
+                | Self::StorageClass
+                | Self::CsiNode
+                | Self::DeviceClass
+                | Self::ResourceSlice
         )
     }
 
@@ -113,7 +139,11 @@ impl ObjectKind {
             Self::ReplicaSet => "rs",
             Self::StatefulSet => "sts",
             Self::ReplicationController => "rc",
-            Self::CsiNode => return None,
+            Self::CsiNode
+            | Self::DeviceClass
+            | Self::ResourceClaim
+            | Self::ResourceClaimTemplate
+            | Self::ResourceSlice => return None,
         })
     }
 
@@ -125,6 +155,9 @@ impl ObjectKind {
             Self::StorageClass => Some(EventResource::StorageClass),
             Self::CsiNode => Some(EventResource::CsiNode),
             Self::PodDisruptionBudget => Some(EventResource::PodDisruptionBudget),
+            Self::DeviceClass => Some(EventResource::DeviceClass),
+            Self::ResourceClaim => Some(EventResource::ResourceClaim),
+            Self::ResourceSlice => Some(EventResource::ResourceSlice),
             _ => None,
         }
     }
@@ -153,6 +186,14 @@ pub enum KubeObject {
     StatefulSet(Arc<StatefulSet>),
     /// A replication controller.
     ReplicationController(Arc<ReplicationController>),
+    /// A device class.
+    DeviceClass(Arc<DeviceClass>),
+    /// A resource claim.
+    ResourceClaim(Arc<ResourceClaim>),
+    /// A resource claim template.
+    ResourceClaimTemplate(Arc<ResourceClaimTemplate>),
+    /// A resource slice.
+    ResourceSlice(Arc<ResourceSlice>),
 }
 
 macro_rules! each_object {
@@ -168,6 +209,10 @@ macro_rules! each_object {
             KubeObject::ReplicaSet($o) => $body,
             KubeObject::StatefulSet($o) => $body,
             KubeObject::ReplicationController($o) => $body,
+            KubeObject::DeviceClass($o) => $body,
+            KubeObject::ResourceClaim($o) => $body,
+            KubeObject::ResourceClaimTemplate($o) => $body,
+            KubeObject::ResourceSlice($o) => $body,
         }
     };
 }
@@ -186,6 +231,10 @@ impl KubeObject {
             Self::ReplicaSet(_) => ObjectKind::ReplicaSet,
             Self::StatefulSet(_) => ObjectKind::StatefulSet,
             Self::ReplicationController(_) => ObjectKind::ReplicationController,
+            Self::DeviceClass(_) => ObjectKind::DeviceClass,
+            Self::ResourceClaim(_) => ObjectKind::ResourceClaim,
+            Self::ResourceClaimTemplate(_) => ObjectKind::ResourceClaimTemplate,
+            Self::ResourceSlice(_) => ObjectKind::ResourceSlice,
         }
     }
 
@@ -218,6 +267,12 @@ impl KubeObject {
             Self::ReplicationController(o) => {
                 Self::ReplicationController(edit(o, |c| f(&mut c.metadata)))
             }
+            Self::DeviceClass(o) => Self::DeviceClass(edit(o, |c| f(&mut c.metadata))),
+            Self::ResourceClaim(o) => Self::ResourceClaim(edit(o, |c| f(&mut c.metadata))),
+            Self::ResourceClaimTemplate(o) => {
+                Self::ResourceClaimTemplate(edit(o, |c| f(&mut c.metadata)))
+            }
+            Self::ResourceSlice(o) => Self::ResourceSlice(edit(o, |c| f(&mut c.metadata))),
         }
     }
 
@@ -264,6 +319,16 @@ impl KubeObject {
             ObjectKind::ReplicationController => {
                 Self::ReplicationController(Arc::new(serde_json::from_value(value)?))
             }
+            ObjectKind::DeviceClass => Self::DeviceClass(Arc::new(serde_json::from_value(value)?)),
+            ObjectKind::ResourceClaim => {
+                Self::ResourceClaim(Arc::new(serde_json::from_value(value)?))
+            }
+            ObjectKind::ResourceClaimTemplate => {
+                Self::ResourceClaimTemplate(Arc::new(serde_json::from_value(value)?))
+            }
+            ObjectKind::ResourceSlice => {
+                Self::ResourceSlice(Arc::new(serde_json::from_value(value)?))
+            }
         })
     }
 }
@@ -274,6 +339,8 @@ type Key = (ObjectKind, String, String);
 #[derive(Debug, Default)]
 pub struct ObjectStore {
     objects: RwLock<BTreeMap<Key, KubeObject>>,
+    /// DRA objects, also kept pre-parsed.
+    dra: super::dra::DraStore,
     /// Namespace labels, with `kubernetes.io/metadata.name` as the API
     /// server sets it.
     namespace_labels: RwLock<HashMap<String, Labels>>,
@@ -303,8 +370,19 @@ macro_rules! getter {
 }
 
 impl ObjectStore {
+    /// The DRA objects, pre-parsed, with allocation bookkeeping.
+    pub fn dra(&self) -> &super::dra::DraStore {
+        &self.dra
+    }
+
     /// Stores (adds or replaces) an object.
     pub fn upsert(&self, obj: KubeObject) {
+        match &obj {
+            KubeObject::DeviceClass(c) => self.dra.upsert_class(c.clone()),
+            KubeObject::ResourceClaim(c) => self.dra.upsert_claim(c.clone()),
+            KubeObject::ResourceSlice(s) => self.dra.upsert_slice(s),
+            _ => {}
+        }
         if let KubeObject::Namespace(ns) = &obj {
             let name = ns.metadata.name.clone().unwrap_or_default();
             let mut labels = ns.metadata.labels.clone().unwrap_or_default();
@@ -319,6 +397,12 @@ impl ObjectStore {
     /// Removes an object.
     pub fn remove(&self, obj: &KubeObject) {
         let key = obj.key();
+        match obj {
+            KubeObject::DeviceClass(_) => self.dra.remove_class(&key.2),
+            KubeObject::ResourceClaim(_) => self.dra.remove_claim(&key.1, &key.2),
+            KubeObject::ResourceSlice(_) => self.dra.remove_slice(&key.2),
+            _ => {}
+        }
         if key.0 == ObjectKind::Namespace {
             self.namespace_labels.write().remove(&key.2);
         }
@@ -397,6 +481,25 @@ impl ObjectStore {
         replication_controllers,
         ReplicationController,
         ReplicationController
+    );
+    getter!(device_class, device_classes, DeviceClass, DeviceClass);
+    getter!(
+        resource_claim,
+        resource_claims,
+        ResourceClaim,
+        ResourceClaim
+    );
+    getter!(
+        resource_claim_template,
+        resource_claim_templates,
+        ResourceClaimTemplate,
+        ResourceClaimTemplate
+    );
+    getter!(
+        resource_slice,
+        resource_slices,
+        ResourceSlice,
+        ResourceSlice
     );
 }
 

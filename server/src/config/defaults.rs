@@ -2,8 +2,11 @@
 //! `multiPoint`, in kube-scheduler's order, with its Score weight.
 
 /// The default `multiPoint.enabled` list of `kubescheduler.config.k8s.io/v1`
-/// (without the DynamicResources plugin, which berth does not implement).
-/// Plugins not in the registry are left out of the default profile.
+/// as kube-scheduler v1.36 builds it with its default feature gates:
+/// NodeDeclaredFeatures (beta) appended, DynamicResources (GA) inserted
+/// before DefaultPreemption with weight 2, so that PostFilter deallocates an
+/// idle claim before preemption evicts anyone. Plugins not in the registry
+/// are left out of the default profile.
 pub const DEFAULT_MULTI_POINT: &[(&str, Option<i32>)] = &[
     ("SchedulingGates", None),
     ("PrioritySort", None),
@@ -19,10 +22,12 @@ pub const DEFAULT_MULTI_POINT: &[(&str, Option<i32>)] = &[
     ("VolumeZone", None),
     ("PodTopologySpread", Some(2)),
     ("InterPodAffinity", Some(2)),
+    ("DynamicResources", Some(2)),
     ("DefaultPreemption", None),
     ("NodeResourcesBalancedAllocation", Some(1)),
     ("ImageLocality", Some(1)),
     ("DefaultBinder", None),
+    ("NodeDeclaredFeatures", None),
 ];
 
 /// kube-scheduler's default parallelism.

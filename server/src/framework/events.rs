@@ -32,6 +32,12 @@ pub enum EventResource {
     CsiNode,
     /// A PodDisruptionBudget.
     PodDisruptionBudget,
+    /// A resource.k8s.io DeviceClass.
+    DeviceClass,
+    /// A resource.k8s.io ResourceClaim.
+    ResourceClaim,
+    /// A resource.k8s.io ResourceSlice.
+    ResourceSlice,
     /// Every resource.
     WildCard,
 }
@@ -49,6 +55,9 @@ impl EventResource {
             Self::StorageClass => "storage.k8s.io/StorageClass",
             Self::CsiNode => "storage.k8s.io/CSINode",
             Self::PodDisruptionBudget => "policy/PodDisruptionBudget",
+            Self::DeviceClass => "resource.k8s.io/DeviceClass",
+            Self::ResourceClaim => "resource.k8s.io/ResourceClaim",
+            Self::ResourceSlice => "resource.k8s.io/ResourceSlice",
             Self::WildCard => "*",
         }
     }
@@ -74,18 +83,23 @@ impl ActionType {
     pub const UPDATE_NODE_CONDITION: Self = Self(1 << 5);
     /// A node's annotations changed.
     pub const UPDATE_NODE_ANNOTATION: Self = Self(1 << 6);
+    /// A node's `status.declaredFeatures` changed.
+    pub const UPDATE_NODE_DECLARED_FEATURE: Self = Self(1 << 7);
     /// A pod's labels changed.
-    pub const UPDATE_POD_LABEL: Self = Self(1 << 7);
+    pub const UPDATE_POD_LABEL: Self = Self(1 << 8);
     /// A pod's requests went down.
-    pub const UPDATE_POD_SCALE_DOWN: Self = Self(1 << 8);
+    pub const UPDATE_POD_SCALE_DOWN: Self = Self(1 << 9);
     /// A pod's tolerations changed.
-    pub const UPDATE_POD_TOLERATION: Self = Self(1 << 9);
+    pub const UPDATE_POD_TOLERATION: Self = Self(1 << 10);
     /// A pod's last scheduling gate was removed.
-    pub const UPDATE_POD_SCHEDULING_GATES_ELIMINATED: Self = Self(1 << 10);
+    pub const UPDATE_POD_SCHEDULING_GATES_ELIMINATED: Self = Self(1 << 11);
+    /// A pod's `status.resourceClaimStatuses` changed (the resourceclaim
+    /// controller created a claim from one of its templates).
+    pub const UPDATE_POD_GENERATED_RESOURCE_CLAIM: Self = Self(1 << 12);
     /// Any update.
-    pub const UPDATE: Self = Self(((1 << 11) - 1) & !3);
+    pub const UPDATE: Self = Self(((1 << 13) - 1) & !3);
     /// Anything.
-    pub const ALL: Self = Self((1 << 11) - 1);
+    pub const ALL: Self = Self((1 << 13) - 1);
 
     /// Whether the two sets share an action.
     pub fn intersects(self, other: Self) -> bool {
@@ -103,7 +117,7 @@ impl ActionType {
     }
 
     fn name(self) -> String {
-        const NAMES: [&str; 11] = [
+        const NAMES: [&str; 13] = [
             "Add",
             "Delete",
             "UpdateNodeAllocatable",
@@ -111,10 +125,12 @@ impl ActionType {
             "UpdateNodeTaint",
             "UpdateNodeCondition",
             "UpdateNodeAnnotation",
+            "UpdateNodeDeclaredFeature",
             "UpdatePodLabel",
             "UpdatePodScaleDown",
             "UpdatePodToleration",
             "UpdatePodSchedulingGatesEliminated",
+            "UpdatePodGeneratedResourceClaim",
         ];
         if self == Self::ALL {
             return "All".into();
@@ -350,6 +366,9 @@ pub fn wildcard_registrations() -> Vec<ClusterEventWithHint> {
         StorageClass,
         CsiNode,
         PodDisruptionBudget,
+        DeviceClass,
+        ResourceClaim,
+        ResourceSlice,
     ]
     .into_iter()
     .map(|r| ClusterEventWithHint::always(ClusterEvent::new(r, ActionType::ALL)))
@@ -376,6 +395,9 @@ pub fn pod_scheduling_property_changes(old: &PodInfo, new: &PodInfo) -> Vec<Clus
     }
     if old.tolerations.len() != new.tolerations.len() {
         actions.push(ActionType::UPDATE_POD_TOLERATION);
+    }
+    if old.resource_claims != new.resource_claims {
+        actions.push(ActionType::UPDATE_POD_GENERATED_RESOURCE_CLAIM);
     }
     if actions.is_empty() {
         actions.push(ActionType::UPDATE);
@@ -427,6 +449,15 @@ pub fn node_scheduling_property_changes(old: &NodeSpec, new: &NodeSpec) -> Vec<C
     }
     if old.node.metadata.annotations != new.node.metadata.annotations {
         actions.push(ActionType::UPDATE_NODE_ANNOTATION);
+    }
+    let declared = |n: &NodeSpec| {
+        n.node
+            .status
+            .as_ref()
+            .and_then(|s| s.declared_features.clone())
+    };
+    if declared(old) != declared(new) {
+        actions.push(ActionType::UPDATE_NODE_DECLARED_FEATURE);
     }
     actions.dedup();
     actions

@@ -13,7 +13,7 @@ use parking_lot::RwLock;
 use super::extender::PreemptionExtender;
 use super::parallelize::Parallelizer;
 use super::waiting_pods::WaitingPods;
-use crate::cache::{KubeObject, ObjectStore, Snapshot};
+use crate::cache::{KubeObject, ObjectKind, ObjectStore, Snapshot};
 use crate::model::PodInfo;
 
 /// Why a write to the cluster failed.
@@ -53,6 +53,52 @@ pub trait ClusterClient: Send + Sync {
         &self,
         pod: &PodInfo,
         node: Option<&str>,
+    ) -> Result<(), ClusterError>;
+
+    /// Replaces an object's status (a PUT of its `status` subresource: the
+    /// rest of the object is kept as stored); `Conflict` if its
+    /// resourceVersion is stale. Returns the stored object.
+    async fn update_object_status(&self, obj: KubeObject) -> Result<KubeObject, ClusterError>;
+
+    /// Reads an object as the cluster has it now.
+    async fn get_object(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<KubeObject, ClusterError>;
+
+    /// Removes the consumer with `consumer_uid` from a ResourceClaim's
+    /// `status.reservedFor`, as kube-scheduler's Unreserve does (a patch of
+    /// the status with the claim's UID as precondition, so it needs no
+    /// fresh copy of the claim).
+    async fn remove_claim_reservation(
+        &self,
+        namespace: &str,
+        name: &str,
+        claim_uid: &str,
+        consumer_uid: &str,
+    ) -> Result<(), ClusterError>;
+
+    /// Creates an object (a POST; `metadata.generateName` is honoured when
+    /// no name is set). Returns the stored object.
+    async fn create_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError>;
+
+    /// Deletes an object.
+    async fn delete_object(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ClusterError>;
+
+    /// Sets the pod's `status.extendedResourceClaimStatus` (the claim
+    /// DynamicResources made for its extended resources, and which of its
+    /// requests serves which container's resource).
+    async fn set_extended_resource_claim_status(
+        &self,
+        pod: &PodInfo,
+        status: k8s_openapi::api::core::v1::PodExtendedResourceClaimStatus,
     ) -> Result<(), ClusterError>;
 }
 

@@ -175,6 +175,47 @@ pub trait FilterPlugin: Plugin {
     fn as_batch(&self) -> Option<&dyn BatchFilter> {
         None
     }
+
+    /// Dry runs only: what the plugin can tell about `node` beyond its
+    /// status, on a node it `rejected` (why) or on the node the pod would
+    /// go to (what it would get there). Never called by the scheduler.
+    fn explain(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+        _rejected: bool,
+    ) -> Vec<NodeDetail> {
+        Vec::new()
+    }
+}
+
+/// A Filter plugin's detail about one node in a dry run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeDetail {
+    /// Something the node cannot give the pod: one request of one claim,
+    /// or, with both empty, something about the node's devices as a whole.
+    Unsatisfied {
+        /// `namespace/name` of the claim.
+        claim: String,
+        /// The request (`request/subrequest` for a firstAvailable one).
+        request: String,
+        /// Why.
+        reason: String,
+    },
+    /// A device the pod would be allocated on the node.
+    Device {
+        /// `namespace/name` of the claim.
+        claim: String,
+        /// The request it would satisfy.
+        request: String,
+        /// Its driver.
+        driver: String,
+        /// Its pool.
+        pool: String,
+        /// Its name.
+        device: String,
+    },
 }
 
 /// Filter over a whole list of nodes at once.

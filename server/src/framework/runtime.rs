@@ -934,6 +934,31 @@ impl Framework {
         out
     }
 
+    /// Dry runs: the details Filter plugins give about `node`; those of
+    /// `plugins` on a node they rejected, or every plugin's on the node the
+    /// pod would go to (`plugins` empty).
+    pub fn explain_node(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        plugins: &[&str],
+    ) -> Vec<(&'static str, super::NodeDetail)> {
+        let rejected = !plugins.is_empty();
+        self.filter
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| {
+                !state.skip_filter.contains(*i) && (!rejected || plugins.contains(&p.name()))
+            })
+            .flat_map(|(_, p)| {
+                p.explain(state, pod, node, rejected)
+                    .into_iter()
+                    .map(|d| (p.name(), d))
+            })
+            .collect()
+    }
+
     /// Whether any Filter plugin judges nodes in batches.
     pub fn has_batch_filters(&self) -> bool {
         !self.batch_filter.is_empty()

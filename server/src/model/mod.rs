@@ -9,6 +9,7 @@ pub mod admission;
 pub mod affinity;
 pub mod decode;
 pub mod defaults;
+pub mod dra;
 pub mod labels;
 pub mod node;
 pub mod pod;
@@ -24,7 +25,7 @@ pub use affinity::{
 };
 pub use labels::Labels;
 pub use node::NodeSpec;
-pub use pod::{HostPort, PodInfo, PodRef, Protocol, normalized_image_name};
+pub use pod::{ClaimSource, HostPort, PodClaim, PodInfo, PodRef, Protocol, normalized_image_name};
 pub use resource::{Resource, ResourceName};
 pub use selector::{LabelSelector, NodeSelector, NodeSelectorTerm, Operator, Requirement};
 pub use taint::{Taint, TaintEffect, Toleration, TolerationOperator};

@@ -44,6 +44,29 @@ pub struct NodeSpec {
     /// The compact id remote extenders know the node by (assigned by the
     /// extender node feed before the cache sees the node; 0 without one).
     pub feed_id: u32,
+    /// status.declaredFeatures, as a set of [`DECLARED_FEATURES`] bits
+    /// (names this version does not know are left out, as upstream maps
+    /// them).
+    pub declared_features: u32,
+}
+
+/// The node features a pod may require, in upstream's registry (v1.36's
+/// `k8s.io/component-helpers/nodedeclaredfeatures`), sorted by name: bit
+/// `i` of a feature set stands for `DECLARED_FEATURES[i]`.
+pub const DECLARED_FEATURES: [&str; 5] = [
+    "ExtendWebSocketsToKubelet",
+    "InPlacePodLevelResourcesVerticalScaling",
+    "InPlacePodVerticalScalingInitContainers",
+    "RestartAllContainersOnContainerExits",
+    "UserNamespacesHostNetworkSupport",
+];
+
+/// The bit of a declared feature, if known.
+pub fn declared_feature_bit(name: &str) -> Option<u32> {
+    DECLARED_FEATURES
+        .iter()
+        .position(|f| *f == name)
+        .map(|i| 1 << i)
 }
 
 impl NodeSpec {
@@ -107,6 +130,12 @@ impl NodeSpec {
             allocatable,
             images,
             feed_id: 0,
+            declared_features: status
+                .and_then(|s| s.declared_features.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|f| declared_feature_bit(f))
+                .fold(0, |a, b| a | b),
             node,
         })
     }

@@ -40,6 +40,34 @@ pub struct HostPort {
     pub port: i32,
 }
 
+/// Where one of a pod's `spec.resourceClaims` comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimSource {
+    /// `resourceClaimName`: an existing claim.
+    Claim(Arc<str>),
+    /// `resourceClaimTemplateName`: the resourceclaim controller makes a
+    /// claim and records its name in `status.resourceClaimStatuses`:
+    /// `None` until it has, `Some(None)` when it decided no claim is
+    /// needed, `Some(Some(name))` once made.
+    Template {
+        /// The template.
+        template: Arc<str>,
+        /// What `status.resourceClaimStatuses` says.
+        generated: Option<Option<Arc<str>>>,
+    },
+    /// Neither (a future field).
+    Unsupported,
+}
+
+/// One entry of a pod's `spec.resourceClaims`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodClaim {
+    /// The name the pod's containers use for it.
+    pub name: Arc<str>,
+    /// Where the claim comes from.
+    pub source: ClaimSource,
+}
+
 /// A pod, pre-parsed for scheduling. Built once per add or update of the pod.
 #[derive(Debug, Clone)]
 pub struct PodInfo {
@@ -89,6 +117,9 @@ pub struct PodInfo {
     pub images: Vec<Arc<str>>,
     /// metadata.deletionTimestamp is set.
     pub terminating: bool,
+    /// spec.resourceClaims, with what status.resourceClaimStatuses says
+    /// about claims made from templates.
+    pub resource_claims: Vec<PodClaim>,
 }
 
 impl PodInfo {
@@ -235,6 +266,27 @@ impl PodInfo {
             .collect();
 
         let status = pod.status.as_ref();
+        let claim_statuses = status.and_then(|s| s.resource_claim_statuses.as_ref());
+        let resource_claims = spec
+            .resource_claims
+            .iter()
+            .flatten()
+            .map(|c| PodClaim {
+                name: Arc::from(c.name.as_str()),
+                source: match (&c.resource_claim_name, &c.resource_claim_template_name) {
+                    (Some(n), _) => ClaimSource::Claim(Arc::from(n.as_str())),
+                    (None, Some(t)) => ClaimSource::Template {
+                        template: Arc::from(t.as_str()),
+                        generated: claim_statuses
+                            .into_iter()
+                            .flatten()
+                            .find(|s| s.name == c.name)
+                            .map(|s| s.resource_claim_name.as_deref().map(Arc::from)),
+                    },
+                    (None, None) => ClaimSource::Unsupported,
+                },
+            })
+            .collect();
         Ok(Self {
             uid: Arc::from(uid),
             namespace: Arc::from(namespace),
@@ -272,6 +324,7 @@ impl PodInfo {
             pvc_claims,
             images,
             terminating: meta.deletion_timestamp.is_some(),
+            resource_claims,
             pod,
         })
     }

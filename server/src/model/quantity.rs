@@ -115,6 +115,35 @@ impl Quantity {
         Ok(if self.negative { -magnitude } else { magnitude })
     }
 
+    /// The value in billionths (nano units), rounded up: exact for every
+    /// quantity the API accepts (which holds at most nine decimal places),
+    /// and wide enough that sums and comparisons of device capacities and
+    /// counters never round.
+    pub fn nano_value(&self) -> Result<i128, QuantityError> {
+        let mut m = self.mantissa;
+        for _ in 0..self.exp2 {
+            m = m.checked_mul(2).ok_or(QuantityError::TooLarge)?;
+        }
+        let exp = self.exp10 + 9;
+        let magnitude = if exp >= 0 {
+            let mut v = m;
+            for _ in 0..exp {
+                v = v.checked_mul(10).ok_or(QuantityError::TooLarge)?;
+            }
+            v
+        } else {
+            let div = 10u128.checked_pow(exp.unsigned_abs()).unwrap_or(u128::MAX);
+            let whole = m / div;
+            if !m.is_multiple_of(div) && !self.negative {
+                whole + 1
+            } else {
+                whole
+            }
+        };
+        let magnitude = i128::try_from(magnitude).map_err(|_| QuantityError::TooLarge)?;
+        Ok(if self.negative { -magnitude } else { magnitude })
+    }
+
     /// The value rounded up to an integer (bytes, counts).
     pub fn value(&self) -> Result<i64, QuantityError> {
         self.scaled(0)

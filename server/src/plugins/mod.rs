@@ -3,11 +3,13 @@
 pub mod coscheduling;
 pub mod default_binder;
 pub mod default_preemption;
+pub mod dynamic_resources;
 pub mod helper;
 pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod names;
 pub mod node_affinity;
+pub mod node_declared_features;
 pub mod node_name;
 pub mod node_ports;
 pub mod node_resources;
@@ -46,7 +48,9 @@ pub fn in_tree_registry() -> Registry {
     .expect(ok);
     r.register(
         names::NODE_RESOURCES_FIT,
-        |a: node_resources::NodeResourcesFitArgs, _| node_resources::NodeResourcesFit::new(a),
+        |a: node_resources::NodeResourcesFitArgs, h| {
+            node_resources::NodeResourcesFit::new(a).map(|f| f.with_objects(h.objects().clone()))
+        },
     )
     .expect(ok);
     r.register(
@@ -115,6 +119,17 @@ pub fn in_tree_registry() -> Registry {
             pod_topology_spread::PodTopologySpread::new(a, h)
         },
     )
+    .expect(ok);
+    r.register(
+        names::DYNAMIC_RESOURCES,
+        |a: dynamic_resources::DynamicResourcesArgs, h| {
+            Ok(dynamic_resources::DynamicResources::new(a, h))
+        },
+    )
+    .expect(ok);
+    r.register(names::NODE_DECLARED_FEATURES, |a: NoArgs, _| {
+        Ok(node_declared_features::NodeDeclaredFeatures::new(a))
+    })
     .expect(ok);
     r.register(names::DEFAULT_BINDER, |a: NoArgs, h| {
         Ok(default_binder::DefaultBinder::new(a, h))

@@ -38,3 +38,7 @@ pub const VOLUME_ZONE: &str = "VolumeZone";
 pub const NODE_VOLUME_LIMITS: &str = "NodeVolumeLimits";
 /// Binds and provisions the pod's claims.
 pub const VOLUME_BINDING: &str = "VolumeBinding";
+/// Allocates the pod's ResourceClaims (Dynamic Resource Allocation).
+pub const DYNAMIC_RESOURCES: &str = "DynamicResources";
+/// Filter on the features a node declares (`status.declaredFeatures`).
+pub const NODE_DECLARED_FEATURES: &str = "NodeDeclaredFeatures";

@@ -14,7 +14,7 @@ use super::algorithm::{
 };
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    Code, CycleState, Diagnosis, FilterVerdict, FitError, Framework, NominatingInfo,
+    Code, CycleState, Diagnosis, FilterVerdict, FitError, Framework, NodeDetail, NominatingInfo,
     PreFilterResult, Status,
 };
 use crate::model::{PodInfo, PodRef};
@@ -88,6 +88,10 @@ pub struct NodeReport {
     /// Whether it has the top total (the scheduler picks among those at
     /// random).
     pub top: bool,
+    /// What Filter plugins tell beyond their statuses: why the plugins
+    /// that rejected the node did, or what the pod would get on the
+    /// selected node (DynamicResources: claims' requests, devices).
+    pub details: Vec<(&'static str, NodeDetail)>,
 }
 
 /// What preemption would do.
@@ -223,6 +227,7 @@ impl Scheduler {
                     total: 0,
                     selected: false,
                     top: false,
+                    details: Vec::new(),
                 })
                 .collect(),
             evaluated: 0,
@@ -317,7 +322,20 @@ impl Scheduler {
                     })
                     .unwrap_or_default();
                 report.evaluated += 1;
+                let rejecting: Vec<&str> = filters
+                    .iter()
+                    .filter_map(|(p, v)| match v {
+                        FilterVerdict::Ran(s) if !s.is_success() => Some(*p),
+                        _ => None,
+                    })
+                    .collect();
+                let details = if rejecting.is_empty() {
+                    Vec::new()
+                } else {
+                    fw.explain_node(&state, &pod, node, &rejecting)
+                };
                 let nr = &mut report.nodes[i];
+                nr.details = details;
                 nr.filters = filters;
                 nr.verdict = verdict_of(&decisive);
                 if decisive.is_success() {
@@ -429,6 +447,7 @@ impl Scheduler {
             }
         }
         report.nodes[best].selected = true;
+        report.nodes[best].details = fw.explain_node(&state, &pod, &all[best], &[]);
         let node = report.nodes[best].name.clone();
         report.message = format!(
             "Successfully assigned {}/{} to {node}",

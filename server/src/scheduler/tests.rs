@@ -260,7 +260,7 @@ async fn an_unschedulable_pod_gets_its_condition_and_event_then_a_node_event_mov
     )
     .await;
     let msg = "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu. \
-               preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.";
+               no new claims to deallocate, preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.";
     assert_eq!(
         env.next().await,
         Decision::Failed {
@@ -309,7 +309,7 @@ async fn pods_that_do_not_fit_together_are_placed_first_come_by_priority() {
             Decision::Failed {
                 pod: "default/low".into(),
                 reason: "Unschedulable".into(),
-                message: "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are \
+                message: "0/1 nodes are available: 1 Insufficient cpu. no new claims to deallocate, preemption: 0/1 nodes are \
                           available: 1 No preemption victims found for incoming pod."
                     .into()
             },
@@ -850,7 +850,7 @@ fn the_default_profile_places_plugins_at_upstreams_points() {
     let fw = &profiles["default-scheduler"];
     use crate::framework::ExtensionPoint::*;
     let cases: [(crate::framework::ExtensionPoint, &[&str]); 12] = [
-        (PreEnqueue, &["SchedulingGates"]),
+        (PreEnqueue, &["SchedulingGates", "DynamicResources"]),
         (QueueSort, &["PrioritySort"]),
         (
             PreFilter,
@@ -865,6 +865,8 @@ fn the_default_profile_places_plugins_at_upstreams_points() {
                 "VolumeZone",
                 "PodTopologySpread",
                 "InterPodAffinity",
+                "DynamicResources",
+                "NodeDeclaredFeatures",
             ],
         ),
         (
@@ -882,9 +884,11 @@ fn the_default_profile_places_plugins_at_upstreams_points() {
                 "VolumeZone",
                 "PodTopologySpread",
                 "InterPodAffinity",
+                "DynamicResources",
+                "NodeDeclaredFeatures",
             ],
         ),
-        (PostFilter, &["DefaultPreemption"]),
+        (PostFilter, &["DynamicResources", "DefaultPreemption"]),
         (
             PreScore,
             &[
@@ -904,13 +908,14 @@ fn the_default_profile_places_plugins_at_upstreams_points() {
                 "NodeResourcesFit",
                 "PodTopologySpread",
                 "InterPodAffinity",
+                "DynamicResources",
                 "NodeResourcesBalancedAllocation",
                 "ImageLocality",
             ],
         ),
-        (Reserve, &["VolumeBinding"]),
+        (Reserve, &["VolumeBinding", "DynamicResources"]),
         (Permit, &[]),
-        (PreBind, &["VolumeBinding"]),
+        (PreBind, &["VolumeBinding", "DynamicResources"]),
         (Bind, &["DefaultBinder"]),
         (PostBind, &[]),
     ];
@@ -955,6 +960,8 @@ profiles:
             "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity",
+            "DynamicResources",
+            "NodeDeclaredFeatures",
         ]
     );
     assert_eq!(fw.plugin_names(PreFilter)[0], "NodeName");
@@ -967,6 +974,7 @@ profiles:
             ("NodeAffinity", 2),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
+            ("DynamicResources", 2),
             ("NodeResourcesBalancedAllocation", 1),
             ("ImageLocality", 1),
         ]

@@ -175,6 +175,69 @@ fn preemption(p: &pb::Preemption) -> String {
     s
 }
 
+/// What rejected nodes cannot give the pod, node by node, and the devices
+/// its claims would get on the selected node.
+fn claim_lines(resp: &DryRunResponse) -> String {
+    let mut out = String::new();
+    let rejected: Vec<&NodeResult> = resp
+        .nodes
+        .iter()
+        .filter(|n| !n.unsatisfied.is_empty())
+        .collect();
+    if !rejected.is_empty() {
+        out.push_str("\nWhy nodes cannot give the pod what it asks for:\n");
+        // Nodes with the same reasons share one entry.
+        let mut groups: Vec<(Vec<String>, Vec<&str>)> = Vec::new();
+        for n in rejected {
+            let lines: Vec<String> = n
+                .unsatisfied
+                .iter()
+                .map(|u| {
+                    let subject = match (u.claim.is_empty(), u.request.is_empty()) {
+                        (true, _) => String::new(),
+                        (false, true) => format!("claim {}: ", u.claim),
+                        (false, false) => format!("claim {}, request {}: ", u.claim, u.request),
+                    };
+                    format!("{}: {subject}{}", u.plugin, u.reason)
+                })
+                .collect();
+            match groups.iter_mut().find(|(l, _)| *l == lines) {
+                Some((_, nodes)) => nodes.push(&n.node),
+                None => groups.push((lines, vec![&n.node])),
+            }
+        }
+        for (lines, mut nodes) in groups {
+            nodes.sort();
+            let shown = nodes.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+            let more = match nodes.len() {
+                0..=3 => String::new(),
+                n => format!(" and {} more", n - 3),
+            };
+            out.push_str(&format!("  {shown}{more}:\n"));
+            for l in lines {
+                out.push_str(&format!("    {l}\n"));
+            }
+        }
+    }
+    if let Some(n) = resp
+        .nodes
+        .iter()
+        .find(|n| n.selected && !n.devices.is_empty())
+    {
+        out.push_str(&format!(
+            "\nDevices the pod's claims would get on {}:\n",
+            n.node
+        ));
+        for d in &n.devices {
+            out.push_str(&format!(
+                "  claim {}, request {}: {}/{}/{}\n",
+                d.claim, d.request, d.driver, d.pool, d.device
+            ));
+        }
+    }
+    out
+}
+
 /// The human explanation of a dry run of `pod` (namespace/name).
 pub fn render(resp: &DryRunResponse, pod: &str) -> String {
     let mut out = format!("Pod {pod}, profile {}: {}\n", resp.profile, resp.message);
@@ -262,6 +325,7 @@ pub fn render(resp: &DryRunResponse, pod: &str) -> String {
             out.push('\n');
         }
     }
+    out.push_str(&claim_lines(resp));
     if resp.selected_node.is_empty()
         && let Some(p) = &resp.preemption
     {
@@ -425,6 +489,48 @@ Scores are normalized × weight: NRF=NodeResourcesFit TT=TaintToleration
         assert!(render(&r, "default/web").ends_with(
             "\nPreemption would not help: preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.\n"
         ));
+    }
+
+    #[test]
+    fn claims_explained_per_node_and_devices_listed() {
+        let mut r = response();
+        let mut gpu = node("gpu-b", NodeVerdict::Unresolvable, vec![]);
+        gpu.unsatisfied = vec![
+            pb::Unsatisfied {
+                plugin: "DynamicResources".into(),
+                claim: "ml/x".into(),
+                request: "gpu".into(),
+                reason: "needs 2 device(s); 1 in the node's resource pools".into(),
+            },
+            pb::Unsatisfied {
+                plugin: "DynamicResources".into(),
+                reason: "resource pool d/p is invalid: duplicate device".into(),
+                ..Default::default()
+            },
+        ];
+        let mut gpu_c = gpu.clone();
+        gpu_c.node = "gpu-c".into();
+        r.nodes.push(gpu_c);
+        r.nodes.push(gpu);
+        let selected = r.nodes.iter_mut().find(|n| n.selected).unwrap();
+        selected.devices = vec![pb::AllocatedDevice {
+            claim: "ml/x".into(),
+            request: "gpu".into(),
+            driver: "gpu.example.com".into(),
+            pool: "a".into(),
+            device: "gpu-0".into(),
+        }];
+        let name = selected.node.clone();
+        let text = render(&r, "ml/p");
+        assert!(
+            text.contains(&format!(
+                "\nWhy nodes cannot give the pod what it asks for:\n  gpu-b, gpu-c:\n    \
+                 DynamicResources: claim ml/x, request gpu: needs 2 device(s); 1 in the node's resource pools\n    \
+                 DynamicResources: resource pool d/p is invalid: duplicate device\n\n\
+                 Devices the pod's claims would get on {name}:\n  claim ml/x, request gpu: gpu.example.com/a/gpu-0\n"
+            )),
+            "{text}"
+        );
     }
 
     #[test]

@@ -17,6 +17,10 @@ pub enum KindClass {
     Node,
     /// Pods, with where they are.
     Pod,
+    /// ResourceClaims, with their state and devices.
+    ResourceClaim,
+    /// ResourceSlices, with their node, driver, pool and devices.
+    ResourceSlice,
     /// Anything else the server stores: namespace and name.
     Other,
 }
@@ -27,6 +31,8 @@ pub fn classify(kind: &str) -> KindClass {
     match kind.to_ascii_lowercase().as_str() {
         "node" | "nodes" | "no" => KindClass::Node,
         "pod" | "pods" | "po" => KindClass::Pod,
+        "resourceclaim" | "resourceclaims" => KindClass::ResourceClaim,
+        "resourceslice" | "resourceslices" => KindClass::ResourceSlice,
         _ => KindClass::Other,
     }
 }
@@ -84,6 +90,8 @@ pub async fn run(
     }
     let text = match classify(kind) {
         KindClass::Pod => pods_table(&items),
+        KindClass::ResourceClaim => claims_table(&items),
+        KindClass::ResourceSlice => slices_table(&items),
         // Node tables were answered above, from the server's summary.
         KindClass::Node | KindClass::Other => objects_table(&items),
     };
@@ -187,6 +195,70 @@ pub fn objects_table(items: &[Value]) -> String {
     t.render()
 }
 
+/// ResourceClaims as kubectl lists them (STATE: pending, allocated,
+/// reserved, deleted), with where their devices are.
+pub fn claims_table(items: &[Value]) -> String {
+    let mut t = Table::new(["NAMESPACE", "NAME", "STATE", "NODE", "DEVICES"]);
+    for c in items {
+        let status = &c["status"];
+        let mut state = Vec::new();
+        if status["allocation"].is_object() {
+            state.push("allocated");
+        }
+        if status["reservedFor"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
+        {
+            state.push("reserved");
+        }
+        if !str_at(c, &["metadata", "deletionTimestamp"]).is_empty() {
+            state.push("deleted");
+        }
+        if state.is_empty() {
+            state.push("pending");
+        }
+        let node = status["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]
+            ["values"][0]
+            .as_str()
+            .unwrap_or("");
+        let devices: Vec<String> = status["allocation"]["devices"]["results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| format!("{}/{}", str_at(r, &["pool"]), str_at(r, &["device"])))
+            .collect();
+        t.row([
+            str_at(c, &["metadata", "namespace"]).to_string(),
+            str_at(c, &["metadata", "name"]).to_string(),
+            state.join(","),
+            or_none(node),
+            or_none(&devices.join(",")),
+        ]);
+    }
+    t.render()
+}
+
+/// ResourceSlices: whose devices, in which pool, how many.
+pub fn slices_table(items: &[Value]) -> String {
+    let mut t = Table::new(["NAME", "NODE", "DRIVER", "POOL", "DEVICES"]).right(4);
+    for s in items {
+        let spec = &s["spec"];
+        let node = if spec["allNodes"] == true {
+            "<all>".to_string()
+        } else {
+            or_none(str_at(spec, &["nodeName"]))
+        };
+        t.row([
+            str_at(s, &["metadata", "name"]).to_string(),
+            node,
+            str_at(spec, &["driver"]).to_string(),
+            str_at(spec, &["pool", "name"]).to_string(),
+            spec["devices"].as_array().map_or(0, Vec::len).to_string(),
+        ]);
+    }
+    t.render()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +272,39 @@ mod tests {
             assert_eq!(classify(k), KindClass::Pod);
         }
         assert_eq!(classify("pvc"), KindClass::Other);
+        assert_eq!(classify("ResourceClaims"), KindClass::ResourceClaim);
+        assert_eq!(classify("resourceslice"), KindClass::ResourceSlice);
+    }
+
+    #[test]
+    fn claims_and_slices_show_state_and_devices() {
+        let claims = [
+            json!({"metadata": {"namespace": "ml", "name": "a"}, "status": {}}),
+            json!({"metadata": {"namespace": "ml", "name": "b"}, "status": {
+                "allocation": {"devices": {"results": [
+                    {"request": "r", "driver": "d", "pool": "n1", "device": "gpu-0"},
+                    {"request": "r", "driver": "d", "pool": "n1", "device": "gpu-1"}]},
+                    "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                        {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}},
+                "reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}]}}),
+        ];
+        let text = claims_table(&claims);
+        let lines: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(lines[0], ["NAMESPACE", "NAME", "STATE", "NODE", "DEVICES"]);
+        assert_eq!(lines[1], ["ml", "a", "pending", "<none>", "<none>"]);
+        assert_eq!(
+            lines[2],
+            ["ml", "b", "allocated,reserved", "n1", "n1/gpu-0,n1/gpu-1"]
+        );
+        let slices = [json!({"metadata": {"name": "s"}, "spec": {"nodeName": "n1",
+            "driver": "d", "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}})];
+        let text = slices_table(&slices);
+        let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(row, ["s", "n1", "d", "n1", "2"]);
     }
 
     #[test]

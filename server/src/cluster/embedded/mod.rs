@@ -8,6 +8,7 @@
 //! UID); every change is delivered to subscribers as a watch event; events
 //! are kept as `events.k8s.io/v1` objects.
 
+mod dra;
 pub mod load;
 mod volumes;
 
@@ -34,7 +35,7 @@ use crate::model::{InvalidObject, NodeSpec, PodInfo, admission};
 pub const SAMPLE_CLUSTER: &str = include_str!("../../../sample/cluster.yaml");
 
 /// The kinds the embedded cluster stores, for messages.
-pub const SUPPORTED_KINDS: &str = "Node, Pod, Namespace, PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode, PodDisruptionBudget, Service, ReplicaSet, StatefulSet, ReplicationController";
+pub const SUPPORTED_KINDS: &str = "Node, Pod, Namespace, PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode, PodDisruptionBudget, Service, ReplicaSet, StatefulSet, ReplicationController, DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice";
 
 /// How many events the store keeps (oldest dropped first).
 const MAX_EVENTS: usize = 10_000;
@@ -206,6 +207,7 @@ impl Store {
             }
             Admitted::Pod(pod) => {
                 let (ns, name, applied) = self.put_pod(*pod)?;
+                dra::pod_changed(self, &(ns.clone(), name.clone()));
                 Ok((Kind::Pod, ns, name, applied))
             }
             Admitted::Object(obj) => {
@@ -214,6 +216,7 @@ impl Store {
                 let stored = self
                     .put_object(obj, None)
                     .map_err(|e| ApplyError::Malformed(e.to_string()))?;
+                dra::object_changed(self, &stored.key());
                 let (_, ns, name) = stored.key();
                 let applied = match old {
                     None => Applied::Created,
@@ -668,7 +671,8 @@ impl EmbeddedCluster {
                 };
                 match s.pods.remove(&(ns.to_string(), name.to_string())) {
                     Some(p) => {
-                        s.emit(ClusterChange::Pod(WatchEvent::Deleted(p)));
+                        s.emit(ClusterChange::Pod(WatchEvent::Deleted(p.clone())));
+                        dra::pod_removed(&mut s, &p);
                         true
                     }
                     None => false,
@@ -748,8 +752,9 @@ impl EmbeddedCluster {
         f(&mut new)?;
         new.metadata.resource_version = Some(s.next_rv());
         let new = Arc::new(new);
-        s.pods.insert(key, new.clone());
+        s.pods.insert(key.clone(), new.clone());
         s.emit(ClusterChange::Pod(WatchEvent::Modified { old, new }));
+        dra::pod_changed(&mut s, &key);
         Ok(())
     }
 }
@@ -835,9 +840,162 @@ impl ClusterClient for EmbeddedCluster {
     async fn update_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
         let mut s = self.store.lock();
         let rv = obj.metadata().resource_version.clone().unwrap_or_default();
+        // A claim's status is written through its subresource only.
+        let obj = match (&obj, s.objects.get(&obj.key())) {
+            (KubeObject::ResourceClaim(new), Some(KubeObject::ResourceClaim(old))) => {
+                let mut c = (**new).clone();
+                c.status = old.status.clone();
+                KubeObject::ResourceClaim(Arc::new(c))
+            }
+            _ => obj,
+        };
         let stored = s.put_object(obj, Some(&rv))?;
         volumes::reconcile(&mut s);
+        dra::object_changed(&mut s, &stored.key());
         Ok(stored)
+    }
+
+    async fn update_object_status(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
+        let mut s = self.store.lock();
+        let rv = obj.metadata().resource_version.clone().unwrap_or_default();
+        let obj = match (&obj, s.objects.get(&obj.key())) {
+            (KubeObject::ResourceClaim(new), Some(KubeObject::ResourceClaim(old))) => {
+                let mut c = (**old).clone();
+                c.status = new.status.clone();
+                c.metadata.resource_version = new.metadata.resource_version.clone();
+                KubeObject::ResourceClaim(Arc::new(c))
+            }
+            (KubeObject::ResourceClaim(_), None) => {
+                return Err(ClusterError::NotFound(format!(
+                    "resourceclaims.resource.k8s.io {:?} not found",
+                    obj.key().2
+                )));
+            }
+            _ => {
+                return Err(ClusterError::Unsupported(format!(
+                    "the embedded cluster keeps no status subresource for {}",
+                    obj.kind().type_meta().1
+                )));
+            }
+        };
+        let stored = s.put_object(obj, Some(&rv))?;
+        dra::object_changed(&mut s, &stored.key());
+        Ok(stored)
+    }
+
+    async fn get_object(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<KubeObject, ClusterError> {
+        self.object(kind, namespace, name).ok_or_else(|| {
+            let (_, k) = kind.type_meta();
+            ClusterError::NotFound(format!("{} {name:?} not found", k.to_ascii_lowercase()))
+        })
+    }
+
+    async fn remove_claim_reservation(
+        &self,
+        namespace: &str,
+        name: &str,
+        claim_uid: &str,
+        consumer_uid: &str,
+    ) -> Result<(), ClusterError> {
+        let mut s = self.store.lock();
+        let key = (
+            ObjectKind::ResourceClaim,
+            namespace.to_string(),
+            name.to_string(),
+        );
+        let Some(KubeObject::ResourceClaim(old)) = s.objects.get(&key).cloned() else {
+            return Err(ClusterError::NotFound(format!(
+                "resourceclaims.resource.k8s.io {name:?} not found"
+            )));
+        };
+        let uid = old.metadata.uid.clone().unwrap_or_default();
+        if uid != claim_uid {
+            return Err(ClusterError::Conflict(format!(
+                "Operation cannot be fulfilled on resourceclaims.resource.k8s.io {name:?}: Precondition failed: UID in precondition: {claim_uid}, UID in object meta: {uid}"
+            )));
+        }
+        let mut c = (*old).clone();
+        if let Some(st) = c.status.as_mut() {
+            if let Some(r) = st.reserved_for.as_mut() {
+                r.retain(|r| r.uid != consumer_uid);
+            }
+            if st.reserved_for.as_ref().is_some_and(Vec::is_empty) {
+                st.reserved_for = None;
+            }
+        }
+        s.put_object(KubeObject::ResourceClaim(Arc::new(c)), None)?;
+        dra::object_changed(&mut s, &key);
+        Ok(())
+    }
+
+    async fn create_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
+        let mut s = self.store.lock();
+        let obj = match obj.metadata().name.as_deref() {
+            Some(n) if !n.is_empty() => obj,
+            _ => {
+                let generate = obj.metadata().generate_name.clone().unwrap_or_default();
+                let (kind, namespace, _) = obj.key();
+                let mut name = format!("{generate}{}", dra::suffix());
+                while s
+                    .objects
+                    .contains_key(&(kind, namespace.clone(), name.clone()))
+                {
+                    name = format!("{generate}{}", dra::suffix());
+                }
+                obj.with_metadata(|m| m.name = Some(name))
+            }
+        };
+        if s.objects.contains_key(&obj.key()) {
+            let (kind, _, name) = obj.key();
+            return Err(ClusterError::Conflict(format!(
+                "{} {name:?} already exists",
+                kind.type_meta().1.to_ascii_lowercase()
+            )));
+        }
+        let stored = s.put_object(obj, None)?;
+        dra::object_changed(&mut s, &stored.key());
+        Ok(stored)
+    }
+
+    async fn delete_object(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ClusterError> {
+        if self.delete(Kind::Object(kind), namespace, name) {
+            Ok(())
+        } else {
+            Err(ClusterError::NotFound(format!(
+                "{} {name:?} not found",
+                kind.type_meta().1.to_ascii_lowercase()
+            )))
+        }
+    }
+
+    async fn set_extended_resource_claim_status(
+        &self,
+        pod: &PodInfo,
+        status: k8s_openapi::api::core::v1::PodExtendedResourceClaimStatus,
+    ) -> Result<(), ClusterError> {
+        let uid = pod.uid.to_string();
+        self.update_pod(&pod.namespace, &pod.name, |p| {
+            if p.metadata.uid.as_deref() != Some(uid.as_str()) {
+                return Err(ClusterError::Conflict(format!(
+                    "pod {} was replaced",
+                    pod.key()
+                )));
+            }
+            p.status
+                .get_or_insert_with(Default::default)
+                .extended_resource_claim_status = Some(status);
+            Ok(())
+        })
     }
 }
 

@@ -35,9 +35,17 @@ pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 /// The provisioner name of storage classes without dynamic provisioning.
 pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
 
-fn pvs(s: &Store) -> Vec<Arc<PersistentVolume>> {
+/// The stored objects of one kind (a range of the ordered store, not a
+/// scan of every object).
+fn of_kind(s: &Store, kind: ObjectKind) -> impl Iterator<Item = &KubeObject> {
     s.objects
-        .values()
+        .range((kind, String::new(), String::new())..)
+        .take_while(move |((k, _, _), _)| *k == kind)
+        .map(|(_, o)| o)
+}
+
+fn pvs(s: &Store) -> Vec<Arc<PersistentVolume>> {
+    of_kind(s, ObjectKind::PersistentVolume)
         .filter_map(|o| match o {
             KubeObject::PersistentVolume(pv) => Some(pv.clone()),
             _ => None,
@@ -46,8 +54,7 @@ fn pvs(s: &Store) -> Vec<Arc<PersistentVolume>> {
 }
 
 fn pvcs(s: &Store) -> Vec<Arc<PersistentVolumeClaim>> {
-    s.objects
-        .values()
+    of_kind(s, ObjectKind::PersistentVolumeClaim)
         .filter_map(|o| match o {
             KubeObject::PersistentVolumeClaim(c) => Some(c.clone()),
             _ => None,

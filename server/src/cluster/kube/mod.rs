@@ -1,9 +1,10 @@
 //! The Kubernetes cluster source: a real API server is the source of truth.
 //!
 //! One kube-rs watcher per kind (nodes, pods, namespaces, volumes, claims,
-//! storage classes, CSI nodes, disruption budgets, and the owners default
+//! storage classes, CSI nodes, disruption budgets, the owners default
 //! spreading looks at: services, replica sets, stateful sets, replication
-//! controllers) feeds one reflector, [`Mirror`], that keeps the last object
+//! controllers, and DRA's device classes, resource claims and resource
+//! slices) feeds one reflector, [`Mirror`], that keeps the last object
 //! seen under each key and turns the watchers' events into the same
 //! [`ClusterChange`]s the embedded cluster emits:
 //!
@@ -50,6 +51,25 @@ pub use slim::{LAST_APPLIED, SlimNode, SlimPod, strip_meta};
 
 use super::{ClusterChange, WatchEvent};
 use crate::cache::{KubeObject, ObjectKind};
+
+/// The kinds other than nodes and pods that kube mode watches: every kind
+/// of [`ObjectKind::ALL`] but ResourceClaimTemplates, which only the
+/// resourceclaim controller reads (kube-scheduler does not watch them).
+pub const KUBE_WATCHED: [ObjectKind; 13] = [
+    ObjectKind::Namespace,
+    ObjectKind::PersistentVolume,
+    ObjectKind::PersistentVolumeClaim,
+    ObjectKind::StorageClass,
+    ObjectKind::CsiNode,
+    ObjectKind::PodDisruptionBudget,
+    ObjectKind::Service,
+    ObjectKind::ReplicaSet,
+    ObjectKind::StatefulSet,
+    ObjectKind::ReplicationController,
+    ObjectKind::DeviceClass,
+    ObjectKind::ResourceClaim,
+    ObjectKind::ResourceSlice,
+];
 
 /// Upstream's field selector for the scheduler's pod informer: finished
 /// pods hold no resources and are never scheduled.
@@ -449,7 +469,7 @@ impl KubeCluster {
     pub fn start(client: kube::Client, events: kube::Client, options: KubeOptions) -> Arc<Self> {
         let mirror = Arc::new(Mirror::default());
         // Counted before any watcher runs: Synced waits for all of them.
-        mirror.state.lock().watchers = 2 + ObjectKind::ALL.len();
+        mirror.state.lock().watchers = 2 + KUBE_WATCHED.len();
         // Lists from the watch cache (resourceVersion=0), as informers do.
         let config = || watcher::Config::default().any_semantic();
         // Pods and nodes are decoded straight into what berth keeps (see
@@ -482,8 +502,8 @@ impl KubeCluster {
                 );
             )*};
         }
-        use k8s_openapi::api::{apps, core, policy, storage};
-        // Every kind of ObjectKind::ALL.
+        use k8s_openapi::api::{apps, core, policy, resource, storage};
+        // Every kind of KUBE_WATCHED.
         objects!(
             Namespace => core::v1::Namespace,
             PersistentVolume => core::v1::PersistentVolume,
@@ -495,6 +515,9 @@ impl KubeCluster {
             ReplicaSet => apps::v1::ReplicaSet,
             StatefulSet => apps::v1::StatefulSet,
             ReplicationController => core::v1::ReplicationController,
+            DeviceClass => resource::v1::DeviceClass,
+            ResourceClaim => resource::v1::ResourceClaim,
+            ResourceSlice => resource::v1::ResourceSlice,
         );
         let events = events::EventSink::start(events, options.identity);
         Arc::new(Self {

@@ -18,8 +18,12 @@
 //! * preemption victims: a status patch adding the `DisruptionTarget`
 //!   condition, then `DELETE` with a UID precondition; a victim already
 //!   gone counts as evicted, one already terminating is left alone;
-//! * other objects (volume binding): `PUT` with the resourceVersion read
-//!   (409 Conflict when stale).
+//! * other objects (volume binding, DRA claims): `PUT` with the
+//!   resourceVersion read (409 Conflict when stale), `PUT` of a claim's
+//!   `status` subresource, a strategic merge patch of it that removes one
+//!   `reservedFor` entry (Unreserve); a claim for extended resources is
+//!   `POST`ed (and `DELETE`d when its pod is not bound), and the pod's
+//!   `status.extendedResourceClaimStatus` set by a strategic merge patch.
 //!
 //! Every failed write is logged with the object, the verb and the status
 //! code.
@@ -67,6 +71,10 @@ fn object_path(kind: ObjectKind, namespace: &str, name: &str) -> String {
         ObjectKind::ReplicaSet => ("/apis/apps/v1", "replicasets"),
         ObjectKind::StatefulSet => ("/apis/apps/v1", "statefulsets"),
         ObjectKind::ReplicationController => ("/api/v1", "replicationcontrollers"),
+        ObjectKind::DeviceClass => ("/apis/resource.k8s.io/v1", "deviceclasses"),
+        ObjectKind::ResourceClaim => ("/apis/resource.k8s.io/v1", "resourceclaims"),
+        ObjectKind::ResourceClaimTemplate => ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
+        ObjectKind::ResourceSlice => ("/apis/resource.k8s.io/v1", "resourceslices"),
     };
     if kind.namespaced() {
         format!("{group}/namespaces/{namespace}/{plural}/{name}")
@@ -313,13 +321,14 @@ impl ClusterClient for KubeCluster {
     async fn update_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
         let (kind, namespace, name) = obj.key();
         let path = object_path(kind, &namespace, &name);
-        let subject = if namespace.is_empty() {
-            name.clone()
-        } else {
-            format!("{namespace}/{name}")
-        };
         let stored = self
-            .send::<_, Value>(http::Method::PUT, &path, JSON, &obj.to_json(), &subject)
+            .send::<_, Value>(
+                http::Method::PUT,
+                &path,
+                JSON,
+                &obj.to_json(),
+                &subject(&namespace, &name),
+            )
             .await?;
         KubeObject::from_json(kind, stored).map_err(|e| ClusterError::Other(e.to_string()))
     }
@@ -331,6 +340,117 @@ impl ClusterClient for KubeCluster {
     ) -> Result<(), ClusterError> {
         let path = format!("{}/status", pod_path(&pod.namespace, &pod.name));
         let patch = json!({"status": {"nominatedNodeName": node}});
+        self.send::<_, IgnoredAny>(
+            http::Method::PATCH,
+            &path,
+            STRATEGIC_MERGE,
+            &patch,
+            &pod.key(),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn update_object_status(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
+        let (kind, namespace, name) = obj.key();
+        let path = format!("{}/status", object_path(kind, &namespace, &name));
+        let stored = self
+            .send::<_, Value>(
+                http::Method::PUT,
+                &path,
+                JSON,
+                &obj.to_json(),
+                &subject(&namespace, &name),
+            )
+            .await?;
+        KubeObject::from_json(kind, stored).map_err(|e| ClusterError::Other(e.to_string()))
+    }
+
+    async fn get_object(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<KubeObject, ClusterError> {
+        let req = http::Request::get(object_path(kind, namespace, name))
+            .header(http::header::ACCEPT, JSON)
+            .body(Vec::new())
+            .map_err(|e| ClusterError::Other(e.to_string()))?;
+        let got = self
+            .client
+            .request::<Value>(req)
+            .await
+            .map_err(cluster_error)?;
+        KubeObject::from_json(kind, got).map_err(|e| ClusterError::Other(e.to_string()))
+    }
+
+    async fn remove_claim_reservation(
+        &self,
+        namespace: &str,
+        name: &str,
+        claim_uid: &str,
+        consumer_uid: &str,
+    ) -> Result<(), ClusterError> {
+        let path = format!(
+            "{}/status",
+            object_path(ObjectKind::ResourceClaim, namespace, name)
+        );
+        let patch = json!({
+            "metadata": {"uid": claim_uid},
+            "status": {"reservedFor": [{"$patch": "delete", "uid": consumer_uid}]},
+        });
+        self.send::<_, IgnoredAny>(
+            http::Method::PATCH,
+            &path,
+            STRATEGIC_MERGE,
+            &patch,
+            &subject(namespace, name),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn create_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
+        let (kind, namespace, _) = obj.key();
+        let path = object_path(kind, &namespace, "");
+        let generate = obj.metadata().generate_name.clone().unwrap_or_default();
+        let stored = self
+            .send::<_, Value>(
+                http::Method::POST,
+                path.trim_end_matches('/'),
+                JSON,
+                &obj.to_json(),
+                &subject(&namespace, &generate),
+            )
+            .await?;
+        KubeObject::from_json(kind, stored).map_err(|e| ClusterError::Other(e.to_string()))
+    }
+
+    async fn delete_object(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ClusterError> {
+        let path = object_path(kind, namespace, name);
+        self.send::<_, IgnoredAny>(
+            http::Method::DELETE,
+            &path,
+            JSON,
+            &json!({}),
+            &subject(namespace, name),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn set_extended_resource_claim_status(
+        &self,
+        pod: &PodInfo,
+        status: k8s_openapi::api::core::v1::PodExtendedResourceClaimStatus,
+    ) -> Result<(), ClusterError> {
+        let path = format!("{}/status", pod_path(&pod.namespace, &pod.name));
+        let patch = json!({"status": {"extendedResourceClaimStatus": status}});
         self.send::<_, IgnoredAny>(
             http::Method::PATCH,
             &path,
@@ -385,6 +505,16 @@ impl ClusterSource for KubeCluster {
 
     fn kind(&self) -> &'static str {
         "kube"
+    }
+}
+
+/// How a failed write names its object: `namespace/name`, or the name of a
+/// cluster-scoped one.
+fn subject(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        name.to_string()
+    } else {
+        format!("{namespace}/{name}")
     }
 }
 

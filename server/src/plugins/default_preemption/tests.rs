@@ -198,7 +198,7 @@ async fn only_lower_priority_pods_are_victims() {
     assert_eq!(s.code(), Code::Unschedulable);
     assert_eq!(
         s.message(),
-        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+        "no new claims to deallocate, preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
     );
     assert_eq!(nominated(&r), None);
     assert_eq!(e.pods(), ["same"]);
@@ -220,7 +220,7 @@ async fn preemption_policy_never_does_not_preempt() {
     let (r, s) = e.preempt(&pod).await;
     assert_eq!(
         s.message(),
-        "preemption: not eligible due to preemptionPolicy=Never."
+        "no new claims to deallocate, preemption: not eligible due to preemptionPolicy=Never."
     );
     assert!(r.is_none());
     assert_eq!(e.pods(), ["a"]);
@@ -239,7 +239,7 @@ async fn unresolvable_nodes_are_not_candidates() {
     let (r, s) = e.preempt(&pod).await;
     assert_eq!(
         s.message(),
-        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+        "no new claims to deallocate, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     );
     assert_eq!(
         r.unwrap().nominating_info,
@@ -570,7 +570,10 @@ async fn extender_failures_fail_preemption_unless_ignorable() {
     e.fw.handle().set_extenders(vec![Arc::new(empty)]);
     let (r, s) = e.preempt(&pod).await;
     assert_eq!(s.code(), Code::Unschedulable);
-    assert_eq!(s.message(), "preemption: no candidate node for preemption");
+    assert_eq!(
+        s.message(),
+        "no new claims to deallocate, preemption: no candidate node for preemption"
+    );
     assert!(r.is_none());
     assert_eq!(e.pods(), ["a", "b"]);
 }

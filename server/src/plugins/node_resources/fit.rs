@@ -8,7 +8,8 @@ use async_trait::async_trait;
 
 use super::args::{LEAST_ALLOCATED, MOST_ALLOCATED, NodeResourcesFitArgs};
 use super::scoring::Scorer;
-use crate::cache::NodeInfo;
+use crate::cache::dra::is_dra_extended_resource;
+use crate::cache::{NodeInfo, ObjectStore};
 use crate::extension_points;
 use crate::framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EventResource, FilterPlugin,
@@ -46,6 +47,8 @@ pub struct NodeResourcesFit {
     scored: Vec<Scored>,
     weights: Vec<i64>,
     scorer: Scorer,
+    /// The cluster's objects, for extended resources backed by DRA.
+    objects: Option<Arc<ObjectStore>>,
 }
 
 impl NodeResourcesFit {
@@ -86,7 +89,31 @@ impl NodeResourcesFit {
             scored,
             weights: strategy.resources.iter().map(|r| r.weight).collect(),
             scorer,
+            objects: None,
         })
+    }
+
+    /// Lets the plugin see DeviceClasses: an extended resource a node does
+    /// not offer but a DeviceClass backs is left to DynamicResources
+    /// (DRAExtendedResource, on by default in v1.36).
+    pub fn with_objects(mut self, objects: Arc<ObjectStore>) -> Self {
+        self.objects = Some(objects);
+        self
+    }
+
+    /// Whether DynamicResources, not this plugin, checks the pod's request
+    /// for `name` on a node with `allocatable` of it: the node offers none
+    /// (no device plugin) and a DeviceClass backs the name.
+    fn delegated_to_dra(&self, name: ResourceName, allocatable: i64) -> bool {
+        if allocatable > 0 {
+            return false;
+        }
+        let Some(objects) = &self.objects else {
+            return false;
+        };
+        let text = name.as_str();
+        is_dra_extended_resource(&text)
+            && objects.dra().class_for_extended_resource(&text).is_some()
     }
 
     fn ignored(&self, name: ResourceName) -> bool {
@@ -138,7 +165,7 @@ impl NodeResourcesFit {
             "Insufficient ephemeral-storage",
         );
         for &(name, want) in &req.scalar {
-            if want == 0 || self.ignored(name) {
+            if want == 0 || self.ignored(name) || self.delegated_to_dra(name, alloc.scalar(name)) {
                 continue;
             }
             check(
@@ -160,9 +187,12 @@ impl NodeResourcesFit {
             && r.milli_cpu <= a.milli_cpu
             && r.memory <= a.memory
             && r.ephemeral_storage <= a.ephemeral_storage
-            && r.scalar
-                .iter()
-                .all(|&(n, v)| v == 0 || self.ignored(n) || v <= a.scalar(n))
+            && r.scalar.iter().all(|&(n, v)| {
+                v == 0
+                    || self.ignored(n)
+                    || v <= a.scalar(n)
+                    || self.delegated_to_dra(n, a.scalar(n))
+            })
     }
 
     fn pod_request(&self, pod: &PodInfo, r: Scored) -> i64 {
@@ -210,6 +240,7 @@ impl Plugin for NodeResourcesFit {
             scored: Vec::new(),
             weights: Vec::new(),
             scorer: Scorer::LeastAllocated,
+            objects: self.objects.clone(),
         });
         Some(vec![
             // A pod went away and freed its requests (an unbound pod that was
@@ -259,7 +290,62 @@ impl Plugin for NodeResourcesFit {
                         Some(old) if allocatable_grew(pod, &old.allocatable, &new.allocatable) => {
                             QueueingHint::Queue
                         }
+                        Some(_)
+                            if pod.requests.scalar.iter().any(|&(n, v)| {
+                                v > 0 && fit.delegated_to_dra(n, new.allocatable.scalar(n))
+                            }) =>
+                        {
+                            QueueingHint::Queue
+                        }
                         Some(_) => QueueingHint::Skip,
+                    })
+                },
+            ),
+            // A DeviceClass may now back an extended resource the pod asks
+            // for (DRAExtendedResource).
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::DeviceClass,
+                    ActionType::ADD | ActionType::UPDATE,
+                ),
+                |pod, old, new| {
+                    let class = |o: Option<&crate::framework::EventObject>| match o
+                        .and_then(|o| o.as_object())
+                    {
+                        Some(crate::cache::KubeObject::DeviceClass(c)) => Some(c.clone()),
+                        _ => None,
+                    };
+                    let Some(new) = class(new) else {
+                        return Err(
+                            "unexpected object in isSchedulableAfterDeviceClassEvent".into()
+                        );
+                    };
+                    let requests = |name: &str| {
+                        pod.requests
+                            .scalar
+                            .iter()
+                            .any(|(n, _)| *n.as_str() == *name)
+                    };
+                    match class(old) {
+                        Some(old) => {
+                            if old.spec.extended_resource_name == new.spec.extended_resource_name {
+                                return Ok(QueueingHint::Skip);
+                            }
+                        }
+                        None => {
+                            let implicit = format!(
+                                "{}{}",
+                                crate::cache::dra::IMPLICIT_EXTENDED_RESOURCE_PREFIX,
+                                new.metadata.name.as_deref().unwrap_or("")
+                            );
+                            if requests(&implicit) {
+                                return Ok(QueueingHint::Queue);
+                            }
+                        }
+                    }
+                    Ok(match new.spec.extended_resource_name.as_deref() {
+                        Some(name) if requests(name) => QueueingHint::Queue,
+                        _ => QueueingHint::Skip,
                     })
                 },
             ),
