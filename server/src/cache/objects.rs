@@ -23,7 +23,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::RwLock;
 
-use crate::framework::EventResource;
+use crate::model::EventResource;
 use crate::model::Labels;
 
 /// The label the API server puts on every namespace, with its name.

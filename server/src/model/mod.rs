@@ -10,6 +10,7 @@ pub mod affinity;
 pub mod decode;
 pub mod defaults;
 pub mod dra;
+pub mod event_resource;
 pub mod labels;
 pub mod node;
 pub mod pod;
@@ -23,6 +24,7 @@ pub use affinity::{
     AffinityTerm, InclusionPolicy, NodeAffinity, Placement, PodAffinityTerms, SpreadConstraint,
     WeightedAffinityTerm, WhenUnsatisfiable,
 };
+pub use event_resource::EventResource;
 pub use labels::Labels;
 pub use node::NodeSpec;
 pub use pod::{ClaimSource, HostPort, PodClaim, PodInfo, PodRef, Protocol, normalized_image_name};
