@@ -237,6 +237,16 @@ impl NodeBuilder {
     }
 }
 
+/// The default configuration's profiles, built as berthd builds them.
+#[cfg(test)]
+pub fn default_profiles(
+    handle: &crate::framework::Handle,
+) -> std::collections::HashMap<Arc<str>, Arc<crate::framework::Framework>> {
+    let registry = crate::plugins::in_tree_registry();
+    let cfg = crate::config::default_config(&|n| registry.contains(n));
+    crate::scheduler::build_profiles(&cfg, &registry, handle).expect("the default profiles build")
+}
+
 /// The default profile's framework, built as berthd builds it.
 #[cfg(test)]
 pub fn default_framework(handle: &crate::framework::Handle) -> Arc<crate::framework::Framework> {

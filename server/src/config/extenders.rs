@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::ExtensionPoint;
 use super::{ConfigError, parse_go_duration};
-use crate::framework::ExtensionPoint;
 
 /// The per-call timeout when none is given (upstream's extender default).
 pub const DEFAULT_EXTENDER_TIMEOUT: Duration = Duration::from_secs(5);

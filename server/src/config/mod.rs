@@ -7,25 +7,25 @@
 //! unless disabled (`"*"` disables all), a default plugin the user enables
 //! again is replaced in place (e.g. to change its weight), and the user's
 //! other plugins follow. Plugin arguments are parsed and validated by each
-//! plugin's typed `Args` when the profile is built (see
-//! [`crate::framework::Registry`]).
+//! plugin's typed `Args` when the profile is built (by
+//! the framework's plugin registry).
 
 mod defaults;
 mod duration;
 mod error;
 pub mod extenders;
+mod points;
 mod types;
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 pub use defaults::*;
-pub use duration::parse_go_duration;
+pub use duration::{go_duration, parse_go_duration};
 pub use error::{ConfigError, join_path};
 pub use extenders::{ExtenderConfig, HttpExtenderConfig, ManagedResource};
+pub use points::ExtensionPoint;
 pub use types::*;
-
-use crate::framework::ExtensionPoint;
 
 /// The only apiVersion accepted.
 pub const API_VERSION: &str = "kubescheduler.config.k8s.io/v1";
@@ -180,7 +180,7 @@ impl LeaderElection {
         if !self.leader_elect {
             return Ok(());
         }
-        let go = crate::framework::go_duration;
+        let go = go_duration;
         for (field, d) in [
             ("leaseDuration", self.lease_duration),
             ("renewDeadline", self.renew_deadline),

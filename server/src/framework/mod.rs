@@ -18,6 +18,7 @@ mod status;
 mod types;
 mod waiting_pods;
 
+pub use crate::config::{ExtensionPoint, go_duration};
 pub use cycle_state::{CycleState, CycleToken, PluginMask, StateData, StateKey};
 pub use events::{
     ActionType, ClusterEvent, ClusterEventWithHint, EventObject, EventResource, QueueingHint,
@@ -37,92 +38,9 @@ pub use registry::{
 pub use runtime::{BatchFiltersAhead, FilterVerdict, Framework, PluginEvents, ScoreResult};
 pub use status::{Code, Reason, Status};
 pub use types::*;
-pub use waiting_pods::{MAX_PERMIT_TIMEOUT, WaitingPod, WaitingPods, go_duration};
+pub use waiting_pods::{MAX_PERMIT_TIMEOUT, WaitingPod, WaitingPods};
 
 /// The target of berth's trace spans (a scheduling attempt's, its binding
 /// cycle's and each extension point's): `observe::telemetry` exports them
 /// and keeps them out of the logs.
 pub const TRACE_TARGET: &str = "berth::trace";
-
-/// The extension points a profile configures, in the order they run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ExtensionPoint {
-    /// Before a pod enters activeQ.
-    PreEnqueue,
-    /// Orders activeQ.
-    QueueSort,
-    /// Once per cycle, before filtering.
-    PreFilter,
-    /// Per node.
-    Filter,
-    /// When no node fits.
-    PostFilter,
-    /// Once per cycle, before scoring.
-    PreScore,
-    /// Per feasible node.
-    Score,
-    /// After a node is chosen.
-    Reserve,
-    /// Last in the scheduling cycle.
-    Permit,
-    /// Before binding.
-    PreBind,
-    /// Binding.
-    Bind,
-    /// After binding.
-    PostBind,
-}
-
-impl ExtensionPoint {
-    /// Every point, in order.
-    pub const ALL: [ExtensionPoint; 12] = [
-        Self::PreEnqueue,
-        Self::QueueSort,
-        Self::PreFilter,
-        Self::Filter,
-        Self::PostFilter,
-        Self::PreScore,
-        Self::Score,
-        Self::Reserve,
-        Self::Permit,
-        Self::PreBind,
-        Self::Bind,
-        Self::PostBind,
-    ];
-
-    /// The field name in a profile's `plugins`.
-    pub fn field(&self) -> &'static str {
-        match self {
-            Self::PreEnqueue => "preEnqueue",
-            Self::QueueSort => "queueSort",
-            Self::PreFilter => "preFilter",
-            Self::Filter => "filter",
-            Self::PostFilter => "postFilter",
-            Self::PreScore => "preScore",
-            Self::Score => "score",
-            Self::Reserve => "reserve",
-            Self::Permit => "permit",
-            Self::PreBind => "preBind",
-            Self::Bind => "bind",
-            Self::PostBind => "postBind",
-        }
-    }
-
-    /// The interface name, as upstream's messages name it.
-    pub fn interface(&self) -> &'static str {
-        match self {
-            Self::PreEnqueue => "PreEnqueuePlugin",
-            Self::QueueSort => "QueueSortPlugin",
-            Self::PreFilter => "PreFilterPlugin",
-            Self::Filter => "FilterPlugin",
-            Self::PostFilter => "PostFilterPlugin",
-            Self::PreScore => "PreScorePlugin",
-            Self::Score => "ScorePlugin",
-            Self::Reserve => "ReservePlugin",
-            Self::Permit => "PermitPlugin",
-            Self::PreBind => "PreBindPlugin",
-            Self::Bind => "BindPlugin",
-            Self::PostBind => "PostBindPlugin",
-        }
-    }
-}

@@ -26,6 +26,7 @@ use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 
 use super::status::{Code, Status};
+use crate::config::go_duration;
 use crate::model::PodRef;
 
 /// The longest a Permit plugin may make a pod wait.
@@ -252,47 +253,6 @@ impl WaitingPods {
     pub fn is_empty(&self) -> bool {
         self.0.lock().waiting.is_empty()
     }
-}
-
-/// Formats a duration as Go's `time.Duration.String()` does (`10s`,
-/// `1m30s`, `15m0s`, `1.5s`, `250ms`), for messages worded as upstream's.
-pub fn go_duration(d: Duration) -> String {
-    let total_ns = d.as_nanos();
-    if total_ns == 0 {
-        return "0s".into();
-    }
-    if total_ns < 1_000_000_000 {
-        let (unit, div) = if total_ns < 1_000 {
-            ("ns", 1)
-        } else if total_ns < 1_000_000 {
-            ("µs", 1_000)
-        } else {
-            ("ms", 1_000_000)
-        };
-        return format!("{}{unit}", trim_fraction(total_ns, div));
-    }
-    let hours = total_ns / 3_600_000_000_000;
-    let minutes = (total_ns / 60_000_000_000) % 60;
-    let seconds_ns = total_ns % 60_000_000_000;
-    let seconds = trim_fraction(seconds_ns, 1_000_000_000);
-    if hours > 0 {
-        format!("{hours}h{minutes}m{seconds}s")
-    } else if minutes > 0 {
-        format!("{minutes}m{seconds}s")
-    } else {
-        format!("{seconds}s")
-    }
-}
-
-fn trim_fraction(value: u128, div: u128) -> String {
-    let whole = value / div;
-    let frac = value % div;
-    if frac == 0 {
-        return whole.to_string();
-    }
-    let width = div.ilog10() as usize;
-    let digits = format!("{frac:0width$}");
-    format!("{whole}.{}", digits.trim_end_matches('0'))
 }
 
 #[cfg(test)]

@@ -7,18 +7,13 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::cluster::embedded::EmbeddedCluster;
-use crate::config::default_config;
 use crate::framework::{ActionType, EventResource, Handle, Parallelizer};
-use crate::plugins::in_tree_registry;
-use crate::scheduler::build_profiles;
-use crate::testing::{NodeBuilder, PodBuilder, make_node, make_pod};
+use crate::testing::{NodeBuilder, PodBuilder, default_profiles, make_node, make_pod};
 
 fn new_queue(cfg: QueueConfig) -> Arc<SchedulingQueue> {
-    let registry = in_tree_registry();
-    let config = default_config(&|n| registry.contains(n));
     let cluster = EmbeddedCluster::new();
     let handle = Handle::new(cluster.clone(), cluster, Parallelizer::inline());
-    let profiles = build_profiles(&config, &registry, &handle).unwrap();
+    let profiles = default_profiles(&handle);
     let q = SchedulingQueue::new(cfg, profiles);
     tokio::spawn(q.clone().run());
     q
