@@ -12,6 +12,7 @@
 //! sent them). The walk allocates nothing but the path of the deepest
 //! point, and it stops at the first refusal.
 
+use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::OnceLock;
 
@@ -77,10 +78,48 @@ impl<U: Message + prost::Name + Default> Decoder for ApiDecoder<U> {
     }
 }
 
-fn pool() -> Option<&'static DescriptorPool> {
-    static POOL: OnceLock<Option<DescriptorPool>> = OnceLock::new();
-    POOL.get_or_init(|| DescriptorPool::decode(crate::FILE_DESCRIPTOR_SET).ok())
-        .as_ref()
+/// The messages worth walking, by full name: those from which a
+/// `google.protobuf.Struct`, `Value` or `ListValue` can be reached. Any
+/// other message cannot nest deeper than its own fixed schema, so prost
+/// decodes it unchecked (a DryRun answer, a queue listing).
+fn walked() -> &'static HashMap<String, MessageDescriptor> {
+    static WALKED: OnceLock<HashMap<String, MessageDescriptor>> = OnceLock::new();
+    WALKED.get_or_init(|| {
+        let Ok(pool) = DescriptorPool::decode(crate::FILE_DESCRIPTOR_SET) else {
+            return HashMap::new();
+        };
+        let messages: Vec<MessageDescriptor> = pool.all_messages().collect();
+        let mut reach: HashMap<String, MessageDescriptor> = messages
+            .iter()
+            .filter(|m| {
+                matches!(
+                    m.full_name(),
+                    "google.protobuf.Struct" | "google.protobuf.Value" | "google.protobuf.ListValue"
+                )
+            })
+            .map(|m| (m.full_name().to_string(), m.clone()))
+            .collect();
+        // Until nothing more reaches one (each round adds at least one
+        // message, or ends).
+        loop {
+            let more: Vec<&MessageDescriptor> = messages
+                .iter()
+                .filter(|m| !reach.contains_key(m.full_name()))
+                .filter(|m| {
+                    m.fields().any(|f| match f.kind() {
+                        Kind::Message(sub) => reach.contains_key(sub.full_name()),
+                        _ => false,
+                    })
+                })
+                .collect();
+            if more.is_empty() {
+                break reach;
+            }
+            for m in more {
+                reach.insert(m.full_name().to_string(), m.clone());
+            }
+        }
+    })
 }
 
 /// Checks the encoded message `bytes` of the type named `full_name`
@@ -88,11 +127,11 @@ fn pool() -> Option<&'static DescriptorPool> {
 /// when a Struct inside nests deeper than [`MAX_DEPTH`]. Bytes that do not
 /// parse are left to prost to refuse.
 pub fn check(full_name: &str, bytes: &[u8]) -> Result<(), String> {
-    let Some(desc) = pool().and_then(|p| p.get_message_by_name(full_name)) else {
+    let Some(desc) = walked().get(full_name) else {
         return Ok(());
     };
     let mut path = Vec::new();
-    match walk_message(&desc, bytes, &mut path, 0) {
+    match walk_message(desc, bytes, &mut path, 0) {
         Walk::TooDeep => Err(format!(
             "{}: nested too deeply: Kubernetes objects may nest objects and lists at most {MAX_DEPTH} levels deep",
             render(&path)
@@ -367,6 +406,22 @@ mod tests {
     fn decode<U: Message + prost::Name + Default>(bytes: Vec<u8>) -> Result<U, Status> {
         check(&U::full_name(), &bytes).map_err(Status::invalid_argument)?;
         U::decode(bytes.as_slice()).map_err(|e| Status::invalid_argument(e.to_string()))
+    }
+
+    #[test]
+    fn only_messages_that_can_carry_a_struct_are_walked() {
+        let w = walked();
+        for name in [
+            "berth.v1.DryRunRequest",
+            "berth.v1.ApplyRequest",
+            "berth.v1.SimulateRequest",
+            "google.protobuf.Struct",
+        ] {
+            assert!(w.contains_key(name), "{name} is walked");
+        }
+        for name in ["berth.v1.GetQueueRequest", "berth.v1.GetQueueResponse"] {
+            assert!(!w.contains_key(name), "{name} is not walked");
+        }
     }
 
     #[test]
