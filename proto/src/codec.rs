@@ -94,7 +94,9 @@ fn walked() -> &'static HashMap<String, MessageDescriptor> {
             .filter(|m| {
                 matches!(
                     m.full_name(),
-                    "google.protobuf.Struct" | "google.protobuf.Value" | "google.protobuf.ListValue"
+                    "google.protobuf.Struct"
+                        | "google.protobuf.Value"
+                        | "google.protobuf.ListValue"
                 )
             })
             .map(|m| (m.full_name().to_string(), m.clone()))

@@ -15,6 +15,7 @@
 use crate::cache::NodeInfo;
 use crate::extension_points;
 use crate::framework::{CycleState, MAX_NODE_SCORE, NoArgs, Plugin, ScorePlugin, Status};
+use crate::model::node::image_hash;
 use crate::model::{NodeSpec, PodInfo};
 use crate::plugins::names::IMAGE_LOCALITY;
 
@@ -38,13 +39,9 @@ impl ImageLocality {
 /// Whether `image` names a tag or a digest: a `:` after the last `/`.
 /// The size of the node's image named `image` (normalized), with the
 /// name as the node lists it.
-fn find_on_node<'a>(node: &'a NodeSpec, image: &str) -> Option<(&'a str, i64)> {
-    node.images.iter().rev().find_map(|img| {
-        img.names
-            .iter()
-            .find(|n| ***n == *image)
-            .map(|n| (&**n, img.size_bytes))
-    })
+fn find_on_node<'a>(node: &'a NodeSpec, image: &str, hash: u64) -> Option<(&'a str, i64)> {
+    node.find_image(image, hash)
+        .map(|e| (&*e.name, e.size_bytes))
 }
 
 fn scaled_image_score(size: i64, num_nodes: usize, total_nodes: usize) -> i64 {
@@ -85,7 +82,8 @@ impl ScorePlugin for ImageLocality {
         let mut count = 0usize;
         for image in &pod.images {
             count += 1;
-            if let Some((name, size)) = node.node().and_then(|n| find_on_node(n, image)) {
+            let hash = image_hash(image);
+            if let Some((name, size)) = node.node().and_then(|n| find_on_node(n, image, hash)) {
                 sum = sum.saturating_add(scaled_image_score(
                     size,
                     snapshot.image_num_nodes(name),
