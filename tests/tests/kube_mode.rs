@@ -674,13 +674,24 @@ async fn a_binding_answered_504_is_logged_requeued_and_bound_exactly_once() -> R
     );
     fake.create(PODS, pod("lost", "100m", "default-scheduler"))?;
     fake.create(PODS, pod("kept", "100m", "default-scheduler"))?;
+    // The two pods are scheduled one after the other but bound
+    // concurrently: their failures may be logged in either order, so both
+    // are collected in one pass over the log.
+    let mut failed: std::collections::HashMap<&str, serde_json::Value> = Default::default();
+    berthd
+        .wait_for(|l| {
+            if message(l) == "API write failed" {
+                for name in ["lost", "kept"] {
+                    if l["fields"]["object"] == format!("default/{name}") {
+                        failed.insert(name, l.clone());
+                    }
+                }
+            }
+            failed.len() == 2
+        })
+        .await?;
     for name in ["lost", "kept"] {
-        let line = berthd
-            .wait_for(|l| {
-                message(l) == "API write failed"
-                    && l["fields"]["object"] == format!("default/{name}")
-            })
-            .await?;
+        let line = &failed[name];
         ensure!(line["fields"]["verb"] == "POST", "{line}");
         ensure!(line["fields"]["code"] == 504, "{line}");
         ensure!(
