@@ -994,14 +994,7 @@ impl Framework {
                 continue;
             };
             let name = p.name();
-            let wraps = p.wraps_errors();
-            let failure = |s: Status| {
-                if wraps || s.is_rejected() {
-                    self.filter_failure(name, s)
-                } else {
-                    Status::error(s.message()).with_plugin(name)
-                }
-            };
+            let failure = self.batch_filter_failure(name, p.wraps_errors());
             let statuses = batch
                 .filter_nodes(state, pod, nodes)
                 .await
@@ -1100,14 +1093,7 @@ impl Framework {
                 continue;
             };
             let name = p.name();
-            let wraps = p.wraps_errors();
-            let failure = |s: Status| {
-                if wraps || s.is_rejected() {
-                    self.filter_failure(name, s)
-                } else {
-                    Status::error(s.message()).with_plugin(name)
-                }
-            };
+            let failure = self.batch_filter_failure(name, p.wraps_errors());
             let bad_count = |got: usize, want: usize| {
                 Status::error(format!(
                     "running {name:?} filter plugin: {got} verdicts for {want} nodes"
@@ -1269,6 +1255,23 @@ impl Framework {
         } else {
             Status::error(format!("running {name:?} filter plugin: {}", s.message()))
                 .with_plugin(name)
+        }
+    }
+
+    /// What a batch Filter plugin's failing status becomes: a rejection
+    /// (or any failure of a plugin that wraps its errors) as Filter
+    /// failures are reported, anything else an error naming the plugin.
+    fn batch_filter_failure(
+        &self,
+        name: &'static str,
+        wraps: bool,
+    ) -> impl Fn(Status) -> Status + Copy + '_ {
+        move |s: Status| {
+            if wraps || s.is_rejected() {
+                self.filter_failure(name, s)
+            } else {
+                Status::error(s.message()).with_plugin(name)
+            }
         }
     }
 

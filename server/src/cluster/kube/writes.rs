@@ -143,6 +143,21 @@ fn conditions_patch(existing: &[String], condition: Value) -> serde_json::Map<St
 }
 
 impl KubeCluster {
+    /// Writes `obj` with `method` to `path` and returns the object as the
+    /// API server stored it.
+    async fn write_object(
+        &self,
+        method: http::Method,
+        path: &str,
+        obj: &KubeObject,
+        subject: &str,
+    ) -> Result<KubeObject, ClusterError> {
+        let stored = self
+            .send::<_, Value>(method, path, JSON, &obj.to_json(), subject)
+            .await?;
+        KubeObject::from_json(obj.kind(), stored).map_err(|e| ClusterError::Other(e.to_string()))
+    }
+
     /// Sends one request; a failure is logged with `subject` (the object
     /// written), the verb and the status code.
     pub(super) async fn send<B: serde::Serialize + ?Sized, R: serde::de::DeserializeOwned>(
@@ -321,16 +336,8 @@ impl ClusterClient for KubeCluster {
     async fn update_object(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
         let (kind, namespace, name) = obj.key();
         let path = object_path(kind, &namespace, &name);
-        let stored = self
-            .send::<_, Value>(
-                http::Method::PUT,
-                &path,
-                JSON,
-                &obj.to_json(),
-                &subject(&namespace, &name),
-            )
-            .await?;
-        KubeObject::from_json(kind, stored).map_err(|e| ClusterError::Other(e.to_string()))
+        self.write_object(http::Method::PUT, &path, &obj, &subject(&namespace, &name))
+            .await
     }
 
     async fn set_nominated_node_name(
@@ -354,16 +361,8 @@ impl ClusterClient for KubeCluster {
     async fn update_object_status(&self, obj: KubeObject) -> Result<KubeObject, ClusterError> {
         let (kind, namespace, name) = obj.key();
         let path = format!("{}/status", object_path(kind, &namespace, &name));
-        let stored = self
-            .send::<_, Value>(
-                http::Method::PUT,
-                &path,
-                JSON,
-                &obj.to_json(),
-                &subject(&namespace, &name),
-            )
-            .await?;
-        KubeObject::from_json(kind, stored).map_err(|e| ClusterError::Other(e.to_string()))
+        self.write_object(http::Method::PUT, &path, &obj, &subject(&namespace, &name))
+            .await
     }
 
     async fn get_object(
@@ -414,16 +413,13 @@ impl ClusterClient for KubeCluster {
         let (kind, namespace, _) = obj.key();
         let path = object_path(kind, &namespace, "");
         let generate = obj.metadata().generate_name.clone().unwrap_or_default();
-        let stored = self
-            .send::<_, Value>(
-                http::Method::POST,
-                path.trim_end_matches('/'),
-                JSON,
-                &obj.to_json(),
-                &subject(&namespace, &generate),
-            )
-            .await?;
-        KubeObject::from_json(kind, stored).map_err(|e| ClusterError::Other(e.to_string()))
+        self.write_object(
+            http::Method::POST,
+            path.trim_end_matches('/'),
+            &obj,
+            &subject(&namespace, &generate),
+        )
+        .await
     }
 
     async fn delete_object(
