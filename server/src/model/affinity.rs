@@ -21,7 +21,7 @@ pub struct NodeAffinity {
 
 /// A pod affinity term: pods matching `selector` in the namespaces it
 /// names, within the same `topology_key` domain.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AffinityTerm {
     /// Which pods.
     pub selector: LabelSelector,

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// An object's labels, sorted by key.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Labels(Box<[(Arc<str>, Arc<str>)]>);
 
 impl Labels {
@@ -20,10 +20,15 @@ impl Labels {
 
     /// The value of `key`, if present.
     pub fn get(&self, key: &str) -> Option<&str> {
+        self.get_shared(key).map(|v| &**v)
+    }
+
+    /// The value of `key`, shared, if present.
+    pub fn get_shared(&self, key: &str) -> Option<&Arc<str>> {
         self.0
             .binary_search_by(|(k, _)| (**k).cmp(key))
             .ok()
-            .map(|i| &*self.0[i].1)
+            .map(|i| &self.0[i].1)
     }
 
     /// Whether `key` is present.

@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use super::{InvalidObject, Labels};
 
 /// A selector operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operator {
     /// The value is one of the values.
     In,
@@ -34,7 +34,7 @@ pub enum Operator {
 }
 
 /// One requirement on a key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Requirement {
     /// The label key (or field name).
     pub key: Arc<str>,
@@ -140,7 +140,7 @@ impl Requirement {
 }
 
 /// A label selector.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LabelSelector {
     requirements: Vec<Requirement>,
     nothing: bool,

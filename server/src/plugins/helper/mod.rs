@@ -1,5 +1,9 @@
 //! Helpers several in-tree plugins share.
 
+mod node_memo;
+
+pub use node_memo::{Aggregate, MemoEntry, NodeMemo};
+
 use crate::framework::NodeScore;
 
 /// Rescales `scores` from `[0, max(scores)]` to `[0, max_priority]` (integer

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use smallvec::SmallVec;
 
+use super::tallies::{ExistingKey, IncomingKey, NodeHits};
 use super::{InterPodAffinity, TopologyCounts, matches_all_terms, merge_namespaces, term_matches};
 use crate::cache::NodeInfo;
 use crate::framework::{
@@ -55,9 +57,6 @@ pub(super) struct PreFilterState {
 
 pub(super) const PRE_FILTER_KEY: StateKey<PreFilterState> =
     StateKey::new("PreFilterInterPodAffinity");
-
-/// One domain hit found on a node: the topology key and the node's value.
-type Hit<'a> = (&'a Arc<str>, &'a str);
 
 impl PreFilterState {
     /// Adds (`delta` 1) or removes (-1) `other`, on `node`, to the counts.
@@ -143,86 +142,91 @@ impl PreFilterState {
 impl InterPodAffinity {
     /// Per domain, the existing pods (on `nodes`) with a required
     /// anti-affinity term that `pod` matches.
-    fn existing_anti_affinity_counts<N: AsRef<NodeInfo> + Sync>(
+    fn existing_anti_affinity_counts(
         &self,
         pod: &PodInfo,
         namespace_labels: &Labels,
-        nodes: &[N],
+        nodes: &[Arc<NodeInfo>],
     ) -> TopologyCounts {
-        let mut hits: Vec<Vec<Hit<'_>>> = vec![Vec::new(); nodes.len()];
-        self.handle.parallelizer().for_each_mut_measured(
-            &self.existing_anti_cost,
-            &mut hits,
-            |i, out| {
-                let info = nodes[i].as_ref();
+        let key = ExistingKey {
+            namespace: pod.namespace.clone(),
+            labels: pod.labels.clone(),
+            namespace_labels: namespace_labels.clone(),
+        };
+        let q = key.clone();
+        self.existing_anti.with(
+            key,
+            nodes,
+            self.handle.parallelizer(),
+            move |info| {
+                let mut out = NodeHits::default();
                 let Some(node) = info.node() else {
-                    return;
+                    return out;
                 };
                 for existing in info.pods_with_required_anti_affinity() {
                     for t in &existing.placement.pod_anti_affinity.required {
-                        if t.matches(&pod.namespace, &pod.labels, namespace_labels)
-                            && let Some(v) = node.labels.get(&t.topology_key)
-                        {
-                            out.push((&t.topology_key, v));
+                        if t.matches(&q.namespace, &q.labels, &q.namespace_labels) {
+                            out.push(0, &t.topology_key, &node.labels, 1);
                         }
                     }
                 }
+                out
             },
-        );
-        let mut counts = TopologyCounts::default();
-        for (k, v) in hits.iter().flatten() {
-            counts.accumulate(k, v, 1);
-        }
-        counts
+            |e| e.aggregate().tallies[0].clone(),
+        )
     }
 
     /// Per domain, the existing pods (on `nodes`) matching all the incoming
     /// pod's affinity terms, and those matching each of its anti-affinity
     /// terms.
-    fn incoming_counts<N: AsRef<NodeInfo> + Sync>(
+    fn incoming_counts(
         &self,
         terms: &IncomingTerms,
-        nodes: &[N],
+        nodes: &[Arc<NodeInfo>],
     ) -> (TopologyCounts, TopologyCounts) {
-        let mut hits: Vec<(Vec<Hit<'_>>, Vec<Hit<'_>>)> =
-            vec![(Vec::new(), Vec::new()); nodes.len()];
-        self.handle.parallelizer().for_each_mut_measured(
-            &self.incoming_cost,
-            &mut hits,
-            |i, (affinity, anti)| {
-                let info = nodes[i].as_ref();
+        let key = IncomingKey {
+            affinity: terms.affinity.clone(),
+            anti_affinity: terms.anti_affinity.clone(),
+        };
+        let q = key.clone();
+        self.incoming.with(
+            key,
+            nodes,
+            self.handle.parallelizer(),
+            move |info| {
+                let mut out = NodeHits::default();
                 let Some(node) = info.node() else {
-                    return;
+                    return out;
                 };
+                let mut all_terms = 0;
+                let mut each: SmallVec<[i64; 4]> = SmallVec::from_elem(0, q.anti_affinity.len());
                 for existing in info.pods() {
-                    if matches_all_terms(&terms.affinity, existing) {
-                        for t in &terms.affinity {
-                            if let Some(v) = node.labels.get(&t.topology_key) {
-                                affinity.push((&t.topology_key, v));
-                            }
-                        }
+                    if matches_all_terms(&q.affinity, existing) {
+                        all_terms += 1;
                     }
-                    for t in &terms.anti_affinity {
-                        if term_matches(t, existing)
-                            && let Some(v) = node.labels.get(&t.topology_key)
-                        {
-                            anti.push((&t.topology_key, v));
+                    for (n, t) in each.iter_mut().zip(&q.anti_affinity) {
+                        if term_matches(t, existing) {
+                            *n += 1;
                         }
                     }
                 }
+                if all_terms > 0 {
+                    for t in &q.affinity {
+                        out.push(0, &t.topology_key, &node.labels, all_terms);
+                    }
+                }
+                for (&n, t) in each.iter().zip(&q.anti_affinity) {
+                    if n > 0 {
+                        out.push(1, &t.topology_key, &node.labels, n);
+                    }
+                }
+                out
             },
-        );
-        let mut affinity = TopologyCounts::default();
-        let mut anti = TopologyCounts::default();
-        for (a, b) in &hits {
-            for (k, v) in a {
-                affinity.accumulate(k, v, 1);
-            }
-            for (k, v) in b {
-                anti.accumulate(k, v, 1);
-            }
-        }
-        (affinity, anti)
+            |e| {
+                let [affinity, anti] = &e.aggregate().tallies;
+                (affinity.clone(), anti.clone())
+            },
+        )
     }
 }
 
@@ -251,10 +255,8 @@ impl PreFilterPlugin for InterPodAffinity {
             .collect();
         let namespace_labels = objects.namespace_labels(&pod.namespace);
 
-        let with_anti: Vec<&Arc<NodeInfo>> =
-            snapshot.have_pods_with_required_anti_affinity().collect();
         let existing_anti_affinity =
-            self.existing_anti_affinity_counts(pod, &namespace_labels, &with_anti);
+            self.existing_anti_affinity_counts(pod, &namespace_labels, snapshot.list());
 
         if existing_anti_affinity.is_empty() && affinity.is_empty() && anti_affinity.is_empty() {
             return (None, Status::skip());

@@ -15,6 +15,7 @@
 mod args;
 mod filtering;
 mod scoring;
+mod tallies;
 #[cfg(test)]
 mod tests;
 
@@ -31,21 +32,25 @@ use crate::cache::ObjectStore;
 use crate::extension_points;
 use crate::framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, EventObject, EventResource, Handle, Plugin,
-    QueueingHint, WorkCost,
+    QueueingHint,
 };
 use crate::model::{AffinityTerm, LabelSelector, Labels, NodeSpec, PodInfo};
+use crate::plugins::helper::NodeMemo;
 use crate::plugins::names::INTER_POD_AFFINITY;
 
 /// The InterPodAffinity plugin.
 pub struct InterPodAffinity {
     args: InterPodAffinityArgs,
     handle: Handle,
-    /// What PreFilter's pass over nodes with anti-affinity pods costs.
-    existing_anti_cost: WorkCost,
-    /// What PreFilter's pass over all nodes costs.
-    incoming_cost: WorkCost,
-    /// What PreScore's pass over nodes costs.
-    pre_score_cost: WorkCost,
+    /// Per domain, existing pods whose required anti-affinity rejects a
+    /// pod of a given namespace and labels (PreFilter).
+    existing_anti: NodeMemo<tallies::ExistingKey, tallies::Tallies>,
+    /// Per domain, existing pods matching an incoming pod's required
+    /// terms (PreFilter).
+    incoming: NodeMemo<tallies::IncomingKey, tallies::Tallies>,
+    /// Per domain, the weights between an incoming pod and the existing
+    /// pods (PreScore).
+    scores: NodeMemo<tallies::ScoreKey, tallies::Tallies>,
 }
 
 impl std::fmt::Debug for InterPodAffinity {
@@ -62,9 +67,9 @@ impl InterPodAffinity {
         Self {
             args,
             handle: handle.clone(),
-            existing_anti_cost: WorkCost::default(),
-            incoming_cost: WorkCost::default(),
-            pre_score_cost: WorkCost::default(),
+            existing_anti: NodeMemo::default(),
+            incoming: NodeMemo::default(),
+            scores: NodeMemo::default(),
         }
     }
 }

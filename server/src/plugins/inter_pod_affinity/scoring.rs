@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use super::tallies::{ExistingKey, NodeHits, ScoreKey};
 use super::{InterPodAffinity, TopologyCounts, merge_namespaces, term_matches};
 use crate::cache::NodeInfo;
 use crate::framework::{
@@ -18,50 +19,34 @@ pub(super) struct PreScoreState(pub(super) Arc<TopologyCounts>);
 
 pub(super) const PRE_SCORE_KEY: StateKey<PreScoreState> = StateKey::new("PreScoreInterPodAffinity");
 
-/// A weight to add to a domain: the topology key, the node's value, the
-/// signed weight.
-type Hit<'a> = (&'a Arc<str>, &'a str, i64);
-
-/// What scoring one existing pod needs besides the pod itself.
-struct Scorer<'a> {
-    incoming: &'a PodInfo,
-    namespace_labels: &'a Labels,
-    /// The incoming pod's preferred affinity terms (namespaces merged).
-    affinity: &'a [(i32, AffinityTerm)],
-    /// The incoming pod's preferred anti-affinity terms (namespaces merged).
-    anti_affinity: &'a [(i32, AffinityTerm)],
-    hard_weight: i32,
-}
-
-impl<'a> Scorer<'a> {
-    /// The weights `existing`, on a node with `labels`, adds to domains.
-    fn existing_pod(&self, existing: &'a PodInfo, labels: &'a Labels, out: &mut Vec<Hit<'a>>) {
+impl ScoreKey {
+    /// What `existing`, on a node with `labels`, adds to domains.
+    fn weigh(&self, existing: &PodInfo, labels: &Labels, out: &mut NodeHits) {
         if labels.is_empty() {
             return;
         }
-        let mut hit = |term: &'a AffinityTerm, weight: i64| {
-            if let Some(v) = labels.get(&term.topology_key) {
-                out.push((&term.topology_key, v, weight));
-            }
+        let mut hit = |term: &AffinityTerm, weight: i64| {
+            out.push(0, &term.topology_key, labels, weight);
         };
         // The incoming pod's preferences toward the existing pod.
-        for (w, t) in self.affinity {
+        for (w, t) in &self.affinity {
             if term_matches(t, existing) {
                 hit(t, i64::from(*w));
             }
         }
-        for (w, t) in self.anti_affinity {
+        for (w, t) in &self.anti_affinity {
             if term_matches(t, existing) {
                 hit(t, -i64::from(*w));
             }
         }
         // The existing pod's terms toward the incoming pod.
         let theirs = &existing.placement;
+        let incoming = &self.incoming;
         let matches = |t: &AffinityTerm| {
             t.matches(
-                &self.incoming.namespace,
-                &self.incoming.labels,
-                self.namespace_labels,
+                &incoming.namespace,
+                &incoming.labels,
+                &incoming.namespace_labels,
             )
         };
         if self.hard_weight > 0 {
@@ -99,13 +84,6 @@ impl PreScorePlugin for InterPodAffinity {
             return Status::skip();
         }
         let snapshot = state.snapshot().clone();
-        // Without preferred terms of its own, only pods with terms of
-        // theirs can score the incoming pod.
-        let nodes: Vec<&Arc<NodeInfo>> = if has_preferred {
-            snapshot.list().iter().collect()
-        } else {
-            snapshot.have_pods_with_affinity().collect()
-        };
         let objects = self.handle.objects();
         let merge = |terms: &[crate::model::WeightedAffinityTerm]| -> Vec<(i32, AffinityTerm)> {
             terms
@@ -113,42 +91,43 @@ impl PreScorePlugin for InterPodAffinity {
                 .map(|wt| (wt.weight, merge_namespaces(&wt.term, objects)))
                 .collect()
         };
-        let affinity = merge(&placement.pod_affinity.preferred);
-        let anti_affinity = merge(&placement.pod_anti_affinity.preferred);
-        let namespace_labels = objects.namespace_labels(&pod.namespace);
-        let scorer = Scorer {
-            incoming: pod,
-            namespace_labels: &namespace_labels,
-            affinity: &affinity,
-            anti_affinity: &anti_affinity,
+        let key = ScoreKey {
+            incoming: ExistingKey {
+                namespace: pod.namespace.clone(),
+                labels: pod.labels.clone(),
+                namespace_labels: objects.namespace_labels(&pod.namespace),
+            },
+            affinity: merge(&placement.pod_affinity.preferred),
+            anti_affinity: merge(&placement.pod_anti_affinity.preferred),
             hard_weight: self.args.hard_pod_affinity_weight,
+            // Without preferred terms of its own, only pods with terms of
+            // theirs can score the incoming pod.
+            all_pods: has_preferred,
         };
-
-        let mut hits: Vec<Vec<Hit<'_>>> = vec![Vec::new(); nodes.len()];
-        self.handle.parallelizer().for_each_mut_measured(
-            &self.pre_score_cost,
-            &mut hits,
-            |i, out| {
-                let info: &NodeInfo = nodes[i];
+        let q = key.clone();
+        let (scores, hits) = self.scores.with(
+            key,
+            snapshot.list(),
+            self.handle.parallelizer(),
+            move |info| {
+                let mut out = NodeHits::default();
                 let Some(node) = info.node() else {
-                    return;
+                    return out;
                 };
-                let pods = if has_preferred {
+                let pods = if q.all_pods {
                     info.pods()
                 } else {
                     info.pods_with_affinity()
                 };
                 for existing in pods {
-                    scorer.existing_pod(existing, &node.labels, out);
+                    q.weigh(existing, &node.labels, &mut out);
                 }
+                out
             },
+            |e| (e.aggregate().tallies[0].clone(), e.aggregate().raw),
         );
-        if hits.iter().all(Vec::is_empty) {
+        if hits == 0 {
             return Status::skip();
-        }
-        let mut scores = TopologyCounts::default();
-        for (k, v, w) in hits.iter().flatten() {
-            scores.accumulate(k, v, *w);
         }
         state.write(&PRE_SCORE_KEY, PreScoreState(Arc::new(scores)));
         Status::success()

@@ -1597,3 +1597,79 @@ fn registered_under_its_upstream_name() {
         "args.hardPodAffinityWeight: Invalid value: 101: not in valid range [0, 100]"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Tallies kept across cycles.
+
+/// One plugin kept across a stream of placements and removals (its tallies
+/// updated only where nodes changed) agrees at every step with a new plugin
+/// tallying from scratch: PreFilter counts, verdicts, raw and normalized
+/// scores, with the incoming pods' terms and the existing pods' required
+/// anti-affinity and preferred terms toward them.
+#[tokio::test]
+async fn tallies_kept_across_cycles_match_a_fresh_tally() {
+    let mut rng = crate::rng::FastRng::new(11);
+    let nodes = nodes_and_bare();
+    let kept = Env::new(json!({}), &nodes, &[], &[]);
+    let mut snap = (*kept.handle.snapshot()).clone();
+    let incoming = [
+        make_pod("p")
+            .label("app", "web")
+            .aff(
+                Aff::default()
+                    .req(term(ZONE, "db"))
+                    .anti(term(HOST, "cache"))
+                    .pref(5, term(ZONE, "cache"))
+                    .pref_anti(3, term(HOST, "web")),
+            )
+            .build(),
+        make_pod("q").label("app", "web").build(),
+        make_pod("r")
+            .label("app", "db")
+            .aff(Aff::default().anti(term(ZONE, "db")))
+            .build(),
+    ];
+    let mut placed: Vec<(String, String)> = Vec::new();
+    for step in 0..300 {
+        if placed.is_empty() || rng.below(4) != 0 {
+            let node = format!("n{}", 1 + rng.below(5));
+            let app = ["db", "cache", "web"][rng.below(3) as usize];
+            let mut b = make_pod(&format!("e{step}")).label("app", app).node(&node);
+            b = match rng.below(4) {
+                0 => b.aff(Aff::default().anti(term(ZONE, "web"))),
+                1 => b.aff(Aff::default().pref(7, term(HOST, "web"))),
+                2 => b.aff(Aff::default().req(term(ZONE, "web"))),
+                _ => b,
+            };
+            let pod = b.build();
+            placed.push((node, pod.uid.to_string()));
+            assert!(snap.assume_pod(Arc::new(pod)));
+        } else {
+            let (node, uid) = placed.swap_remove(rng.below(placed.len() as u64) as usize);
+            assert!(snap.remove_pod(&node, &uid));
+        }
+        if step % 5 != 0 {
+            continue;
+        }
+        kept.handle.set_snapshot(Arc::new(snap.clone()));
+        let fresh = Env::new(json!({}), &[], &[], &[]);
+        fresh.handle.set_snapshot(Arc::new(snap.clone()));
+        for pod in &incoming {
+            let (a, b) = (kept.pre_filter(pod).await, fresh.pre_filter(pod).await);
+            assert_eq!(a.is_some(), b.is_some(), "step {step}");
+            if let (Some(a), Some(b)) = (&a, &b) {
+                assert_eq!(counts(a), counts(b), "step {step}");
+                assert_eq!(
+                    kept.filter_all(a, pod),
+                    fresh.filter_all(b, pod),
+                    "step {step}"
+                );
+            }
+            assert_eq!(
+                kept.scores(pod).await,
+                fresh.scores(pod).await,
+                "step {step}"
+            );
+        }
+    }
+}

@@ -7,15 +7,14 @@
 //! pod, would exceed the smallest domain (0 when there are fewer domains
 //! than `minDomains`) by more than `maxSkew`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use smallvec::SmallVec;
 
+use super::domains::{DomainCounts, SpreadKey};
 use super::{
     ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH, PodTopologySpread,
-    count_matching, has_all_keys, node_included,
+    has_all_keys, node_included,
 };
 use crate::cache::NodeInfo;
 use crate::framework::{
@@ -51,6 +50,29 @@ impl CriticalPaths {
             match_num: UNSET_MATCH_NUM,
         };
         Self([unset(), unset()])
+    }
+
+    /// The two smallest domains of `domains` (the first met among equals).
+    fn of(domains: &DomainCounts) -> Self {
+        let mut best: [Option<(&Arc<str>, i64)>; 2] = [None, None];
+        for (value, &num) in domains.iter() {
+            if best[0].is_none_or(|(_, b)| num < b) {
+                best[1] = best[0];
+                best[0] = Some((value, num));
+            } else if best[1].is_none_or(|(_, b)| num < b) {
+                best[1] = Some((value, num));
+            }
+        }
+        let mut paths = Self::new();
+        for (slot, found) in paths.0.iter_mut().zip(best) {
+            if let Some((value, match_num)) = found {
+                *slot = CriticalPath {
+                    value: value.clone(),
+                    match_num,
+                };
+            }
+        }
+        paths
     }
 
     /// Records that domain `value` now has `num` matching pods.
@@ -98,7 +120,7 @@ pub(super) struct PreFilterState {
     pub(super) self_match: Arc<[bool]>,
     /// Per constraint: matching pods per domain (every domain of a node that
     /// counts, even with 0 pods).
-    pub(super) counts: Vec<HashMap<Arc<str>, i64>>,
+    pub(super) counts: Vec<DomainCounts>,
     /// Per constraint: the two smallest domains.
     pub(super) critical_paths: Vec<CriticalPaths>,
 }
@@ -131,17 +153,7 @@ impl PreFilterState {
                 continue;
             }
             let value = node.labels.get(&c.topology_key).unwrap_or("");
-            let counts = &mut self.counts[i];
-            let num = match counts.get_mut(value) {
-                Some(n) => {
-                    *n += delta;
-                    *n
-                }
-                None => {
-                    counts.insert(Arc::from(value), delta);
-                    delta
-                }
-            };
+            let num = self.counts[i].add(value, delta);
             self.critical_paths[i].update(value, num);
         }
     }
@@ -149,10 +161,6 @@ impl PreFilterState {
 
 pub(super) const PRE_FILTER_KEY: StateKey<PreFilterState> =
     StateKey::new("PreFilterPodTopologySpread");
-
-/// A node's contribution: (constraint, matching pods) for each constraint
-/// the node counts for.
-type NodeCounts = SmallVec<[(usize, i64); 4]>;
 
 impl PodTopologySpread {
     /// The PreFilter state for `pod` over `nodes`; `None` if the pod has no
@@ -168,50 +176,22 @@ impl PodTopologySpread {
         if constraints.is_empty() {
             return None;
         }
-        let mut per_node: Vec<NodeCounts> = vec![NodeCounts::new(); nodes.len()];
-        self.handle.parallelizer().for_each_mut_measured(
-            &self.pre_filter_cost,
-            &mut per_node,
-            |ni, out| {
-                let info = &nodes[ni];
-                let Some(node) = info.node() else {
-                    return;
-                };
-                if !has_all_keys(node, &constraints) {
-                    return;
-                }
-                for (i, c) in constraints.iter().enumerate() {
-                    if node_included(c, pod, node) {
-                        out.push((i, count_matching(info.pods(), &c.selector, &pod.namespace)));
-                    }
-                }
-            },
-        );
-        let mut counts: Vec<HashMap<Arc<str>, i64>> = vec![HashMap::new(); constraints.len()];
-        for (info, contribution) in nodes.iter().zip(&per_node) {
-            let Some(node) = info.node() else {
-                continue;
-            };
-            for &(i, n) in contribution {
-                let value = node.labels.get(&constraints[i].topology_key).unwrap_or("");
-                match counts[i].get_mut(value) {
-                    Some(total) => *total += n,
-                    None => {
-                        counts[i].insert(Arc::from(value), n);
-                    }
-                }
-            }
-        }
-        let critical_paths = counts
+        // A node counts only with every constraint's key.
+        let required: Vec<Arc<str>> = constraints.iter().map(|c| c.topology_key.clone()).collect();
+        let counts: Vec<DomainCounts> = constraints
             .iter()
-            .map(|domains| {
-                let mut paths = CriticalPaths::new();
-                for (value, &num) in domains {
-                    paths.update(value, num);
-                }
-                paths
+            .map(|c| {
+                let key = SpreadKey {
+                    namespace: pod.namespace.clone(),
+                    selector: c.selector.clone(),
+                    topology_key: c.topology_key.clone(),
+                    required: required.clone(),
+                    missing_as_empty: false,
+                };
+                self.domain_counts(key, c, pod, nodes)
             })
             .collect();
+        let critical_paths = counts.iter().map(CriticalPaths::of).collect();
         let self_match = constraints
             .iter()
             .map(|c| c.selector.matches(&pod.labels))
@@ -307,7 +287,7 @@ impl FilterPlugin for PodTopologySpread {
             };
             let min = s.min_match_num(i, c.min_domains);
             let self_match = i64::from(s.self_match[i]);
-            let matching = s.counts[i].get(value).copied().unwrap_or(0);
+            let matching = s.counts[i].get(value).unwrap_or(0);
             if matching + self_match - min > i64::from(c.max_skew) {
                 return Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH);
             }

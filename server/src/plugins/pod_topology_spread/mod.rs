@@ -15,6 +15,7 @@
 //! * `scoring`: PreScore, Score, NormalizeScore.
 
 mod args;
+mod domains;
 mod filtering;
 mod scoring;
 #[cfg(test)]
@@ -31,13 +32,14 @@ use crate::cache::ObjectStore;
 use crate::extension_points;
 use crate::framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, EventObject, EventResource, Handle, Plugin,
-    QueueingHint, WorkCost,
+    QueueingHint,
 };
 use crate::model::node::LABEL_ZONE;
 use crate::model::{
     InclusionPolicy, LabelSelector, NodeSpec, PodInfo, PodRef, SpreadConstraint, TaintEffect,
     WhenUnsatisfiable, taint,
 };
+use crate::plugins::helper::NodeMemo;
 use crate::plugins::names::POD_TOPOLOGY_SPREAD;
 
 /// The reason a node that would break a `DoNotSchedule` constraint is
@@ -255,8 +257,8 @@ fn count_matching(pods: &[PodRef], selector: &LabelSelector, ns: &str) -> i64 {
 pub struct PodTopologySpread {
     source: Arc<ConstraintSource>,
     handle: Handle,
-    pre_filter_cost: WorkCost,
-    pre_score_cost: WorkCost,
+    /// Matching pods per domain, per question, kept across cycles.
+    counts: NodeMemo<domains::SpreadKey, domains::DomainTotals>,
 }
 
 impl PodTopologySpread {
@@ -278,8 +280,7 @@ impl PodTopologySpread {
                 objects: handle.objects().clone(),
             }),
             handle: handle.clone(),
-            pre_filter_cost: WorkCost::default(),
-            pre_score_cost: WorkCost::default(),
+            counts: NodeMemo::default(),
         })
     }
 }

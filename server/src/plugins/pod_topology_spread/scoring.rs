@@ -11,9 +11,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use smallvec::SmallVec;
 
-use super::{LABEL_HOSTNAME, PodTopologySpread, count_matching, has_all_keys, node_included};
+use super::domains::SpreadKey;
+use super::{LABEL_HOSTNAME, PodTopologySpread, count_matching, has_all_keys};
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
     CycleState, MAX_NODE_SCORE, NodeScore, PreScorePlugin, ScoreExtensions, ScorePlugin, StateKey,
@@ -109,39 +109,27 @@ impl PodTopologySpread {
             })
             .collect();
 
-        let mut per_node: Vec<SmallVec<[(usize, i64); 4]>> = vec![SmallVec::new(); all.len()];
-        self.handle.parallelizer().for_each_mut_measured(
-            &self.pre_score_cost,
-            &mut per_node,
-            |ni, out| {
-                let info = &all[ni];
-                let Some(node) = info.node() else {
-                    return;
-                };
-                if require_all && !has_all_keys(node, &constraints) {
-                    return;
-                }
-                for (i, c) in constraints.iter().enumerate() {
-                    if !node_included(c, pod, node) {
-                        continue;
-                    }
-                    let value = node.labels.get(&c.topology_key).unwrap_or("");
-                    // Only domains of feasible nodes are counted.
-                    if counts[i].contains_key(value) {
-                        out.push((i, count_matching(info.pods(), &c.selector, &pod.namespace)));
-                    }
-                }
-            },
-        );
-        for (info, contribution) in all.iter().zip(&per_node) {
-            let Some(node) = info.node() else {
+        let required: Vec<Arc<str>> = if require_all {
+            constraints.iter().map(|c| c.topology_key.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        for (i, c) in constraints.iter().enumerate() {
+            // Hostname domains are counted at Score, on the node itself.
+            if &*c.topology_key == LABEL_HOSTNAME || counts[i].is_empty() {
                 continue;
+            }
+            let key = SpreadKey {
+                namespace: pod.namespace.clone(),
+                selector: c.selector.clone(),
+                topology_key: c.topology_key.clone(),
+                required: required.clone(),
+                missing_as_empty: true,
             };
-            for &(i, n) in contribution {
-                let value = node.labels.get(&constraints[i].topology_key).unwrap_or("");
-                if let Some(total) = counts[i].get_mut(value) {
-                    *total += n;
-                }
+            // Only domains of feasible nodes are counted.
+            let all_counts = self.domain_counts(key, c, pod, all);
+            for (value, total) in counts[i].iter_mut() {
+                *total = all_counts.get(value).unwrap_or(0);
             }
         }
         Some(PreScoreState {

@@ -2291,3 +2291,111 @@ async fn registered_under_upstreams_name() {
         "profiles[0].pluginConfig[0].args.defaultingType: Invalid value: \"System\": when .defaultConstraints are not empty"
     );
 }
+
+// ------------------------------------------- counts kept across cycles (memo)
+
+/// One plugin kept across a stream of placements and removals (its counts
+/// updated only where nodes changed) agrees at every step with a new
+/// plugin counting from scratch: PreFilter counts and minima, PreScore
+/// counts and verdicts, for hard and soft constraints by zone and
+/// by host, a node-affinity-honouring constraint, and system defaults.
+#[tokio::test]
+async fn counts_kept_across_cycles_match_a_fresh_count() {
+    let mut rng = crate::rng::FastRng::new(7);
+    let zones = ["zone1", "zone2", "zone3"];
+    let mut nodes: Vec<NodeBuilder> = (0..12)
+        .map(|i| {
+            let name = format!("node-{i}");
+            let mut labels = vec![(HOST, name.as_str())];
+            // One node without a zone: it counts only for system defaults.
+            if i != 11 {
+                labels.push((ZONE, zones[i % 3]));
+            }
+            node(&name, &labels)
+        })
+        .collect();
+    nodes[4] = nodes[4].clone().label("disk", "ssd");
+    let mut snap = snapshot(&nodes, &[]);
+    let affinity_honoured = tsc(
+        2,
+        ZONE,
+        DNS,
+        Some(exists("foo")),
+        json!({"nodeAffinityPolicy": "Honor"}),
+    );
+    let pods = [
+        incoming(
+            &[("foo", "")],
+            vec![hard(1, ZONE, exists("foo")), hard(2, HOST, exists("foo"))],
+        )
+        .build(),
+        incoming(
+            &[("foo", "")],
+            vec![soft(1, ZONE, exists("foo")), soft(3, HOST, exists("bar"))],
+        )
+        .build(),
+        incoming(&[("foo", "")], vec![affinity_honoured])
+            .spec("nodeSelector", json!({"disk": "ssd"}))
+            .build(),
+        // No constraints of its own: the system defaults, selecting by the
+        // Service.
+        incoming(&[("foo", "")], vec![]).build(),
+    ];
+    let objects = [service("svc", Some(json!({"foo": ""})))];
+    let kept = plugin(json!({}), &objects);
+    let mut placed: Vec<(String, String)> = Vec::new();
+    for step in 0..300 {
+        if placed.is_empty() || rng.below(4) != 0 {
+            let node = format!("node-{}", rng.below(12));
+            let labels: &[(&str, &str)] = match rng.below(3) {
+                0 => &[("foo", "")],
+                1 => &[("bar", "")],
+                _ => &[],
+            };
+            let pod = bound(&format!("p{step}"), &node, labels);
+            placed.push((node, pod.uid.to_string()));
+            assert!(snap.assume_pod(Arc::new(pod)));
+        } else {
+            let (node, uid) = placed.swap_remove(rng.below(placed.len() as u64) as usize);
+            assert!(snap.remove_pod(&node, &uid));
+        }
+        if step % 7 != 0 {
+            continue;
+        }
+        let fresh = plugin(json!({}), &objects);
+        for pod in &pods {
+            let (a, b) = (
+                kept.pre_filter_state(pod, snap.list()),
+                fresh.pre_filter_state(pod, snap.list()),
+            );
+            if let (Some(a), Some(b)) = (&a, &b) {
+                assert_eq!(counts(a), counts(b), "step {step}");
+                assert_eq!(mins(a), mins(b), "step {step}");
+            }
+            assert_eq!(a.is_some(), b.is_some(), "step {step}");
+            assert_eq!(
+                filter_all(&kept, pod, &snap).await,
+                filter_all(&fresh, pod, &snap).await,
+                "step {step}"
+            );
+            let (a, b) = (
+                kept.pre_score_state(&snap, pod, snap.list()),
+                fresh.pre_score_state(&snap, pod, snap.list()),
+            );
+            let view = |s: &Option<super::scoring::PreScoreState>| {
+                s.as_ref().map(|s| {
+                    s.counts
+                        .iter()
+                        .map(|m| {
+                            let mut v: Vec<(String, i64)> =
+                                m.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+                            v.sort();
+                            v
+                        })
+                        .collect::<Vec<_>>()
+                })
+            };
+            assert_eq!(view(&a), view(&b), "step {step}");
+        }
+    }
+}
