@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 
 /// The zone label.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -141,6 +141,74 @@ pub enum PodTemplate {
     /// `pod-with-claim-template.yaml`: the default pod with one claim made
     /// from [`CLAIM_TEMPLATE`], used by its container.
     ClaimTemplate,
+    /// A replica of a Deployment behind a Service: the default pod labelled
+    /// `app=web` and controlled by the ReplicaSet [`REPLICA_SET`], with no
+    /// constraints of its own, so that the system default spreading
+    /// constraints apply (see [`deployment_objects`]).
+    Replicated,
+}
+
+/// The ReplicaSet (and Service) the replicated pods belong to.
+pub const REPLICA_SET: &str = "web";
+
+/// The Service selecting the replicated pods and their ReplicaSet, in
+/// `namespace`: what PodTopologySpread's system defaults derive their
+/// selector from.
+pub fn deployment_objects(namespace: &str) -> Vec<serde_json::Value> {
+    vec![
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": REPLICA_SET, "namespace": namespace},
+            "spec": {"selector": {"app": REPLICA_SET}, "ports": [{"port": 80}]},
+        }),
+        serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {"name": REPLICA_SET, "namespace": namespace, "uid": "web-rs-uid"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": REPLICA_SET}},
+                "template": {
+                    "metadata": {"labels": {"app": REPLICA_SET}},
+                    "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]},
+                },
+            },
+        }),
+    ]
+}
+
+/// The objects one tick of SchedulingWithMixedChurn creates, as upstream's
+/// churn op with `node-default.yaml`, `pod-high-priority-large-cpu.yaml`,
+/// `service.yaml` and `pvc.yaml`: a node, a pod that never fits (its
+/// preemption attempts run against the measured pods), a Service and a
+/// claim, all named after `tick`.
+pub fn churn_objects(tick: usize, zones: &[&str]) -> (Node, Pod, Vec<serde_json::Value>) {
+    let mut n = node(tick, zones);
+    let name = format!("churn-node-{tick}");
+    n.metadata.name = Some(name.clone());
+    if let Some(labels) = n.metadata.labels.as_mut() {
+        labels.insert(HOSTNAME_LABEL.to_string(), name);
+    }
+    let pod = PodTemplate::HighPriorityLargeCpu.pod("default", &format!("churn-pod-{tick}"));
+    let others = vec![
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": format!("churn-svc-{tick}"), "namespace": "default"},
+            "spec": {"selector": {"app": "churn"}, "ports": [{"port": 80}]},
+        }),
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": format!("churn-pvc-{tick}"), "namespace": "default"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }),
+    ];
+    (n, pod, others)
 }
 
 impl PodTemplate {
@@ -157,6 +225,7 @@ impl PodTemplate {
             Self::PreferredTopologySpreading => "preferred-spreading",
             Self::NodeAffinity => "node-affinity",
             Self::ClaimTemplate => "claim",
+            Self::Replicated => "web",
         }
     }
 
@@ -248,6 +317,9 @@ impl PodTemplate {
                     ..Default::default()
                 });
             }
+            Self::Replicated => {
+                labels.insert("app".to_string(), REPLICA_SET.to_string());
+            }
             _ => {}
         }
         Pod {
@@ -255,6 +327,16 @@ impl PodTemplate {
                 name: Some(name.to_string()),
                 namespace: Some(namespace.to_string()),
                 labels: (!labels.is_empty()).then_some(labels),
+                owner_references: (self == Self::Replicated).then(|| {
+                    vec![OwnerReference {
+                        api_version: "apps/v1".into(),
+                        kind: "ReplicaSet".into(),
+                        name: REPLICA_SET.into(),
+                        uid: "web-rs-uid".into(),
+                        controller: Some(true),
+                        ..Default::default()
+                    }]
+                }),
                 ..Default::default()
             },
             spec: Some(PodSpec {

@@ -342,6 +342,15 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
                 .map_err(|e| anyhow!("creating a DRA object: {e}"))?;
         }
     }
+    for (template, ns) in [w.existing, w.measured] {
+        if template == PodTemplate::Replicated {
+            for o in objects::deployment_objects(ns) {
+                cluster
+                    .apply(o)
+                    .map_err(|e| anyhow!("creating the Deployment's objects: {e}"))?;
+            }
+        }
+    }
     let existing = w.existing_pods();
     for i in 0..existing.count {
         let name = format!("{}-init-{i}", existing.template.stem());
@@ -413,6 +422,15 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
             Ok(())
         })
     };
+    let churning = Arc::new(AtomicBool::new(w.churn));
+    let churner = w.churn.then(|| {
+        tokio::spawn(churn(
+            cluster.clone(),
+            w.zones,
+            w.size.nodes,
+            churning.clone(),
+        ))
+    });
     let waited = waiter
         .wait(
             bound_before + must_bind.len() as u64,
@@ -420,6 +438,10 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
             &applied,
         )
         .await;
+    churning.store(false, Ordering::Release);
+    if let Some(c) = churner {
+        c.await.context("the churner panicked")??;
+    }
     creator.await.context("the pod creator panicked")??;
     waited.context("scheduling the measured pods")?;
     let measured = scheduler.metrics().snapshot().since(&before);
@@ -467,6 +489,53 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
         kube: None,
     })
 }
+
+/// SchedulingWithMixedChurn's churn, in upstream's `recreate` mode: every
+/// tick, the objects of the previous tick are deleted and a new set is
+/// created (see [`objects::churn_objects`]), until `on` is cleared; the
+/// last set is deleted at the end. Churned nodes are numbered after the
+/// workload's `nodes` so they take the next zones round robin.
+async fn churn(
+    cluster: Arc<EmbeddedCluster>,
+    zones: &'static [&'static str],
+    nodes: usize,
+    on: Arc<AtomicBool>,
+) -> Result<()> {
+    use berth_server::cluster::embedded::Kind;
+    let mut tick = 0;
+    let mut previous: Vec<(Kind, String, String)> = Vec::new();
+    let mut interval = tokio::time::interval(CHURN_INTERVAL);
+    while on.load(Ordering::Acquire) {
+        interval.tick().await;
+        for (kind, ns, name) in previous.drain(..) {
+            cluster.delete(kind, &ns, &name);
+        }
+        let (node, pod, others) = objects::churn_objects(nodes + tick, zones);
+        let node_name = cluster
+            .apply_node(node)
+            .map_err(|e| anyhow!("churn: creating a node: {e}"))?;
+        previous.push((Kind::Node, String::new(), node_name));
+        let (ns, name) = cluster
+            .apply_pod(pod)
+            .map_err(|e| anyhow!("churn: creating a pod: {e}"))?;
+        previous.push((Kind::Pod, ns, name));
+        for o in others {
+            previous.push(
+                cluster
+                    .apply(o)
+                    .map_err(|e| anyhow!("churn: creating an object: {e}"))?,
+            );
+        }
+        tick += 1;
+    }
+    for (kind, ns, name) in previous {
+        cluster.delete(kind, &ns, &name);
+    }
+    Ok(())
+}
+
+/// How often SchedulingWithMixedChurn recreates its objects.
+const CHURN_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Checks the end state: the measured pods bound, the pods that never fit
 /// pending among the unschedulable ones with their failure recorded, no
@@ -534,6 +603,11 @@ fn verify(
         infos.push((node, info));
     }
     for (node, (cpu, mem, count)) in &used {
+        // A churned node may be gone with pods still bound to it (upstream's
+        // pod garbage collector would delete them later).
+        if w.churn && node.starts_with("churn-node-") && !nodes.contains_key(node) {
+            continue;
+        }
         let spec = nodes
             .get(node)
             .ok_or_else(|| anyhow!("pods bound to unknown node {node}"))?;

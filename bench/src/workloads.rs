@@ -92,6 +92,9 @@ pub struct Workload {
     /// otherwise also a DeviceClass and, in the pods' namespaces, the
     /// ResourceClaimTemplate).
     pub devices_per_node: usize,
+    /// While the measured pods are created, objects are created and
+    /// deleted alongside (SchedulingWithMixedChurn).
+    pub churn: bool,
 }
 
 impl Workload {
@@ -141,6 +144,7 @@ fn workload(
         unschedulable: PodTemplate::HighPriorityLargeCpu,
         profile,
         devices_per_node: 0,
+        churn: false,
     }
 }
 
@@ -224,6 +228,18 @@ pub fn all(quick: bool) -> Vec<Workload> {
         (T::PreferredTopologySpreading, d),
         Profile::Default,
     );
+    // Not in scheduler_perf: the pods of one Deployment behind a Service,
+    // with no constraints of their own, so that PodTopologySpread's system
+    // defaults (hostname and zone, ScheduleAnyway) score every node; what
+    // most pods of a real cluster meet.
+    add(
+        "DefaultTopologySpreading",
+        pick(size(5000, 5000, 5000), size(120, 50, 100)),
+        MOONS,
+        (T::Replicated, d),
+        (T::Replicated, d),
+        Profile::Default,
+    );
     add(
         "SchedulingNodeAffinity",
         pick(size(5000, 5000, 10000), size(120, 50, 100)),
@@ -254,6 +270,22 @@ pub fn all(quick: bool) -> Vec<Workload> {
         (T::HighPriority, d),
         Profile::Default,
     );
+    // scheduler_perf's SchedulingWithMixedChurn: nodes, pods that never
+    // fit, Services and claims created and deleted while the measured pods
+    // are scheduled (every 20 ms here, against upstream's 1 s: a run lasts
+    // about a second).
+    let s = pick(size(5000, 0, 2000), size(100, 0, 100));
+    let mut churn = workload(
+        "SchedulingWithMixedChurn",
+        &label(s),
+        s,
+        ZONES,
+        basic,
+        basic,
+        Profile::Default,
+    );
+    churn.churn = true;
+    out.push(churn);
     // scheduler_perf's dra/SchedulingWithResourceClaimTemplateStructured
     // at 500 nodes: each node publishes 10 devices, every pod claims one
     // through a template (the embedded resourceclaim controller makes the
@@ -322,6 +354,7 @@ pub fn all(quick: bool) -> Vec<Workload> {
         unschedulable: T::HighPriorityLargeCpu,
         profile: Profile::Api(api),
         devices_per_node: 0,
+        churn: false,
     });
     out
 }
