@@ -255,8 +255,17 @@ impl PreFilterPlugin for InterPodAffinity {
             .collect();
         let namespace_labels = objects.namespace_labels(&pod.namespace);
 
-        let existing_anti_affinity =
-            self.existing_anti_affinity_counts(pod, &namespace_labels, snapshot.list());
+        // Most clusters have no pod with required anti-affinity: then there
+        // is nothing to count (and no memo entry to keep).
+        let existing_anti_affinity = if snapshot
+            .have_pods_with_required_anti_affinity()
+            .next()
+            .is_none()
+        {
+            TopologyCounts::default()
+        } else {
+            self.existing_anti_affinity_counts(pod, &namespace_labels, snapshot.list())
+        };
 
         if existing_anti_affinity.is_empty() && affinity.is_empty() && anti_affinity.is_empty() {
             return (None, Status::skip());

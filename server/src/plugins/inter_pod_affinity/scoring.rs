@@ -84,6 +84,11 @@ impl PreScorePlugin for InterPodAffinity {
             return Status::skip();
         }
         let snapshot = state.snapshot().clone();
+        // Without preferred terms of its own, only pods with terms of theirs
+        // can score the incoming pod; most clusters have none.
+        if !has_preferred && snapshot.have_pods_with_affinity().next().is_none() {
+            return Status::skip();
+        }
         let objects = self.handle.objects();
         let merge = |terms: &[crate::model::WeightedAffinityTerm]| -> Vec<(i32, AffinityTerm)> {
             terms
@@ -100,8 +105,6 @@ impl PreScorePlugin for InterPodAffinity {
             affinity: merge(&placement.pod_affinity.preferred),
             anti_affinity: merge(&placement.pod_anti_affinity.preferred),
             hard_weight: self.args.hard_pod_affinity_weight,
-            // Without preferred terms of its own, only pods with terms of
-            // theirs can score the incoming pod.
             all_pods: has_preferred,
         };
         let q = key.clone();
