@@ -375,6 +375,7 @@ async fn main() -> Result<()> {
             assumed_pod_ttl: args.assumed_pod_ttl,
             seed: args.seed,
             leader: election.as_ref().map(|e| e.leading()),
+            batching: true,
         },
     )
     .map_err(|e| match &args.config {

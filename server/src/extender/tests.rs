@@ -543,6 +543,7 @@ async fn start(yaml: &str, nodes: Vec<NodeBuilder>, pods: Vec<PodBuilder>) -> En
             assumed_pod_ttl: Duration::ZERO,
             seed: Some(1),
             leader: None,
+            batching: true,
         },
     )
     .unwrap();

@@ -38,6 +38,18 @@ pub trait Plugin: Send + Sync + 'static {
     /// The plugin's name, as configured (e.g. `NodeResourcesFit`).
     fn name(&self) -> &'static str;
 
+    /// Whether this plugin's Filter verdict and Score for `pod` on a node
+    /// depend only on the pod's scheduling signature (its requests, host
+    /// ports, tolerations, node selector and affinity, images and
+    /// `nodeName`), the node's `NodeInfo`, the plugin's args and the
+    /// snapshot's image counts. Then a pod with the same signature gets the
+    /// same answer on a node that did not change, and the scheduler reuses
+    /// it (batching identical pods). A plugin that reads anything else
+    /// (other nodes, other objects, another process) keeps the default.
+    fn node_local(&self, _pod: &PodInfo) -> bool {
+        false
+    }
+
     /// The plugin as a QueueSort plugin.
     fn as_queue_sort(self: Arc<Self>) -> Option<Arc<dyn QueueSortPlugin>> {
         None

@@ -1436,9 +1436,24 @@ impl Framework {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> Result<ScoreResult, Status> {
+        self.run_score_reusing(state, pod, nodes, &[]).await
+    }
+
+    /// Like [`Framework::run_score`], but a node whose entry in `known` is
+    /// `Some` takes those raw scores (one per Score plugin running this
+    /// cycle, in order, as [`ScoreResult::raw`] lays them out) instead of
+    /// running the per-node plugins; NormalizeScore and the weights run as
+    /// always. `known` may be empty (nothing known).
+    pub async fn run_score_reusing(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        known: &[Option<&[i64]>],
+    ) -> Result<ScoreResult, Status> {
         let t = self.point_timer(state);
         let r = self
-            .score_plugins(state, pod, nodes)
+            .score_plugins(state, pod, nodes, known)
             .instrument(point_span(Point::Score))
             .await;
         let code = r.as_ref().map_or_else(|s| s.code(), |_| Code::Success);
@@ -1446,11 +1461,29 @@ impl Framework {
         r
     }
 
+    /// Whether every Filter plugin still running for `pod` this cycle (its
+    /// PreFilter did not Skip) is node-local ([`Plugin::node_local`]) and
+    /// none is a batch (remote) plugin.
+    pub fn filters_node_local(&self, state: &CycleState, pod: &PodInfo) -> bool {
+        self.filter.iter().enumerate().all(|(i, p)| {
+            state.skip_filter.contains(i) || (p.as_batch().is_none() && p.node_local(pod))
+        })
+    }
+
+    /// The same for the Score plugins still running after PreScore.
+    pub fn scores_node_local(&self, state: &CycleState, pod: &PodInfo) -> bool {
+        self.score.iter().enumerate().all(|(i, e)| {
+            state.skip_score.contains(i)
+                || (e.plugin.as_batch().is_none() && e.plugin.node_local(pod))
+        })
+    }
+
     async fn score_plugins(
         &self,
         state: &CycleState,
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
+        known: &[Option<&[i64]>],
     ) -> Result<ScoreResult, Status> {
         let active: Vec<&ScoreEntry> = self
             .score
@@ -1506,6 +1539,12 @@ impl Framework {
             // One chunk of `np` scores per node.
             let mut chunks: Vec<&mut [i64]> = raw.chunks_mut(np).collect();
             parallelizer.for_each_mut_measured(&self.score_cost, &mut chunks, |ni, row| {
+                if let Some(Some(scores)) = known.get(ni)
+                    && scores.len() == row.len()
+                {
+                    row.copy_from_slice(scores);
+                    return;
+                }
                 for (pi, e) in active.iter().enumerate() {
                     if e.plugin.as_batch().is_some() {
                         continue;

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 pub use crate::rng::FastRng;
 
+use super::batching::Batch;
+
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
     Code, CycleState, Diagnosis, FitError, Framework, NodeWindow, NominatedPods, Status,
@@ -94,6 +96,9 @@ pub struct Algorithm {
     /// how far past the wanted count the sampling window sent ahead to
     /// batch Filter plugins reaches.
     evaluated_per_feasible: f64,
+    /// Verdicts and raw scores kept for the next pod with the same
+    /// signature.
+    batch: Batch,
 }
 
 /// The feasible nodes found and what was learned about the others.
@@ -104,6 +109,9 @@ pub struct Feasible {
     pub diagnosis: Diagnosis,
     /// Nodes evaluated (feasible or not).
     pub evaluated: usize,
+    /// Each feasible node's position in the snapshot's node list, when the
+    /// search kept its verdicts (batching); empty otherwise.
+    pub positions: Vec<usize>,
 }
 
 impl Algorithm {
@@ -114,7 +122,20 @@ impl Algorithm {
             percentage_of_nodes_to_score,
             rng,
             evaluated_per_feasible: 1.0,
+            batch: Batch::new(false),
         }
+    }
+
+    /// With `on`, identical pods reuse each other's per-node verdicts and
+    /// raw scores where nodes did not change (see [`super::batching`]).
+    pub fn with_batching(mut self, on: bool) -> Self {
+        self.batch = Batch::new(on);
+        self
+    }
+
+    /// How many Filter verdicts and per-node score rows were reused.
+    pub fn reused(&self) -> (u64, u64) {
+        (self.batch.reused_verdicts, self.batch.reused_scores)
     }
 
     /// Finds the best node for `pod`.
@@ -146,7 +167,9 @@ impl Algorithm {
                 feasible_nodes: 1,
             });
         }
-        let totals = self.prioritize(fw, state, pod, &found.nodes).await?;
+        let totals = self
+            .prioritize(fw, state, pod, snapshot, &found.nodes, &found.positions)
+            .await?;
         let best = self.select_host(&totals);
         Ok(ScheduleResult {
             suggested_host: Arc::from(found.nodes[best].name()),
@@ -180,6 +203,7 @@ impl Algorithm {
                 nodes: Vec::new(),
                 diagnosis,
                 evaluated: 0,
+                positions: Vec::new(),
             });
         }
 
@@ -196,6 +220,7 @@ impl Algorithm {
                         nodes,
                         diagnosis,
                         evaluated: 1,
+                        positions: Vec::new(),
                     });
                 }
             }
@@ -223,6 +248,15 @@ impl Algorithm {
                 )));
         }
         let nodes: &[Arc<NodeInfo>] = restricted.as_deref().unwrap_or(all);
+        let batching = self.batch.begin_filter(
+            fw,
+            state,
+            pod,
+            snapshot,
+            nominated,
+            restricted.is_some() || fw.has_batch_filters(),
+        );
+        let start = self.next_start_node_index;
         // Batch Filter plugins (remote extenders) get the candidates the
         // sampling will look at now, so that their round trip overlaps the
         // per-node plugins; their verdicts only count for the nodes those
@@ -277,10 +311,16 @@ impl Algorithm {
             .await
             .map_err(ScheduleError::Error)?;
         }
+        let positions = if batching && !nodes.is_empty() {
+            offsets.iter().map(|o| (start + o) % nodes.len()).collect()
+        } else {
+            Vec::new()
+        };
         Ok(Feasible {
             nodes: feasible,
             diagnosis,
             evaluated,
+            positions,
         })
     }
 
@@ -320,19 +360,34 @@ impl Algorithm {
         let mut feasible = Vec::with_capacity(want.min(n));
         // Each feasible node's position in the evaluation order.
         let mut offsets = Vec::with_capacity(want.min(n));
-        let mut statuses: Vec<Status> = Vec::new();
+        // (verdict, whether it was kept from an earlier pod)
+        let mut statuses: Vec<(Status, bool)> = Vec::new();
         let mut processed = 0;
         while processed < n && feasible.len() < want {
             // Evaluate at least what is still needed, in batches big enough
             // to keep the pool busy.
             let batch = (want - feasible.len()).max(64).min(n - processed);
             statuses.clear();
-            statuses.resize(batch, Status::success());
+            statuses.resize(batch, (Status::success(), false));
+            let kept = &self.batch;
             parallelizer.for_each_mut_measured(fw.filter_cost(), &mut statuses, |i, slot| {
-                *slot = fw.run_filter_with_nominated_pods(state, pod, at(processed + i), nominated);
-            });
-            for (i, status) in statuses.drain(..).enumerate() {
                 let node = at(processed + i);
+                *slot = match kept.verdict((start + processed + i) % n, node) {
+                    Some(v) => (v.clone(), true),
+                    None => (
+                        fw.run_filter_with_nominated_pods(state, pod, node, nominated),
+                        false,
+                    ),
+                };
+            });
+            for (i, (status, reused)) in statuses.drain(..).enumerate() {
+                let node = at(processed + i);
+                if reused {
+                    self.batch.reused_verdicts += 1;
+                } else {
+                    self.batch
+                        .keep_verdict((start + processed + i) % n, node, &status);
+                }
                 if status.is_success() {
                     feasible.push(node.clone());
                     offsets.push(processed + i);
@@ -369,13 +424,16 @@ impl Algorithm {
         num_feasible_nodes_to_find(percentage, n)
     }
 
-    /// Scores the feasible nodes; totals in the same order.
+    /// Scores the feasible nodes (at `positions` of the snapshot's list,
+    /// when the search kept its verdicts); totals in the same order.
     async fn prioritize(
         &mut self,
         fw: &Framework,
         state: &mut CycleState,
         pod: &PodInfo,
+        snapshot: &Snapshot,
         nodes: &[Arc<NodeInfo>],
+        positions: &[usize],
     ) -> Result<Vec<i64>, ScheduleError> {
         if !fw.has_score_plugins() {
             return Ok(vec![1; nodes.len()]);
@@ -384,10 +442,25 @@ impl Algorithm {
         if !s.is_success() {
             return Err(ScheduleError::Error(s));
         }
-        fw.run_score(state, pod, nodes)
+        let batching =
+            positions.len() == nodes.len() && self.batch.begin_score(fw, state, pod, snapshot);
+        let known = if batching {
+            self.batch.known_scores(nodes, positions)
+        } else {
+            Vec::new()
+        };
+        let reused = known.iter().filter(|k| k.is_some()).count() as u64;
+        let result = fw
+            .run_score_reusing(state, pod, nodes, &known)
             .await
-            .map(|r| r.totals)
-            .map_err(ScheduleError::Error)
+            .map_err(ScheduleError::Error)?;
+        drop(known);
+        if batching {
+            self.batch.reused_scores += reused;
+            self.batch
+                .keep_scores(nodes, positions, &result.raw, result.plugins.len());
+        }
+        Ok(result.totals)
     }
 
     /// The index of a node with the top score; ties are broken uniformly at

@@ -3,6 +3,7 @@
 //! handlers that feed cluster changes into the cache and the queue.
 
 mod algorithm;
+mod batching;
 mod event_handlers;
 mod explain;
 mod idle;
@@ -210,6 +211,10 @@ pub struct Options {
     /// popping the moment it turns false (None: always the leader, as in
     /// the embedded cluster mode).
     pub leader: Option<watch::Receiver<bool>>,
+    /// Identical pods reuse each other's per-node Filter verdicts and raw
+    /// scores on nodes that did not change (placements are those of the
+    /// unbatched path; see `scheduler/batching.rs`). On by default.
+    pub batching: bool,
 }
 
 impl Default for Options {
@@ -218,6 +223,7 @@ impl Default for Options {
             assumed_pod_ttl: Duration::ZERO,
             seed: None,
             leader: None,
+            batching: true,
         }
     }
 }
@@ -411,7 +417,8 @@ impl Scheduler {
         let rng = options
             .seed
             .map_or_else(FastRng::from_entropy, FastRng::new);
-        let algorithm = Algorithm::new(config.percentage_of_nodes_to_score, rng);
+        let algorithm = Algorithm::new(config.percentage_of_nodes_to_score, rng)
+            .with_batching(options.batching);
         let mut ready = synced.clone();
         let loop_shared = shared.clone();
         let leader = options.leader.clone();

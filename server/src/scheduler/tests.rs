@@ -148,6 +148,7 @@ async fn start(setup: Setup, nodes: Vec<NodeBuilder>, pods: Vec<PodBuilder>) -> 
             assumed_pod_ttl: setup.ttl,
             seed: Some(1),
             leader: setup.leader,
+            batching: true,
         },
     )
     .unwrap();

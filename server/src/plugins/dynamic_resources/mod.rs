@@ -221,6 +221,12 @@ impl Plugin for DynamicResources {
         DYNAMIC_RESOURCES
     }
 
+    fn node_local(&self, pod: &PodInfo) -> bool {
+        // Without claims (or extended resources DRA may serve) there is no
+        // state, and Score gives every node 0.
+        pod.resource_claims.is_empty() && pod.requests.scalar.is_empty()
+    }
+
     fn events_to_register(&self) -> Option<Vec<ClusterEventWithHint>> {
         Some(events::registrations(self.handle.objects().clone()))
     }

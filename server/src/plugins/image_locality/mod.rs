@@ -71,6 +71,10 @@ impl Plugin for ImageLocality {
     fn name(&self) -> &'static str {
         IMAGE_LOCALITY
     }
+
+    fn node_local(&self, _pod: &PodInfo) -> bool {
+        true
+    }
     extension_points!(score);
 }
 

@@ -90,6 +90,10 @@ impl Plugin for NodeAffinity {
         NODE_AFFINITY
     }
 
+    fn node_local(&self, _pod: &PodInfo) -> bool {
+        true
+    }
+
     fn events_to_register(&self) -> Option<Vec<ClusterEventWithHint>> {
         let added = self.added_required.clone();
         Some(vec![ClusterEventWithHint::with_hint(

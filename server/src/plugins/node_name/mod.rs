@@ -32,6 +32,10 @@ impl Plugin for NodeName {
     fn name(&self) -> &'static str {
         NODE_NAME
     }
+
+    fn node_local(&self, _pod: &PodInfo) -> bool {
+        true
+    }
     fn events_to_register(&self) -> Option<Vec<ClusterEventWithHint>> {
         // The named node may appear.
         Some(vec![ClusterEventWithHint::always(ClusterEvent::NODE_ADD)])

@@ -78,6 +78,10 @@ impl Plugin for NodePorts {
         NODE_PORTS
     }
 
+    fn node_local(&self, _pod: &PodInfo) -> bool {
+        true
+    }
+
     fn events_to_register(&self) -> Option<Vec<ClusterEventWithHint>> {
         Some(vec![
             // Container ports are immutable: only a deletion frees a port.

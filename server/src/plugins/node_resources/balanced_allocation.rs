@@ -210,6 +210,10 @@ impl Plugin for NodeResourcesBalancedAllocation {
     fn name(&self) -> &'static str {
         NODE_RESOURCES_BALANCED_ALLOCATION
     }
+
+    fn node_local(&self, _pod: &PodInfo) -> bool {
+        true
+    }
     extension_points!(pre_score, score);
 }
 

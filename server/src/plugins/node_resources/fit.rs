@@ -233,6 +233,12 @@ impl Plugin for NodeResourcesFit {
         NODE_RESOURCES_FIT
     }
 
+    fn node_local(&self, pod: &PodInfo) -> bool {
+        // Extended resources may be served by DRA device classes, which
+        // Filter reads from the object store.
+        pod.requests.scalar.is_empty()
+    }
+
     fn events_to_register(&self) -> Option<Vec<ClusterEventWithHint>> {
         let fit = Arc::new(Self {
             ignored_resources: self.ignored_resources.clone(),

@@ -49,6 +49,10 @@ impl Plugin for NodeUnschedulable {
     fn name(&self) -> &'static str {
         NODE_UNSCHEDULABLE
     }
+
+    fn node_local(&self, _pod: &PodInfo) -> bool {
+        true
+    }
     fn events_to_register(&self) -> Option<Vec<ClusterEventWithHint>> {
         let this = Self::default();
         Some(vec![

@@ -110,6 +110,10 @@ impl Plugin for TaintToleration {
         TAINT_TOLERATION
     }
 
+    fn node_local(&self, _pod: &PodInfo) -> bool {
+        true
+    }
+
     fn events_to_register(&self) -> Option<Vec<ClusterEventWithHint>> {
         Some(vec![
             ClusterEventWithHint::with_hint(
