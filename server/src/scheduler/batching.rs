@@ -73,12 +73,13 @@ struct ScoreKey {
     num_nodes: usize,
 }
 
-/// One position of the node list.
+/// One position of the node list: the node judged there and its verdict
+/// (its raw scores are in [`Batch::scores`], flat).
 #[derive(Debug, Default, Clone)]
 struct Slot {
     node: Option<Arc<NodeInfo>>,
     verdict: Option<Status>,
-    scores: Option<Box<[i64]>>,
+    scored: bool,
 }
 
 /// Verdicts and raw scores kept across cycles (see the module).
@@ -88,6 +89,9 @@ pub(super) struct Batch {
     filter_key: Option<FilterKey>,
     score_key: Option<ScoreKey>,
     slots: Vec<Slot>,
+    /// Raw scores, `width` per slot, valid where the slot is `scored`.
+    scores: Vec<i64>,
+    width: usize,
     /// Whether this cycle reuses (decided after PreFilter).
     filters_on: bool,
     /// Whether this cycle's scores are reused (decided after PreScore).
@@ -136,6 +140,7 @@ impl Batch {
             self.slots.clear();
         }
         self.slots.resize(snapshot.num_nodes(), Slot::default());
+        self.scores.resize(self.slots.len() * self.width, 0);
         self.filters_on = true;
         true
     }
@@ -195,7 +200,7 @@ impl Batch {
         if self.score_key != Some(key) {
             self.score_key = Some(key);
             for slot in &mut self.slots {
-                slot.scores = None;
+                slot.scored = false;
             }
         }
         self.scores_on = true;
@@ -216,8 +221,10 @@ impl Batch {
             .zip(positions)
             .map(|(node, &p)| {
                 let slot = self.slots.get(p)?;
-                match (&slot.node, &slot.scores) {
-                    (Some(kept), Some(scores)) if Arc::ptr_eq(kept, node) => Some(&**scores),
+                match &slot.node {
+                    Some(kept) if slot.scored && Arc::ptr_eq(kept, node) => {
+                        self.scores.get(p * self.width..(p + 1) * self.width)
+                    }
                     _ => None,
                 }
             })
@@ -236,15 +243,24 @@ impl Batch {
         if !self.scores_on || per_node == 0 {
             return;
         }
+        if self.width != per_node {
+            self.width = per_node;
+            self.scores.clear();
+            self.scores.resize(self.slots.len() * per_node, 0);
+            for slot in &mut self.slots {
+                slot.scored = false;
+            }
+        }
         for ((node, &p), row) in nodes.iter().zip(positions).zip(raw.chunks(per_node)) {
             if let Some(slot) = self.slots.get_mut(p)
                 && slot
                     .node
                     .as_ref()
                     .is_some_and(|kept| Arc::ptr_eq(kept, node))
-                && slot.scores.is_none()
+                && !slot.scored
             {
-                slot.scores = Some(row.into());
+                slot.scored = true;
+                self.scores[p * per_node..(p + 1) * per_node].copy_from_slice(row);
             }
         }
     }
