@@ -23,6 +23,15 @@ use crate::framework::{
 use crate::metrics::AttemptResult;
 use crate::model::{PodInfo, PodRef};
 
+/// How many binding cycles past Permit may run at once before the loop
+/// waits for one to finish. Upstream has no bound, and needs none: it
+/// schedules more slowly than the API server binds. berth can assume pods
+/// far faster than a client limited to `clientConnection.qps` writes
+/// them, and each binding in flight holds its cycle's state; without a
+/// bound a backlog of 10,000 pods kept thousands of them in memory at once.
+/// Pods stay in the queue instead, where they are cheap.
+pub(super) const MAX_BINDINGS_IN_FLIGHT: usize = 64;
+
 /// Why an attempt failed, with what the requeue and the messages need.
 struct Failure {
     status: Status,
@@ -85,6 +94,27 @@ impl Loop {
         }
     }
 
+    /// Waits while [`MAX_BINDINGS_IN_FLIGHT`] binding cycles are past
+    /// Permit (pods waiting at Permit do not count, so a gang still
+    /// gathering never blocks its own members).
+    async fn wait_for_binding_room(&self) {
+        let waiting = self.shared.handle.waiting_pods();
+        loop {
+            // Registered before the check, so a binding finishing in
+            // between still wakes it.
+            let done = self.shared.binding_done.notified();
+            let active = self
+                .shared
+                .bindings_in_flight
+                .load(Ordering::SeqCst)
+                .saturating_sub(waiting.len());
+            if active < MAX_BINDINGS_IN_FLIGHT || self.shared.queue.is_closed() {
+                return;
+            }
+            done.await;
+        }
+    }
+
     /// Pops and schedules pods until the queue closes; with `leader`,
     /// only while it says so.
     pub async fn run(mut self, mut leader: Option<watch::Receiver<bool>>) {
@@ -128,6 +158,7 @@ impl Loop {
             }
             self.schedule_one(q).await;
             drop(_cycle);
+            self.wait_for_binding_room().await;
             // With pods ready, pop never waits, so without this the loop
             // would keep its worker thread for as long as the queue is full
             // and the binding cycle it just spawned (left in that worker's
