@@ -30,6 +30,11 @@ struct Calls {
     unreserve: AtomicUsize,
     permit: AtomicUsize,
     log: Mutex<Vec<String>>,
+    /// While set, Bind waits for `release`.
+    hold_binds: std::sync::atomic::AtomicBool,
+    release: tokio::sync::Notify,
+    binds_started: AtomicUsize,
+    bind_started: tokio::sync::Notify,
 }
 
 /// A plugin whose behaviour the test sets: Reserve + Permit + Bind.
@@ -81,6 +86,15 @@ impl PermitPlugin for Probe {
 #[async_trait]
 impl BindPlugin for Probe {
     async fn bind(&self, _: &CycleState, _: &PodInfo, _: &str) -> Status {
+        self.calls.binds_started.fetch_add(1, Ordering::SeqCst);
+        self.calls.bind_started.notify_waiters();
+        loop {
+            let released = self.calls.release.notified();
+            if !self.calls.hold_binds.load(Ordering::SeqCst) {
+                break;
+            }
+            released.await;
+        }
         self.bind.clone()
     }
 }
@@ -97,6 +111,7 @@ struct Setup {
     probe: (Status, (Status, Duration), Status),
     ttl: Duration,
     leader: Option<tokio::sync::watch::Receiver<bool>>,
+    hold_binds: bool,
 }
 
 impl Default for Setup {
@@ -110,6 +125,7 @@ impl Default for Setup {
             ),
             ttl: Duration::ZERO,
             leader: None,
+            hold_binds: false,
         }
     }
 }
@@ -123,6 +139,7 @@ async fn start(setup: Setup, nodes: Vec<NodeBuilder>, pods: Vec<PodBuilder>) -> 
         cluster.apply_pod(p.object()).unwrap();
     }
     let calls: Arc<Calls> = Arc::default();
+    calls.hold_binds.store(setup.hold_binds, Ordering::SeqCst);
     let mut registry = in_tree_registry();
     let (c, (reserve, permit, bind)) = (calls.clone(), setup.probe);
     registry
@@ -513,6 +530,7 @@ async fn an_assumed_pod_never_confirmed_expires_after_its_ttl() {
             ),
             ttl: Duration::from_secs(30),
             leader: None,
+            hold_binds: false,
         },
         vec![make_node("n1").cpu("2")],
         vec![make_pod("ghost").req_cpu("2")],
@@ -1372,4 +1390,44 @@ async fn the_idle_summary_comes_once_per_idle_period_with_only_what_changed() {
         idle[1]
     );
     assert_eq!(logs.lines("pending: ").len(), 1);
+}
+
+/// Once 64 binding cycles are past Permit, the loop pops no more pods
+/// until one finishes; the rest wait in the queue and are bound after.
+#[tokio::test(start_paused = true)]
+async fn the_loop_waits_while_bindings_in_flight_are_at_the_bound() {
+    let pods: Vec<PodBuilder> = (0..70).map(|i| make_pod(&format!("p{i:02}"))).collect();
+    let mut env = start(
+        Setup {
+            yaml: with_probe(),
+            hold_binds: true,
+            ..Setup::default()
+        },
+        vec![make_node("n1").cpu("100").memory("100Gi").pods(200)],
+        pods,
+    )
+    .await;
+    let bound = super::schedule_one::MAX_BINDINGS_IN_FLIGHT;
+    loop {
+        let started = env.calls.bind_started.notified();
+        if env.calls.binds_started.load(Ordering::SeqCst) >= bound {
+            break;
+        }
+        started.await;
+    }
+    // Everything runnable runs before paused time moves on: had the loop
+    // gone on, more binds would have started.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(env.calls.binds_started.load(Ordering::SeqCst), bound);
+    assert_eq!(env.scheduler.bindings_in_flight(), bound);
+    assert_eq!(env.calls.reserve.load(Ordering::SeqCst), bound);
+    env.calls.hold_binds.store(false, Ordering::SeqCst);
+    env.calls.release.notify_waiters();
+    let mut scheduled = 0;
+    while scheduled < 70 {
+        if let Decision::Scheduled { .. } = env.next().await {
+            scheduled += 1;
+        }
+    }
+    assert_eq!(env.calls.binds_started.load(Ordering::SeqCst), 70);
 }
