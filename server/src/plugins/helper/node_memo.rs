@@ -67,7 +67,7 @@ impl<A: Aggregate> MemoEntry<A> {
         &self.nodes
     }
 
-    fn refresh<F>(&mut self, list: &[Arc<NodeInfo>], par: &Parallelizer, cost: &WorkCost, f: &F)
+    fn refresh<F>(&mut self, list: &[Arc<NodeInfo>], par: &Parallelizer, cost: &WorkCost, f: F)
     where
         F: Fn(&NodeInfo) -> A::Node + Sync,
     {
@@ -110,16 +110,22 @@ impl<A: Aggregate> MemoEntry<A> {
     }
 }
 
-struct Slot<A: Aggregate> {
+/// An entry with the question it answers (kept once, when first asked).
+type Shared<K, A> = Arc<Mutex<(K, MemoEntry<A>)>>;
+
+type Slots<K, A> = HashMap<K, Slot<K, A>>;
+
+struct Slot<K, A: Aggregate> {
     last_used: u64,
-    entry: Arc<Mutex<MemoEntry<A>>>,
+    entry: Shared<K, A>,
 }
 
 /// Answers to questions of type `K`, each an [`Aggregate`] `A` over the
 /// nodes. Shared by every cycle (and dry run) asking the same question;
 /// correct for any node list, fastest when consecutive lists share nodes.
 pub struct NodeMemo<K, A: Aggregate> {
-    slots: Mutex<(u64, HashMap<K, Slot<A>>)>,
+    /// The lookup clock and the questions.
+    slots: Mutex<(u64, Slots<K, A>)>,
     cost: WorkCost,
 }
 
@@ -140,9 +146,9 @@ impl<K, A: Aggregate> std::fmt::Debug for NodeMemo<K, A> {
     }
 }
 
-impl<K: Hash + Eq, A: Aggregate> NodeMemo<K, A> {
+impl<K: Hash + Eq + Clone, A: Aggregate> NodeMemo<K, A> {
     /// Brings the answer to `key` up to date for `list` (computing a node's
-    /// answer with `f`) and reads it with `read`.
+    /// answer with `f`, given the question) and reads it with `read`.
     pub fn with<R, F>(
         &self,
         key: K,
@@ -152,7 +158,8 @@ impl<K: Hash + Eq, A: Aggregate> NodeMemo<K, A> {
         read: impl FnOnce(&MemoEntry<A>) -> R,
     ) -> R
     where
-        F: Fn(&NodeInfo) -> A::Node + Sync,
+        F: Fn(&K, &NodeInfo) -> A::Node + Sync,
+        K: Sync,
     {
         let entry = {
             let mut guard = self.slots.lock();
@@ -160,16 +167,21 @@ impl<K: Hash + Eq, A: Aggregate> NodeMemo<K, A> {
             *clock += 1;
             let now = *clock;
             slots.retain(|_, s| now - s.last_used <= MAX_IDLE_LOOKUPS);
-            let slot = slots.entry(key).or_insert_with(|| Slot {
-                last_used: now,
-                entry: Arc::default(),
-            });
+            let slot = match slots.get_mut(&key) {
+                Some(slot) => slot,
+                None => slots.entry(key.clone()).or_insert(Slot {
+                    last_used: now,
+                    entry: Arc::new(Mutex::new((key, MemoEntry::default()))),
+                }),
+            };
             slot.last_used = now;
             slot.entry.clone()
         };
-        let mut entry = entry.lock();
-        entry.refresh(list, par, &self.cost, &f);
-        read(&entry)
+        let mut guard = entry.lock();
+        let (key, entry) = &mut *guard;
+        let key = &*key;
+        entry.refresh(list, par, &self.cost, |info| f(key, info));
+        read(entry)
     }
 }
 
@@ -207,7 +219,7 @@ mod tests {
         let memo: NodeMemo<&str, Total> = NodeMemo::default();
         let par = Parallelizer::inline();
         let calls = std::sync::atomic::AtomicUsize::new(0);
-        let count = |n: &NodeInfo| {
+        let count = |_: &&str, n: &NodeInfo| {
             calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             n.pods().len() as i64
         };
@@ -241,7 +253,7 @@ mod tests {
         let par = Parallelizer::inline();
         let list = vec![node("n", 1)];
         for q in 0..(MAX_IDLE_LOOKUPS + 10) {
-            memo.with(q, &list, &par, |n| n.pods().len() as i64, |_| ());
+            memo.with(q, &list, &par, |_, n| n.pods().len() as i64, |_| ());
         }
         assert_eq!(memo.slots.lock().1.len() as u64, MAX_IDLE_LOOKUPS + 1);
     }

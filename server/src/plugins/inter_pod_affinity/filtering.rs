@@ -153,12 +153,11 @@ impl InterPodAffinity {
             labels: pod.labels.clone(),
             namespace_labels: namespace_labels.clone(),
         };
-        let q = key.clone();
         self.existing_anti.with(
             key,
             nodes,
             self.handle.parallelizer(),
-            move |info| {
+            |q, info| {
                 let mut out = NodeHits::default();
                 let Some(node) = info.node() else {
                     return out;
@@ -188,12 +187,11 @@ impl InterPodAffinity {
             affinity: terms.affinity.clone(),
             anti_affinity: terms.anti_affinity.clone(),
         };
-        let q = key.clone();
         self.incoming.with(
             key,
             nodes,
             self.handle.parallelizer(),
-            move |info| {
+            |q, info| {
                 let mut out = NodeHits::default();
                 let Some(node) = info.node() else {
                     return out;

@@ -107,12 +107,11 @@ impl PreScorePlugin for InterPodAffinity {
             hard_weight: self.args.hard_pod_affinity_weight,
             all_pods: has_preferred,
         };
-        let q = key.clone();
         let (scores, hits) = self.scores.with(
             key,
             snapshot.list(),
             self.handle.parallelizer(),
-            move |info| {
+            |q, info| {
                 let mut out = NodeHits::default();
                 let Some(node) = info.node() else {
                     return out;

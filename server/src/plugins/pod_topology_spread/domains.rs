@@ -200,12 +200,11 @@ impl PodTopologySpread {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> DomainCounts {
-        let question = key.clone();
         self.counts.with(
             key,
             nodes,
             self.handle.parallelizer(),
-            move |info| question.node_domain(info),
+            SpreadKey::node_domain,
             |entry| {
                 let totals = entry.aggregate();
                 if !excludes_nodes(c, pod) {
