@@ -632,14 +632,7 @@ fn verify(
     let with_label = |color: &'static str| -> Vec<&str> {
         infos
             .iter()
-            .filter(|(_, p)| {
-                p.pod
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("color"))
-                    .is_some_and(|c| c == color)
-            })
+            .filter(|(_, p)| p.labels.get("color").is_some_and(|c| c == color))
             .map(|(n, _)| n.as_str())
             .collect()
     };
@@ -696,7 +689,8 @@ fn verify_claims(cluster: &EmbeddedCluster, bound: &[(String, PodInfo)]) -> Resu
     }
     let mut devices = std::collections::HashSet::new();
     for (node, pod) in bound {
-        let status = pod.pod.status.as_ref();
+        let object = pod.pod.get();
+        let status = object.status.as_ref();
         let named = status
             .and_then(|s| s.resource_claim_statuses.as_ref())
             .map_or(0, Vec::len);

@@ -172,6 +172,10 @@ fn change_json(c: &ClusterChange) -> Option<(&'static str, Kind, serde_json::Val
             let (t, o) = ev(e);
             Some((t, Kind::Pod, serde_json::to_value(&**o).ok()?))
         }
+        ClusterChange::PodInfo(e) => {
+            let (t, o) = ev(e);
+            Some((t, Kind::Pod, serde_json::to_value(&o.pod).ok()?))
+        }
         ClusterChange::Object(e) => {
             let (t, o) = ev(e);
             Some((t, Kind::Object(o.kind()), o.to_json()))

@@ -44,6 +44,10 @@ pub enum ClusterChange {
     Node(WatchEvent<Arc<Node>>),
     /// A pod changed.
     Pod(WatchEvent<Arc<Pod>>),
+    /// A pod changed, parsed by the source as it decoded it (kube mode,
+    /// whose objects are kept packed: see [`crate::model::PodObject`]).
+    /// Invalid pods are not sent.
+    PodInfo(WatchEvent<crate::model::PodRef>),
     /// Another object (namespace, volume, storage class, ...) changed.
     Object(WatchEvent<KubeObject>),
     /// Everything that existed at subscription time has been delivered.

@@ -875,8 +875,7 @@ impl Inner {
         if !session.cycles.lock().insert(id) {
             return Ok(());
         }
-        let json = serde_json::to_vec(&*pod.pod)
-            .map_err(|e| CallError::Malformed(format!("encoding the pod: {e}")))?;
+        let json = pod.pod.to_json();
         session.send(scheduler_message::Message::CycleStart(pb::CycleStart {
             cycle_id: id,
             pod: json,

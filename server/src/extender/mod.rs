@@ -48,7 +48,10 @@ pub fn requests_managed(pod: &PodInfo, managed: &[ManagedResource]) -> bool {
     if managed.is_empty() {
         return true;
     }
-    let Some(spec) = pod.pod.spec.as_ref() else {
+    // A packed pod (kube mode) decodes here, once per cycle of a pod
+    // this extender manages resources for.
+    let object = pod.pod.get();
+    let Some(spec) = object.spec.as_ref() else {
         return false;
     };
     spec.containers

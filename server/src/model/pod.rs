@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
 use super::affinity::Placement;
+use super::pod_object::PodObject;
 use super::quantity::Quantity;
 use super::resource::{self, DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, Resource};
 use super::taint::{TaintEffect, Toleration, TolerationOperator};
@@ -71,8 +72,19 @@ pub struct PodClaim {
 /// A pod, pre-parsed for scheduling. Built once per add or update of the pod.
 #[derive(Debug, Clone)]
 pub struct PodInfo {
-    /// The Kubernetes object, kept for the edges (binding, events, the API).
-    pub pod: Arc<Pod>,
+    /// The Kubernetes object, kept for the edges (the API, extenders,
+    /// writes): shared with whoever made it, or packed (see
+    /// [`PodObject`]).
+    pub pod: PodObject,
+    /// metadata.generation (the PodScheduled condition's
+    /// observedGeneration).
+    pub generation: Option<i64>,
+    /// A container or init container has a restart rule with the action
+    /// `RestartAllContainers` (NodeDeclaredFeatures).
+    pub restarts_all_containers: bool,
+    /// spec.hostNetwork is true and spec.hostUsers false
+    /// (NodeDeclaredFeatures).
+    pub host_network_in_user_namespace: bool,
     /// metadata.uid, the pod's identity in the cache and the queue.
     pub uid: Arc<str>,
     /// metadata.namespace.
@@ -126,6 +138,26 @@ impl PodInfo {
     /// Builds a `PodInfo`, rejecting what the API server would not have
     /// accepted and the scheduler cannot use.
     pub fn new(pod: Arc<Pod>) -> Result<Self, InvalidObject> {
+        let object = PodObject::shared(pod.clone());
+        Self::build(&pod, object)
+    }
+
+    /// Builds a `PodInfo` that keeps `pod` packed (see [`PodObject`]): for
+    /// pods decoded from the wire, which nothing else holds.
+    /// On failure the pod comes back with the error.
+    pub fn packed(pod: Pod) -> Result<Self, (InvalidObject, Box<Pod>)> {
+        // Stands in for the object until it is packed (no allocation).
+        static PLACEHOLDER: std::sync::LazyLock<Arc<Pod>> = std::sync::LazyLock::new(Arc::default);
+        match Self::build(&pod, PodObject::shared(PLACEHOLDER.clone())) {
+            Ok(mut info) => {
+                info.pod = PodObject::pack(pod);
+                Ok(info)
+            }
+            Err(e) => Err((e, Box::new(pod))),
+        }
+    }
+
+    fn build(pod: &Pod, object: PodObject) -> Result<Self, InvalidObject> {
         let meta = &pod.metadata;
         let name = meta
             .name
@@ -150,9 +182,9 @@ impl PodInfo {
             return Err(InvalidObject::new("spec.containers", "Required value"));
         }
 
-        let requests = pod_requests(&pod, None)?;
+        let requests = pod_requests(pod, None)?;
         let non_zero = pod_requests(
-            &pod,
+            pod,
             Some((DEFAULT_MILLI_CPU_REQUEST, DEFAULT_MEMORY_REQUEST)),
         )?;
 
@@ -325,7 +357,16 @@ impl PodInfo {
             images,
             terminating: meta.deletion_timestamp.is_some(),
             resource_claims,
-            pod,
+            generation: meta.generation,
+            restarts_all_containers: spec
+                .containers
+                .iter()
+                .chain(spec.init_containers.iter().flatten())
+                .flat_map(|c| c.restart_policy_rules.iter().flatten())
+                .any(|r| r.action == "RestartAllContainers"),
+            host_network_in_user_namespace: spec.host_network == Some(true)
+                && spec.host_users == Some(false),
+            pod: object,
         })
     }
 

@@ -36,7 +36,20 @@ pub(crate) async fn run(
                 let feed_id = shared.node_feed.as_ref().map_or(0, |feed| feed.apply(&e));
                 on_node(&shared, e, feed_id)
             }
-            ClusterChange::Pod(e) => on_pod(&shared, e),
+            ClusterChange::Pod(e) => {
+                // Both sides of a change must parse, or it is ignored.
+                let e = match e {
+                    WatchEvent::Added(p) => pod_info(&p).map(WatchEvent::Added),
+                    WatchEvent::Modified { old, new } => pod_info(&old)
+                        .zip(pod_info(&new))
+                        .map(|(old, new)| WatchEvent::Modified { old, new }),
+                    WatchEvent::Deleted(p) => pod_info(&p).map(WatchEvent::Deleted),
+                };
+                if let Some(e) = e {
+                    on_pod(&shared, e);
+                }
+            }
+            ClusterChange::PodInfo(e) => on_pod(&shared, e),
             ClusterChange::Object(e) => on_object(&shared, e),
             ClusterChange::Synced => {
                 // Before the scheduler may send an extender any request.
@@ -165,10 +178,9 @@ fn responsible(shared: &Shared, pod: &PodInfo) -> bool {
     shared.profiles.contains_key(&pod.scheduler_name)
 }
 
-fn on_pod(shared: &Shared, e: WatchEvent<Arc<Pod>>) {
+fn on_pod(shared: &Shared, e: WatchEvent<PodRef>) {
     match e {
         WatchEvent::Added(p) => {
-            let Some(p) = pod_info(&p) else { return };
             if p.node_name.is_some() {
                 add_assigned(shared, p);
             } else if responsible(shared, &p) {
@@ -176,9 +188,6 @@ fn on_pod(shared: &Shared, e: WatchEvent<Arc<Pod>>) {
             }
         }
         WatchEvent::Modified { old, new } => {
-            let (Some(old), Some(new)) = (pod_info(&old), pod_info(&new)) else {
-                return;
-            };
             if old.node_name.is_some() {
                 if let Err(e) = shared.cache.lock().update_pod(new.clone()) {
                     tracing::error!(error = %e, "scheduler cache UpdatePod failed");
@@ -200,8 +209,8 @@ fn on_pod(shared: &Shared, e: WatchEvent<Arc<Pod>>) {
                     shared.queue.delete(&uid);
                 }
             } else if responsible(shared, &new) {
-                if old.pod.metadata.resource_version == new.pod.metadata.resource_version
-                    && old.pod.metadata.resource_version.is_some()
+                if old.pod.resource_version() == new.pod.resource_version()
+                    && old.pod.resource_version().is_some()
                 {
                     return;
                 }
@@ -227,7 +236,6 @@ fn on_pod(shared: &Shared, e: WatchEvent<Arc<Pod>>) {
             }
         }
         WatchEvent::Deleted(p) => {
-            let Some(p) = pod_info(&p) else { return };
             if p.node_name.is_some() {
                 if let Err(e) = shared.cache.lock().remove_pod(&p.uid) {
                     tracing::debug!(error = %e, "scheduler cache RemovePod");

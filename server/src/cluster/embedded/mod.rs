@@ -1050,7 +1050,7 @@ impl EventRecorder for EmbeddedCluster {
                 namespace: Some(pod.namespace.to_string()),
                 name: Some(pod.name.to_string()),
                 uid: Some(pod.uid.to_string()),
-                resource_version: pod.pod.metadata.resource_version.clone(),
+                resource_version: pod.pod.resource_version().map(String::from),
                 ..Default::default()
             }),
             // Upstream's scheduler events carry no related object (not even

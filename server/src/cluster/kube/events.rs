@@ -389,13 +389,7 @@ impl Shared {
             reason: e.reason,
             controller: e.controller.clone(),
             uid: e.pod.uid.clone(),
-            resource_version: e
-                .pod
-                .pod
-                .metadata
-                .resource_version
-                .as_deref()
-                .map(Box::from),
+            resource_version: e.pod.pod.resource_version().map(Box::from),
         };
         let mut st = self.state.lock();
         if let Some(entry) = st.cache.get(&key).cloned() {

@@ -51,6 +51,7 @@ pub use slim::{LAST_APPLIED, SlimNode, SlimPod, strip_meta};
 
 use super::{ClusterChange, WatchEvent};
 use crate::cache::{KubeObject, ObjectKind};
+use crate::model::{PodInfo, PodRef};
 
 /// The kinds other than nodes and pods that kube mode watches: every kind
 /// of [`ObjectKind::ALL`] but ResourceClaimTemplates, which only the
@@ -168,18 +169,38 @@ enum Res {
 #[derive(Debug, Clone)]
 enum Obj {
     Node(Arc<Node>),
-    Pod(Arc<Pod>),
+    /// A pod, parsed, its object packed: the one copy berth keeps, shared
+    /// with the cache and the queue.
+    Pod(PodRef),
+    /// A pod the scheduler cannot use (logged when seen): kept to follow
+    /// its versions, never sent.
+    InvalidPod(Arc<Pod>),
     Other(KubeObject),
 }
 
 type Key = (Res, String, String);
 
 impl Obj {
-    fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    /// A pod as decoded from the wire: parsed and packed, or kept as it is
+    /// when it does not parse.
+    fn pod(p: Pod) -> Obj {
+        match PodInfo::packed(p) {
+            Ok(info) => Obj::Pod(Arc::new(info)),
+            Err((e, p)) => {
+                let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+                let name = p.metadata.name.as_deref().unwrap_or("<unnamed>");
+                tracing::error!(pod = %format!("{ns}/{name}"), error = %e, "ignoring invalid pod");
+                Obj::InvalidPod(Arc::new(*p))
+            }
+        }
+    }
+
+    fn meta(&self) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta> {
         match self {
-            Obj::Node(n) => &n.metadata,
-            Obj::Pod(p) => &p.metadata,
-            Obj::Other(o) => o.metadata(),
+            Obj::Node(n) => Some(&n.metadata),
+            Obj::Pod(_) => None,
+            Obj::InvalidPod(p) => Some(&p.metadata),
+            Obj::Other(o) => Some(o.metadata()),
         }
     }
 
@@ -190,9 +211,14 @@ impl Obj {
                 String::new(),
                 n.metadata.name.clone().unwrap_or_default(),
             ),
-            Obj::Pod(p) => (
+            Obj::Pod(p) => (Res::Pod, p.namespace.to_string(), p.name.to_string()),
+            Obj::InvalidPod(p) => (
                 Res::Pod,
-                p.metadata.namespace.clone().unwrap_or_default(),
+                p.metadata
+                    .namespace
+                    .clone()
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or_else(|| "default".into()),
                 p.metadata.name.clone().unwrap_or_default(),
             ),
             Obj::Other(o) => {
@@ -223,22 +249,40 @@ impl Obj {
             (Obj::Node(a), Obj::Node(b)) => {
                 meta_eq(&a.metadata, &b.metadata) && a.spec == b.spec && a.status == b.status
             }
-            (Obj::Pod(a), Obj::Pod(b)) => {
+            (Obj::Pod(a), Obj::Pod(b)) => a.uid == b.uid && a.pod.same_but_version(&b.pod),
+            (Obj::InvalidPod(a), Obj::InvalidPod(b)) => {
                 meta_eq(&a.metadata, &b.metadata) && a.spec == b.spec && a.status == b.status
             }
             _ => false,
         }
     }
 
+    /// A pod's object, decoded.
+    fn decoded_pod(&self) -> Option<Arc<Pod>> {
+        match self {
+            Obj::Pod(p) => Some(p.pod.get()),
+            Obj::InvalidPod(p) => Some(p.clone()),
+            _ => None,
+        }
+    }
+
     fn rv(&self) -> Option<&str> {
-        self.meta().resource_version.as_deref()
+        match self {
+            Obj::Pod(p) => p.pod.resource_version(),
+            o => o.meta().and_then(|m| m.resource_version.as_deref()),
+        }
     }
 
     fn uid(&self) -> Option<&str> {
-        self.meta().uid.as_deref()
+        match self {
+            Obj::Pod(p) => Some(&p.uid),
+            o => o.meta().and_then(|m| m.uid.as_deref()),
+        }
     }
 
-    fn change(e: WatchEvent<Obj>) -> ClusterChange {
+    /// What the scheduler hears of `e`: nothing when a pod on either side
+    /// does not parse.
+    fn change(e: WatchEvent<Obj>) -> Option<ClusterChange> {
         fn map<T>(e: WatchEvent<Obj>, f: impl Fn(Obj) -> Option<T>) -> Option<WatchEvent<T>> {
             Some(match e {
                 WatchEvent::Added(o) => WatchEvent::Added(f(o)?),
@@ -254,8 +298,9 @@ impl Obj {
                 o.key().0
             }
         };
-        // One key always holds one kind, so the maps below cannot fail.
-        let change = match res {
+        // One key always holds one kind; only a pod that does not parse
+        // (kept as `InvalidPod`) makes a map fail.
+        match res {
             Res::Node => map(e, |o| match o {
                 Obj::Node(n) => Some(n),
                 _ => None,
@@ -265,14 +310,13 @@ impl Obj {
                 Obj::Pod(p) => Some(p),
                 _ => None,
             })
-            .map(ClusterChange::Pod),
+            .map(ClusterChange::PodInfo),
             Res::Object(_) => map(e, |o| match o {
                 Obj::Other(x) => Some(x),
                 _ => None,
             })
             .map(ClusterChange::Object),
-        };
-        change.unwrap_or(ClusterChange::Synced)
+        }
     }
 }
 
@@ -310,13 +354,15 @@ impl MirrorState {
         if !self.synced {
             return;
         }
-        let change = Obj::change(e);
+        let Some(change) = Obj::change(e) else { return };
         self.subscribers.retain(|s| s.send(change.clone()).is_ok());
     }
 
     fn dump(&self, tx: &mpsc::UnboundedSender<ClusterChange>) {
         for o in self.objects.values() {
-            let _ = tx.send(Obj::change(WatchEvent::Added(o.clone())));
+            if let Some(c) = Obj::change(WatchEvent::Added(o.clone())) {
+                let _ = tx.send(c);
+            }
         }
         let _ = tx.send(ClusterChange::Synced);
     }
@@ -486,7 +532,7 @@ impl KubeCluster {
             Api::<SlimPod>::all(client.clone()),
             config().fields(POD_FIELD_SELECTOR),
             Res::Pod,
-            |p| Obj::Pod(Arc::new(p.0)),
+            |p| Obj::pod(p.0),
         );
         macro_rules! objects {
             ($($kind:ident => $ty:ty),* $(,)?) => {$(
@@ -553,16 +599,18 @@ impl KubeCluster {
         }
     }
 
-    /// Every (unfinished) pod seen, by namespace and name.
+    /// Every (unfinished) pod seen, by namespace and name (decoded: for
+    /// the API, not for a scheduling cycle).
     pub fn pods(&self) -> Vec<Arc<Pod>> {
-        let s = self.mirror.state.lock();
-        s.objects
-            .values()
-            .filter_map(|o| match o {
-                Obj::Pod(p) => Some(p.clone()),
-                _ => None,
-            })
-            .collect()
+        let pods: Vec<Obj> = {
+            let s = self.mirror.state.lock();
+            s.objects
+                .range((Res::Pod, String::new(), String::new())..)
+                .take_while(|(k, _)| k.0 == Res::Pod)
+                .map(|(_, o)| o.clone())
+                .collect()
+        };
+        pods.iter().filter_map(Obj::decoded_pod).collect()
     }
 
     /// Every object of `kind` seen, by namespace and name.
@@ -609,14 +657,13 @@ impl KubeCluster {
     }
 
     fn get_pod_inner(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
-        let s = self.mirror.state.lock();
-        match s
-            .objects
-            .get(&(Res::Pod, namespace.to_string(), name.to_string()))
-        {
-            Some(Obj::Pod(p)) => Some(p.clone()),
-            _ => None,
-        }
+        let o = {
+            let s = self.mirror.state.lock();
+            s.objects
+                .get(&(Res::Pod, namespace.to_string(), name.to_string()))
+                .cloned()
+        };
+        o.as_ref().and_then(Obj::decoded_pod)
     }
 
     /// Takes a pod read from the API (after a write failed because the
@@ -630,13 +677,13 @@ impl KubeCluster {
         match (current, fresh) {
             (Some(cur), None) if cur.uid() == Some(uid) => s.delete(cur),
             (Some(cur), Some(p)) => {
-                let p = Obj::Pod(Arc::new(p));
+                let p = Obj::pod(p);
                 if cur.uid() != p.uid() || newer(cur.rv(), p.rv()) {
                     s.apply(p);
                 }
             }
             (None, Some(p)) if p.metadata.uid.as_deref() != Some(uid) => {
-                s.apply(Obj::Pod(Arc::new(p)));
+                s.apply(Obj::pod(p));
             }
             _ => {}
         }
@@ -653,27 +700,25 @@ mod tests {
     fn pod(name: &str, rv: &str) -> Obj {
         let mut p = make_pod(name).label("version", rv).object();
         p.metadata.resource_version = Some(rv.into());
-        Obj::Pod(Arc::new(p))
+        Obj::pod(p)
     }
 
     fn drain(rx: &mut mpsc::UnboundedReceiver<ClusterChange>) -> Vec<String> {
         let mut out = Vec::new();
         while let Ok(c) = rx.try_recv() {
             out.push(match c {
-                ClusterChange::Pod(WatchEvent::Added(p)) => format!(
+                ClusterChange::PodInfo(WatchEvent::Added(p)) => format!(
                     "added {}@{}",
-                    p.metadata.name.as_deref().unwrap_or(""),
-                    p.metadata.resource_version.as_deref().unwrap_or("")
+                    p.name,
+                    p.pod.resource_version().unwrap_or("")
                 ),
-                ClusterChange::Pod(WatchEvent::Modified { old, new }) => format!(
+                ClusterChange::PodInfo(WatchEvent::Modified { old, new }) => format!(
                     "modified {}@{}->{}",
-                    new.metadata.name.as_deref().unwrap_or(""),
-                    old.metadata.resource_version.as_deref().unwrap_or(""),
-                    new.metadata.resource_version.as_deref().unwrap_or("")
+                    new.name,
+                    old.pod.resource_version().unwrap_or(""),
+                    new.pod.resource_version().unwrap_or("")
                 ),
-                ClusterChange::Pod(WatchEvent::Deleted(p)) => {
-                    format!("deleted {}", p.metadata.name.as_deref().unwrap_or(""))
-                }
+                ClusterChange::PodInfo(WatchEvent::Deleted(p)) => format!("deleted {}", p.name),
                 ClusterChange::Synced => "synced".into(),
                 other => format!("{other:?}"),
             });
@@ -734,7 +779,7 @@ mod tests {
         let at = |rv: &str| {
             let mut p = make_pod("a").object();
             p.metadata.resource_version = Some(rv.into());
-            Obj::Pod(Arc::new(p))
+            Obj::pod(p)
         };
         s.on_watch_event(Res::Pod, watcher::Event::Apply(at("1")));
         // Only the version moved (what changed was dropped at decoding).
@@ -758,8 +803,51 @@ mod tests {
         s.on_watch_event(Res::Pod, watcher::Event::Apply(pod("a", "1")));
         let mut p = make_pod("a").uid("other").object();
         p.metadata.resource_version = Some("2".into());
-        s.on_watch_event(Res::Pod, watcher::Event::Apply(Obj::Pod(Arc::new(p))));
+        s.on_watch_event(Res::Pod, watcher::Event::Apply(Obj::pod(p)));
         assert_eq!(drain(&mut rx), ["added a@1", "deleted a", "added a@2"]);
+    }
+
+    #[test]
+    fn the_scheduler_gets_the_mirrors_one_packed_copy_and_never_an_invalid_pod() {
+        let mut s = MirrorState {
+            watchers: 1,
+            ..Default::default()
+        };
+        s.on_watch_event(Res::Pod, watcher::Event::Init);
+        s.on_watch_event(Res::Pod, watcher::Event::InitDone);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        s.subscribers.push(tx);
+        s.on_watch_event(Res::Pod, watcher::Event::Apply(pod("a", "1")));
+        let Ok(ClusterChange::PodInfo(WatchEvent::Added(sent))) = rx.try_recv() else {
+            panic!("a parsed pod");
+        };
+        let key = (Res::Pod, "default".to_string(), "a".to_string());
+        let Obj::Pod(kept) = &s.objects[&key] else {
+            panic!("kept parsed");
+        };
+        assert!(Arc::ptr_eq(kept, &sent), "one copy, shared");
+        assert!(sent.pod.is_packed());
+        assert_eq!(
+            sent.pod.get().metadata.labels.as_ref().unwrap()["version"],
+            "1"
+        );
+
+        // A pod with no containers is kept (its versions followed) but
+        // never sent: not added, not modified, not deleted.
+        let bad = |rv: &str| {
+            let mut bad = make_pod("b").label("version", rv).object();
+            bad.spec.as_mut().unwrap().containers.clear();
+            bad.metadata.resource_version = Some(rv.into());
+            Obj::pod(bad)
+        };
+        s.on_watch_event(Res::Pod, watcher::Event::Apply(bad("2")));
+        let key = (Res::Pod, "default".to_string(), "b".to_string());
+        assert!(matches!(s.objects[&key], Obj::InvalidPod(_)));
+        s.on_watch_event(Res::Pod, watcher::Event::Apply(bad("3")));
+        assert_eq!(s.objects[&key].rv(), Some("3"));
+        s.on_watch_event(Res::Pod, watcher::Event::Delete(bad("4")));
+        assert!(drain(&mut rx).is_empty());
+        assert!(!s.objects.contains_key(&key));
     }
 
     #[test]

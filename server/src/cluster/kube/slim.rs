@@ -24,7 +24,10 @@
 //!
 //! Objects of other kinds are decoded whole and stripped of the same
 //! metadata ([`strip_meta`]). The mirror then keeps one copy of each
-//! object; the cache and the queue share it.
+//! object; the cache and the queue share it. A pod is parsed into its
+//! `PodInfo` as it arrives, and its decoded object packed (see
+//! [`crate::model::PodObject`]): the mirror keeps that `PodInfo`, which is
+//! what the cache and the queue hold.
 //!
 //! Because heartbeats and managed fields are gone, a change that only
 //! touched them decodes to the object berth already has: the mirror

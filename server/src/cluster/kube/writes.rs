@@ -233,7 +233,7 @@ impl KubeCluster {
         let generation = known
             .as_ref()
             .and_then(|p| p.metadata.generation)
-            .or(pod.pod.metadata.generation);
+            .or(pod.generation);
         if let Some(g) = generation {
             condition["observedGeneration"] = json!(g);
         }
@@ -298,7 +298,7 @@ impl ClusterClient for KubeCluster {
             "lastProbeTime": null,
             "lastTransitionTime": now_time(),
         });
-        if let Some(g) = pod.pod.metadata.generation {
+        if let Some(g) = pod.generation {
             condition["observedGeneration"] = json!(g);
         }
         let patch = json!({ "status": conditions_patch(&existing, condition) });

@@ -329,7 +329,7 @@ impl HttpExtender {
                     .iter()
                     .map(|(node, v)| {
                         let full = wire::Victims {
-                            pods: v.pods.iter().map(|p| &*p.pod).collect(),
+                            pods: v.pods.iter().map(|p| &p.pod).collect(),
                             num_pdb_violations: v.num_pdb_violations,
                         };
                         (&**node, full)

@@ -10,7 +10,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
+
+use crate::model::PodObject as Pod;
 use serde::Serialize;
 use serde_json::{Map, Value};
 

@@ -100,10 +100,7 @@ fn group_of(pod: &PodInfo) -> Option<Group> {
     let name = pod.labels.get(LABEL_POD_GROUP)?;
     let min_member = pod
         .pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_MIN_MEMBER))
+        .annotation(ANNOTATION_MIN_MEMBER)
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|n| *n > 0)?;
     Some(Group {

@@ -147,9 +147,7 @@ fn now_nanos() -> i64 {
 /// started counts as starting `now`, as upstream.
 fn start_time(p: &PodInfo, now: i64) -> i64 {
     p.pod
-        .status
-        .as_ref()
-        .and_then(|s| s.start_time.as_ref())
+        .start_time()
         .map(|t| t.0.as_nanosecond() as i64)
         .unwrap_or(now)
 }
@@ -164,6 +162,7 @@ fn more_important(a: &PodInfo, b: &PodInfo, now: i64) -> bool {
 fn terminating_by_preemption(p: &PodInfo) -> bool {
     p.terminating
         && p.pod
+            .get()
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())

@@ -284,7 +284,8 @@ pub(super) fn requests_and_mappings(
     Vec<api::DeviceRequest>,
     Vec<ContainerExtendedResourceRequest>,
 ) {
-    let Some(spec) = pod.pod.spec.as_ref() else {
+    let object = pod.pod.get();
+    let Some(spec) = object.spec.as_ref() else {
         return (Vec::new(), Vec::new());
     };
     let inits = spec.init_containers.as_deref().unwrap_or_default();

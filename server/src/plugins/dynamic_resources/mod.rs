@@ -145,7 +145,7 @@ impl DynamicResources {
                 continue;
             };
             let name = format!("{}-{}-?????", pod.name, pc.name);
-            let mut claim = claim_from_template(&pod.pod, &pc.name, &t, name);
+            let mut claim = claim_from_template(&pod.pod.get(), &pc.name, &t, name);
             claim.metadata.uid = Some(format!("dry-run/{}/{}", pod.uid, pc.name));
             out.push((
                 pc.name.clone(),

@@ -46,7 +46,7 @@ impl Env {
     fn pod(&self, name: &str, claims: &[(&str, &str)]) -> PodInfo {
         let p = pod_with(name, claims);
         self.cluster
-            .apply(serde_json::to_value(&*p.pod).unwrap())
+            .apply(serde_json::to_value(&p.pod).unwrap())
             .unwrap();
         p
     }
@@ -532,7 +532,7 @@ async fn extended_resources_backed_by_dra_get_a_claim_of_their_own() {
     );
     let p = make_pod("p").req("example.com/gpu", "2").build();
     env.cluster
-        .apply(serde_json::to_value(&*p.pod).unwrap())
+        .apply(serde_json::to_value(&p.pod).unwrap())
         .unwrap();
 
     // NodeResourcesFit leaves the resource to DynamicResources where no

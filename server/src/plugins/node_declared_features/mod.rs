@@ -39,20 +39,11 @@ const STATE_KEY: StateKey<u32> = StateKey::new("PreFilterNodeDeclaredFeatures");
 
 /// The features `pod` needs its node to declare, as a bit set.
 pub fn required_features(pod: &PodInfo) -> u32 {
-    let Some(spec) = pod.pod.spec.as_ref() else {
-        return 0;
-    };
     let mut reqs = 0;
-    let restart_all = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .flat_map(|c| c.restart_policy_rules.iter().flatten())
-        .any(|r| r.action == "RestartAllContainers");
-    if restart_all {
+    if pod.restarts_all_containers {
         reqs |= declared_feature_bit("RestartAllContainersOnContainerExits").unwrap_or(0);
     }
-    if spec.host_network == Some(true) && spec.host_users == Some(false) {
+    if pod.host_network_in_user_namespace {
         reqs |= declared_feature_bit("UserNamespacesHostNetworkSupport").unwrap_or(0);
     }
     reqs

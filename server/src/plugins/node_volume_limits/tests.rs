@@ -312,7 +312,7 @@ trait WithUid {
 
 impl WithUid for PodInfo {
     fn clone_with_uid(&self, uid: &str) -> PodInfo {
-        let mut p = (*self.pod).clone();
+        let mut p = (*self.pod.get()).clone();
         p.metadata.uid = Some(uid.into());
         PodInfo::new(Arc::new(p)).unwrap()
     }

@@ -175,10 +175,8 @@ fn default_selector(objects: &ObjectStore, pod: &PodInfo) -> LabelSelector {
     let mut selector = LabelSelector::from_map(&set);
     let owner = pod
         .pod
-        .metadata
-        .owner_references
+        .owner_references()
         .iter()
-        .flatten()
         .find(|r| r.controller == Some(true));
     let Some(owner) = owner else {
         return selector;
@@ -294,11 +292,7 @@ fn involved(incoming: &PodInfo, pod: &PodInfo) -> bool {
 fn tolerations_changed(old: &PodInfo, new: &PodInfo) -> bool {
     // As the API's semantic equality: an absent list equals an empty one.
     fn raw(p: &PodInfo) -> &[Toleration] {
-        p.pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.tolerations.as_deref())
-            .unwrap_or(&[])
+        p.pod.tolerations()
     }
     raw(old) != raw(new)
 }

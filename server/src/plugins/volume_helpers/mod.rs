@@ -101,11 +101,7 @@ pub fn volume_claim(pod: &PodInfo, vol: &Volume) -> Option<(String, bool)> {
 
 /// The pod's volumes.
 pub fn pod_volumes(pod: &PodInfo) -> &[Volume] {
-    pod.pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_deref())
-        .unwrap_or(&[])
+    pod.pod.volumes()
 }
 
 /// Checks that the claim of a generic ephemeral volume was made for `pod`:
