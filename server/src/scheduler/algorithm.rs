@@ -1,6 +1,7 @@
 //! The node search of one scheduling cycle: PreFilter, the sampled Filter
 //! over nodes, PreScore/Score, and the choice among the best nodes.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 pub use crate::rng::FastRng;
@@ -59,7 +60,9 @@ async fn run_batch_filters(
 
 /// The nodes that passed the per-node Filter plugins, how many nodes were
 /// evaluated, and each passing node's position in the evaluation order.
-type Passed = (Vec<Arc<NodeInfo>>, usize, Vec<usize>);
+/// (nodes evaluated, each feasible node's position in the evaluation
+/// order)
+type Passed = (usize, Vec<usize>);
 
 /// Why no node was chosen.
 #[derive(Debug, Clone)]
@@ -102,9 +105,12 @@ pub struct Algorithm {
 }
 
 /// The feasible nodes found and what was learned about the others.
-pub struct Feasible {
-    /// Feasible nodes, in evaluation order.
-    pub nodes: Vec<Arc<NodeInfo>>,
+pub struct Feasible<'s> {
+    /// Feasible nodes, in evaluation order: borrowed from the snapshot when
+    /// they are a run of its list (every node evaluated was feasible and
+    /// the search did not wrap around), which spares a cycle touching each
+    /// node's counts twice (clone and drop) on top of what it reads.
+    pub nodes: Cow<'s, [Arc<NodeInfo>]>,
     /// Rejections.
     pub diagnosis: Diagnosis,
     /// Nodes evaluated (feasible or not).
@@ -180,14 +186,14 @@ impl Algorithm {
 
     /// PreFilter, then Filter over the candidate nodes (the nominated node
     /// first, if the pod has one).
-    pub async fn find_nodes_that_fit(
+    pub async fn find_nodes_that_fit<'s>(
         &mut self,
         fw: &Framework,
         state: &mut CycleState,
         pod: &PodInfo,
-        snapshot: &Snapshot,
+        snapshot: &'s Snapshot,
         nominated: &NominatedPods,
-    ) -> Result<Feasible, ScheduleError> {
+    ) -> Result<Feasible<'s>, ScheduleError> {
         let all = snapshot.list();
         let mut diagnosis = Diagnosis::default();
         let (pre_result, status, with_nodes) = fw.run_pre_filter(state, pod, all).await;
@@ -200,7 +206,7 @@ impl Algorithm {
             diagnosis.add_plugin_status(&status);
             diagnosis.node_to_status.set_absent_nodes_status(status);
             return Ok(Feasible {
-                nodes: Vec::new(),
+                nodes: Cow::Borrowed(&[]),
                 diagnosis,
                 evaluated: 0,
                 positions: Vec::new(),
@@ -217,7 +223,7 @@ impl Algorithm {
                 run_batch_filters(fw, state, pod, &mut nodes, &mut diagnosis).await?;
                 if !nodes.is_empty() {
                     return Ok(Feasible {
-                        nodes,
+                        nodes: Cow::Owned(nodes),
                         diagnosis,
                         evaluated: 1,
                         positions: Vec::new(),
@@ -291,7 +297,21 @@ impl Algorithm {
             Code::Error
         };
         fw.point_done(crate::metrics::Point::Filter, code, timer);
-        let (mut feasible, evaluated, offsets) = passed?;
+        let (evaluated, offsets) = passed?;
+        let n = nodes.len();
+        let run = offsets.iter().enumerate().all(|(i, &o)| i == o)
+            && restricted.is_none()
+            && start + offsets.len() <= n;
+        let mut feasible: Cow<'s, [Arc<NodeInfo>]> = if run {
+            Cow::Borrowed(&all[start..start + offsets.len()])
+        } else {
+            Cow::Owned(
+                offsets
+                    .iter()
+                    .map(|o| nodes[(start + o) % n].clone())
+                    .collect(),
+            )
+        };
         if !feasible.is_empty() {
             let observed = evaluated as f64 / feasible.len() as f64;
             self.evaluated_per_feasible = (self.evaluated_per_feasible + observed) / 2.0;
@@ -301,7 +321,7 @@ impl Algorithm {
                 state,
                 pod,
                 ahead,
-                &mut feasible,
+                feasible.to_mut(),
                 &offsets,
                 &mut |_, node, s| {
                     diagnosis.add_plugin_status(&s);
@@ -341,7 +361,7 @@ impl Algorithm {
     ) -> Result<Passed, ScheduleError> {
         let n = nodes.len();
         if n == 0 {
-            return Ok((Vec::new(), 0, Vec::new()));
+            return Ok((0, Vec::new()));
         }
         let want = self.num_to_find(fw, n);
         let start = self.next_start_node_index;
@@ -349,49 +369,58 @@ impl Algorithm {
         if !fw.has_filter_plugins() {
             let take = want.min(n);
             self.next_start_node_index = (start + take) % num_all_nodes;
-            return Ok((
-                (0..take).map(|i| at(i).clone()).collect(),
-                take,
-                (0..take).collect(),
-            ));
+            return Ok((take, (0..take).collect()));
         }
 
         let parallelizer = fw.handle().parallelizer();
-        let mut feasible = Vec::with_capacity(want.min(n));
         // Each feasible node's position in the evaluation order.
         let mut offsets = Vec::with_capacity(want.min(n));
-        // (verdict, whether it was kept from an earlier pod)
-        let mut statuses: Vec<(Status, bool)> = Vec::new();
+        // The batch's nodes without a kept verdict (see `super::batching`),
+        // and their verdicts once judged.
+        let mut todo: Vec<usize> = Vec::new();
+        let mut fresh: Vec<Status> = Vec::new();
         let mut processed = 0;
-        while processed < n && feasible.len() < want {
+        while processed < n && offsets.len() < want {
             // Evaluate at least what is still needed, in batches big enough
             // to keep the pool busy.
-            let batch = (want - feasible.len()).max(64).min(n - processed);
-            statuses.clear();
-            statuses.resize(batch, (Status::success(), false));
-            let kept = &self.batch;
-            parallelizer.for_each_mut_measured(fw.filter_cost(), &mut statuses, |i, slot| {
-                let node = at(processed + i);
-                *slot = match kept.verdict((start + processed + i) % n, node) {
-                    Some(v) => (v.clone(), true),
-                    None => (
-                        fw.run_filter_with_nominated_pods(state, pod, node, nominated),
-                        false,
-                    ),
-                };
+            let batch = (want - offsets.len()).max(64).min(n - processed);
+            let base = processed;
+            let position = move |i: usize| (start + base + i) % n;
+            // Kept verdicts are read where they are: a node that did not
+            // change costs a pointer comparison, not a judgement or a copy.
+            todo.clear();
+            todo.extend(
+                (0..batch)
+                    .filter(|&i| self.batch.verdict(position(i), at(processed + i)).is_none()),
+            );
+            fresh.clear();
+            fresh.resize(todo.len(), Status::success());
+            parallelizer.for_each_mut_measured(fw.filter_cost(), &mut fresh, |j, slot| {
+                let node = at(processed + todo[j]);
+                *slot = fw.run_filter_with_nominated_pods(state, pod, node, nominated);
             });
-            for (i, (status, reused)) in statuses.drain(..).enumerate() {
+            let mut judged = todo.iter().copied().zip(fresh.drain(..)).peekable();
+            for i in 0..batch {
                 let node = at(processed + i);
-                if reused {
-                    self.batch.reused_verdicts += 1;
-                } else {
-                    self.batch
-                        .keep_verdict((start + processed + i) % n, node, &status);
-                }
+                let status = match judged.next_if(|(t, _)| *t == i) {
+                    Some((_, status)) => {
+                        self.batch.keep_verdict(position(i), node, &status);
+                        status
+                    }
+                    None => {
+                        self.batch.reused_verdicts += 1;
+                        match self.batch.verdict(position(i), node) {
+                            Some(kept) if kept.is_success() => Status::success(),
+                            Some(kept) => kept.clone(),
+                            // Not reachable: kept verdicts only change in
+                            // `keep_verdict`, for the nodes judged above.
+                            None => fw.run_filter_with_nominated_pods(state, pod, node, nominated),
+                        }
+                    }
+                };
                 if status.is_success() {
-                    feasible.push(node.clone());
                     offsets.push(processed + i);
-                    if feasible.len() == want {
+                    if offsets.len() == want {
                         processed += i + 1;
                         break;
                     }
@@ -407,7 +436,7 @@ impl Algorithm {
             }
         }
         self.next_start_node_index = (start + processed) % num_all_nodes;
-        Ok((feasible, processed, offsets))
+        Ok((processed, offsets))
     }
 
     /// How many feasible nodes the search looks for among `n`: the
