@@ -1599,15 +1599,18 @@ impl Framework {
             return Err(s);
         }
         let mut normalized = raw.clone();
+        // The nodes' names, read once for all the plugins that normalize.
+        let mut names: Option<Vec<&str>> = None;
         for (pi, e) in active.iter().enumerate() {
             let Some(ext) = e.plugin.score_extensions() else {
                 continue;
             };
-            let mut scores: Vec<NodeScore<'_>> = nodes
+            let names = names.get_or_insert_with(|| nodes.iter().map(|n| n.name()).collect());
+            let mut scores: Vec<NodeScore<'_>> = names
                 .iter()
                 .enumerate()
-                .map(|(ni, node)| NodeScore {
-                    name: node.name(),
+                .map(|(ni, &name)| NodeScore {
+                    name,
                     score: normalized[ni * np + pi],
                 })
                 .collect();
