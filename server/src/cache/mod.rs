@@ -423,10 +423,12 @@ impl Cache {
         let rebuild = snapshot.tree_version != self.tree_version;
         if rebuild {
             snapshot.list.clear();
+            snapshot.names.clear();
             snapshot.index.clear();
             for name in self.tree.list() {
                 if let Some(e) = self.nodes.get(&name) {
-                    snapshot.index.insert(name, snapshot.list.len());
+                    snapshot.index.insert(name.clone(), snapshot.list.len());
+                    snapshot.names.push(name);
                     snapshot.list.push(e.info.clone());
                 }
             }

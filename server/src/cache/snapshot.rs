@@ -16,6 +16,9 @@ use crate::model::PodRef;
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub(crate) list: Vec<Arc<NodeInfo>>,
+    /// Each listed node's name, in the list's order: what a cycle reads of
+    /// the nodes it reuses, without touching them.
+    pub(crate) names: Vec<Arc<str>>,
     pub(crate) index: HashMap<Arc<str>, usize>,
     pub(crate) generation: u64,
     pub(crate) tree_version: u64,
@@ -48,7 +51,8 @@ impl Snapshot {
             for name in names {
                 *images.entry(name.clone()).or_default() += 1;
             }
-            s.index.insert(name, s.list.len());
+            s.index.insert(name.clone(), s.list.len());
+            s.names.push(name);
             s.list.push(Arc::new(n));
         }
         s.image_nodes = Arc::new(images);
@@ -106,6 +110,11 @@ impl Snapshot {
     /// Every node, in listing order (zones interleaved).
     pub fn list(&self) -> &[Arc<NodeInfo>] {
         &self.list
+    }
+
+    /// The name of the node at `position` of [`Snapshot::list`].
+    pub fn name_at(&self, position: usize) -> Option<&str> {
+        self.names.get(position).map(|n| &**n)
     }
 
     /// The number of nodes.

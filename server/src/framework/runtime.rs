@@ -1436,7 +1436,7 @@ impl Framework {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> Result<ScoreResult, Status> {
-        self.run_score_reusing(state, pod, nodes, &[]).await
+        self.run_score_reusing(state, pod, nodes, &[], None).await
     }
 
     /// Like [`Framework::run_score`], but a node whose entry in `known` is
@@ -1444,16 +1444,20 @@ impl Framework {
     /// cycle, in order, as [`ScoreResult::raw`] lays them out) instead of
     /// running the per-node plugins; NormalizeScore and the weights run as
     /// always. `known` may be empty (nothing known).
+    /// `names`, when given, are the nodes' names in the same order (read
+    /// from the snapshot, so that nodes whose scores are `known` are not
+    /// touched).
     pub async fn run_score_reusing(
         &self,
         state: &CycleState,
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
         known: &[Option<&[i64]>],
+        names: Option<&[&str]>,
     ) -> Result<ScoreResult, Status> {
         let t = self.point_timer(state);
         let r = self
-            .score_plugins(state, pod, nodes, known)
+            .score_plugins(state, pod, nodes, known, names)
             .instrument(point_span(Point::Score))
             .await;
         let code = r.as_ref().map_or_else(|s| s.code(), |_| Code::Success);
@@ -1484,6 +1488,7 @@ impl Framework {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
         known: &[Option<&[i64]>],
+        given_names: Option<&[&str]>,
     ) -> Result<ScoreResult, Status> {
         let active: Vec<&ScoreEntry> = self
             .score
@@ -1600,12 +1605,16 @@ impl Framework {
         }
         let mut normalized = raw.clone();
         // The nodes' names, read once for all the plugins that normalize.
+        let given_names = given_names.filter(|g| g.len() == n);
         let mut names: Option<Vec<&str>> = None;
         for (pi, e) in active.iter().enumerate() {
             let Some(ext) = e.plugin.score_extensions() else {
                 continue;
             };
-            let names = names.get_or_insert_with(|| nodes.iter().map(|n| n.name()).collect());
+            let names: &[&str] = match given_names {
+                Some(g) => g,
+                None => names.get_or_insert_with(|| nodes.iter().map(|n| n.name()).collect()),
+            };
             let mut scores: Vec<NodeScore<'_>> = names
                 .iter()
                 .enumerate()

@@ -473,6 +473,19 @@ impl Algorithm {
         }
         let batching =
             positions.len() == nodes.len() && self.batch.begin_score(fw, state, pod, snapshot);
+        // The names of nodes at known positions come from the snapshot's
+        // list of names, not from the nodes.
+        let names: Option<Vec<&str>> = (positions.len() == nodes.len())
+            .then(|| positions.iter().map(|&p| snapshot.name_at(p)).collect())
+            .flatten();
+        debug_assert!(
+            names
+                .iter()
+                .flatten()
+                .zip(nodes)
+                .all(|(name, node)| *name == node.name()),
+            "positions name the nodes"
+        );
         let known = if batching {
             self.batch.known_scores(nodes, positions)
         } else {
@@ -480,7 +493,7 @@ impl Algorithm {
         };
         let reused = known.iter().filter(|k| k.is_some()).count() as u64;
         let result = fw
-            .run_score_reusing(state, pod, nodes, &known)
+            .run_score_reusing(state, pod, nodes, &known, names.as_deref())
             .await
             .map_err(ScheduleError::Error)?;
         drop(known);
