@@ -15,7 +15,10 @@ pub(crate) type Less<'a> = &'a dyn Fn(&QueuedPodInfo, &QueuedPodInfo) -> bool;
 #[derive(Debug, Default)]
 pub(crate) struct KeyedHeap {
     items: Vec<QueuedPodInfo>,
-    index: HashMap<Arc<str>, usize>,
+    /// Each item's place. Every swap of a sift updates two entries, so the
+    /// hash is foldhash's (several times SipHash's speed on a UID; seeded
+    /// at random per heap all the same).
+    index: HashMap<Arc<str>, usize, foldhash::fast::RandomState>,
 }
 
 impl KeyedHeap {
