@@ -6,6 +6,11 @@ pub use node_memo::{Aggregate, MemoEntry, NodeMemo};
 
 use crate::framework::NodeScore;
 
+/// A hash map keyed by label values, topology domains and the like, read
+/// for every node a cycle visits: foldhash, several times SipHash's speed
+/// on short strings (seeded at random per map all the same).
+pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Rescales `scores` from `[0, max(scores)]` to `[0, max_priority]` (integer
 /// arithmetic, rounding down), then, with `reverse`, flips them
 /// (`max_priority - score`). When every score is 0, the scores stay 0, or all

@@ -19,7 +19,7 @@ mod tallies;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use crate::plugins::helper::FastMap;
 use std::sync::Arc;
 
 pub use args::*;
@@ -108,7 +108,7 @@ impl Plugin for InterPodAffinity {
 /// Counts (or weights) per topology domain: topology key, then the key's
 /// value on the node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct TopologyCounts(HashMap<Arc<str>, HashMap<Arc<str>, i64>>);
+pub(crate) struct TopologyCounts(FastMap<Arc<str>, FastMap<Arc<str>, i64>>);
 
 impl TopologyCounts {
     /// The count of the domain `key=value`.
@@ -154,7 +154,7 @@ impl TopologyCounts {
     }
 
     /// Every `(key, values)` pair.
-    fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &HashMap<Arc<str>, i64>)> {
+    fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &FastMap<Arc<str>, i64>)> {
         self.0.iter()
     }
 }

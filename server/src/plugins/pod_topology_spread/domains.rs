@@ -8,7 +8,6 @@
 //! the incoming pod; when they exclude nodes, the counts are summed from
 //! the memo's per-node answers instead of taken whole.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{PodTopologySpread, count_matching, node_included};
@@ -55,7 +54,7 @@ impl SpreadKey {
 /// (copied only when a new domain appears while a state holds them).
 #[derive(Debug, Clone, Default)]
 pub(super) struct DomainIds {
-    ids: HashMap<Arc<str>, u32>,
+    ids: crate::plugins::helper::FastMap<Arc<str>, u32>,
     names: Vec<Arc<str>>,
 }
 

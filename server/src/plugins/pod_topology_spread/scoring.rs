@@ -7,7 +7,8 @@
 //! `maxSkew - 1`; NormalizeScore reverses the range so that the emptiest
 //! domains score 100.
 
-use std::collections::{HashMap, HashSet};
+use crate::plugins::helper::FastMap;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -35,7 +36,7 @@ pub(super) struct PreScoreState {
     pub(super) ignored: HashSet<Arc<str>>,
     /// Per constraint: matching pods per domain of the feasible nodes
     /// (empty for hostname constraints, counted at Score).
-    pub(super) counts: Vec<HashMap<Arc<str>, i64>>,
+    pub(super) counts: Vec<FastMap<Arc<str>, i64>>,
     /// Per constraint: `ln(domains + 2)`.
     pub(super) weights: Vec<f64>,
 }
@@ -77,7 +78,7 @@ impl PodTopologySpread {
         // label still allows hostname spreading; such nodes form a zone "").
         let require_all = !pod.placement.spread.is_empty() || !self.source.system_defaulted;
         let mut ignored = HashSet::new();
-        let mut counts: Vec<HashMap<Arc<str>, i64>> = vec![HashMap::new(); constraints.len()];
+        let mut counts: Vec<FastMap<Arc<str>, i64>> = vec![FastMap::default(); constraints.len()];
         for info in filtered {
             let Some(node) = info.node() else {
                 continue;
