@@ -244,11 +244,13 @@ impl Extenders {
                 break;
             }
             let holdups = self.holdups(&pending);
+            // What /readyz says changes before the log says it, so that
+            // whoever reads the log line and asks /readyz gets the same.
+            *self.startup.lock() = Startup::Waiting(holdups.clone());
             if !announced {
                 tracing::info!("{holdups}");
                 announced = true;
             }
-            *self.startup.lock() = Startup::Waiting(holdups);
             let deadline = pending
                 .iter()
                 .map(|c| c.created() + c.config().startup_timeout)
@@ -267,10 +269,10 @@ impl Extenders {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
+        *self.startup.lock() = Startup::Done;
         if announced {
             tracing::info!("extenders ready: scheduling starts");
         }
-        *self.startup.lock() = Startup::Done;
     }
 
     /// Registers each extender's plugin under its name.
