@@ -58,10 +58,8 @@ async fn run_batch_filters(
     .map_err(ScheduleError::Error)
 }
 
-/// The nodes that passed the per-node Filter plugins, how many nodes were
-/// evaluated, and each passing node's position in the evaluation order.
-/// (nodes evaluated, each feasible node's position in the evaluation
-/// order)
+/// What the per-node Filter plugins passed: how many nodes were evaluated,
+/// and each passing node's position in the evaluation order.
 type Passed = (usize, Vec<usize>);
 
 /// Why no node was chosen.
