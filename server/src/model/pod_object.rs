@@ -113,11 +113,30 @@ impl PodObject {
     }
 
     /// The object's JSON, as the API would serve it (without managed
-    /// fields and what berth does not keep).
+    /// fields and what berth does not keep). A packed pod's is its kept
+    /// JSON with the resourceVersion put back, not decoded and encoded
+    /// again (a remote extender gets it every cycle).
     pub fn to_json(&self) -> Vec<u8> {
+        // How k8s-openapi encodes every Pod: these first, always.
+        const HEAD: &[u8] = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"#;
         match &self.0 {
-            Repr::Packed(p) if p.resource_version.is_none() => p.json.to_vec(),
-            _ => serde_json::to_vec(&*self.get()).unwrap_or_default(),
+            Repr::Packed(p) => match (p.resource_version.as_deref(), p.json.strip_prefix(HEAD)) {
+                (None, _) => p.json.to_vec(),
+                (Some(rv), Some(rest)) => {
+                    let mut out = Vec::with_capacity(p.json.len() + rv.len() + 24);
+                    out.extend_from_slice(HEAD);
+                    out.extend_from_slice(br#""resourceVersion":"#);
+                    // A string always encodes.
+                    let _ = serde_json::to_writer(&mut out, rv);
+                    if rest.first() != Some(&b'}') {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(rest);
+                    out
+                }
+                (Some(_), None) => serde_json::to_vec(&*self.get()).unwrap_or_default(),
+            },
+            Repr::Shared(p) => serde_json::to_vec(&**p).unwrap_or_default(),
         }
     }
 
@@ -253,8 +272,24 @@ mod tests {
             p.spec.as_ref().unwrap().tolerations.as_deref().unwrap()
         );
         assert_eq!(packed.annotation("a"), None);
-        let back: Pod = serde_json::from_slice(&packed.to_json()).unwrap();
+        let json = packed.to_json();
+        assert!(
+            json.starts_with(
+                br#"{"apiVersion":"v1","kind":"Pod","metadata":{"resourceVersion":"7","#
+            ),
+            "the version put back, not decoded and encoded again"
+        );
+        let back: Pod = serde_json::from_slice(&json).unwrap();
         assert_eq!(back, p);
+        // Metadata with nothing but the version, and a version that needs
+        // escaping.
+        let mut bare = Pod::default();
+        bare.metadata.resource_version = Some("7\"".into());
+        let back: Pod = serde_json::from_slice(&PodObject::pack(bare.clone()).to_json()).unwrap();
+        assert_eq!(back, bare);
+        bare.metadata.resource_version = None;
+        let back: Pod = serde_json::from_slice(&PodObject::pack(bare.clone()).to_json()).unwrap();
+        assert_eq!(back, bare);
     }
 
     #[test]
