@@ -11,9 +11,8 @@
 //! made in-process (the embedded cluster, the API's dry runs) is shared
 //! with whoever made it, not copied.
 
-use std::sync::Arc;
-
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Toleration, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
@@ -39,7 +38,6 @@ struct Packed {
 
 /// The parts of a packed pod read in scheduling cycles (see the accessors
 /// of [`PodObject`]).
-#[derive(Default)]
 struct Hot {
     volumes: Box<[Volume]>,
     tolerations: Box<[Toleration]>,

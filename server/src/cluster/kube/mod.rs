@@ -703,6 +703,20 @@ mod tests {
         Obj::pod(p)
     }
 
+    /// A mirror of one (pod) watcher whose empty listing is done, and a
+    /// subscriber that has heard nothing yet.
+    fn listed_and_subscribed() -> (MirrorState, mpsc::UnboundedReceiver<ClusterChange>) {
+        let mut s = MirrorState {
+            watchers: 1,
+            ..Default::default()
+        };
+        s.on_watch_event(Res::Pod, watcher::Event::Init);
+        s.on_watch_event(Res::Pod, watcher::Event::InitDone);
+        let (tx, rx) = mpsc::unbounded_channel();
+        s.subscribers.push(tx);
+        (s, rx)
+    }
+
     fn drain(rx: &mut mpsc::UnboundedReceiver<ClusterChange>) -> Vec<String> {
         let mut out = Vec::new();
         while let Ok(c) = rx.try_recv() {
@@ -768,14 +782,7 @@ mod tests {
 
     #[test]
     fn a_new_version_that_changes_nothing_kept_is_no_news() {
-        let mut s = MirrorState {
-            watchers: 1,
-            ..Default::default()
-        };
-        s.on_watch_event(Res::Pod, watcher::Event::Init);
-        s.on_watch_event(Res::Pod, watcher::Event::InitDone);
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        s.subscribers.push(tx);
+        let (mut s, mut rx) = listed_and_subscribed();
         let at = |rv: &str| {
             let mut p = make_pod("a").object();
             p.metadata.resource_version = Some(rv.into());
@@ -792,14 +799,7 @@ mod tests {
 
     #[test]
     fn a_pod_replaced_under_its_name_is_a_deletion_and_an_addition() {
-        let mut s = MirrorState {
-            watchers: 1,
-            ..Default::default()
-        };
-        s.on_watch_event(Res::Pod, watcher::Event::Init);
-        s.on_watch_event(Res::Pod, watcher::Event::InitDone);
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        s.subscribers.push(tx);
+        let (mut s, mut rx) = listed_and_subscribed();
         s.on_watch_event(Res::Pod, watcher::Event::Apply(pod("a", "1")));
         let mut p = make_pod("a").uid("other").object();
         p.metadata.resource_version = Some("2".into());
@@ -809,14 +809,7 @@ mod tests {
 
     #[test]
     fn the_scheduler_gets_the_mirrors_one_packed_copy_and_never_an_invalid_pod() {
-        let mut s = MirrorState {
-            watchers: 1,
-            ..Default::default()
-        };
-        s.on_watch_event(Res::Pod, watcher::Event::Init);
-        s.on_watch_event(Res::Pod, watcher::Event::InitDone);
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        s.subscribers.push(tx);
+        let (mut s, mut rx) = listed_and_subscribed();
         s.on_watch_event(Res::Pod, watcher::Event::Apply(pod("a", "1")));
         let Ok(ClusterChange::PodInfo(WatchEvent::Added(sent))) = rx.try_recv() else {
             panic!("a parsed pod");
