@@ -148,7 +148,7 @@ struct Store {
     resource_version: u64,
     next_uid: u64,
     subscribers: Vec<mpsc::UnboundedSender<ClusterChange>>,
-    events: VecDeque<Event>,
+    events: VecDeque<StoredEvent>,
 }
 
 impl Store {
@@ -732,7 +732,12 @@ impl EmbeddedCluster {
 
     /// The events recorded so far, oldest first.
     pub fn events(&self) -> Vec<Event> {
-        self.store.lock().events.iter().cloned().collect()
+        self.store
+            .lock()
+            .events
+            .iter()
+            .map(StoredEvent::to_event)
+            .collect()
     }
 
     fn update_pod(
@@ -1029,41 +1034,80 @@ impl EmbeddedCluster {
 
 impl EventRecorder for EmbeddedCluster {
     fn record(&self, e: PodEvent) {
-        let now = k8s_openapi::jiff::Timestamp::try_from(SystemTime::now()).unwrap_or_default();
-        let pod = &e.pod;
-        tracing::debug!(pod = %pod.key(), reason = e.reason, note = %e.note, "event");
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{}.{:x}", pod.name, now.as_nanosecond())),
-                namespace: Some(pod.namespace.to_string()),
-                creation_timestamp: Some(Time(now)),
-                ..Default::default()
-            },
-            event_time: Some(MicroTime(now)),
-            reporting_controller: Some(e.controller.to_string()),
-            reporting_instance: Some(format!("{}-berth", e.controller)),
-            action: Some(e.action.to_string()),
-            reason: Some(e.reason.to_string()),
-            regarding: Some(k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                namespace: Some(pod.namespace.to_string()),
-                name: Some(pod.name.to_string()),
-                uid: Some(pod.uid.to_string()),
-                resource_version: pod.pod.resource_version().map(String::from),
-                ..Default::default()
-            }),
-            // Upstream's scheduler events carry no related object (not even
-            // Preempted, whose preemptor the note names).
-            note: Some(e.note),
-            type_: Some(e.event_type.as_str().to_string()),
-            ..Default::default()
-        };
+        tracing::debug!(pod = %e.pod.key(), reason = e.reason, note = %e.note, "event");
+        let event = StoredEvent::new(e);
         let mut s = self.store.lock();
         if s.events.len() >= MAX_EVENTS {
             s.events.pop_front();
         }
         s.events.push_back(event);
+    }
+}
+
+/// An event as the store keeps it: what its `events.k8s.io/v1` object is
+/// built from when asked for, a tenth of that object's size (the store
+/// keeps [`MAX_EVENTS`] of them, and a decoded `Event` is over a
+/// kilobyte before its strings).
+struct StoredEvent {
+    at: k8s_openapi::jiff::Timestamp,
+    namespace: Arc<str>,
+    name: Arc<str>,
+    uid: Arc<str>,
+    resource_version: Option<Box<str>>,
+    controller: Arc<str>,
+    event_type: crate::framework::EventType,
+    reason: &'static str,
+    action: &'static str,
+    note: Box<str>,
+}
+
+impl StoredEvent {
+    fn new(e: PodEvent) -> Self {
+        let at = k8s_openapi::jiff::Timestamp::try_from(SystemTime::now()).unwrap_or_default();
+        let pod = &e.pod;
+        Self {
+            at,
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            resource_version: pod.pod.resource_version().map(Box::from),
+            controller: e.controller.clone(),
+            event_type: e.event_type,
+            reason: e.reason,
+            action: e.action,
+            note: e.note.into_boxed_str(),
+        }
+    }
+
+    /// The object, as upstream's scheduler writes it.
+    fn to_event(&self) -> Event {
+        Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{}.{:x}", self.name, self.at.as_nanosecond())),
+                namespace: Some(self.namespace.to_string()),
+                creation_timestamp: Some(Time(self.at)),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(self.at)),
+            reporting_controller: Some(self.controller.to_string()),
+            reporting_instance: Some(format!("{}-berth", self.controller)),
+            action: Some(self.action.to_string()),
+            reason: Some(self.reason.to_string()),
+            regarding: Some(k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(self.namespace.to_string()),
+                name: Some(self.name.to_string()),
+                uid: Some(self.uid.to_string()),
+                resource_version: self.resource_version.as_deref().map(String::from),
+                ..Default::default()
+            }),
+            // Upstream's scheduler events carry no related object (not even
+            // Preempted, whose preemptor the note names).
+            note: Some(self.note.to_string()),
+            type_: Some(self.event_type.as_str().to_string()),
+            ..Default::default()
+        }
     }
 }
 
