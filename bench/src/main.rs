@@ -16,6 +16,11 @@ use berth_bench::runner::{self, RunOptions, RunResult};
 use berth_bench::workloads::{self, ExtenderVariant, Profile, Workload};
 use clap::Parser;
 
+/// berthd's allocator, so that the scheduler measured here allocates as
+/// berthd does.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Runs scheduler_perf-style workloads through the berth scheduler.
 #[derive(Debug, Parser)]
 #[command(name = "berth-bench", version)]
