@@ -690,6 +690,11 @@ impl Framework {
         !self.filter.is_empty()
     }
 
+    /// How many Filter plugins the profile enables.
+    pub fn num_filter_plugins(&self) -> usize {
+        self.filter.len()
+    }
+
     /// Whether any Score plugin is enabled.
     pub fn has_score_plugins(&self) -> bool {
         !self.score.is_empty()
@@ -883,7 +888,22 @@ impl Framework {
     /// Runs the Filter plugins on one node; the first that does not succeed
     /// decides.
     pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        for (i, p) in self.filter.iter().enumerate() {
+        self.run_filter_range(state, pod, node, 0..self.filter.len())
+    }
+
+    /// [`Framework::run_filter`] for the Filter plugins at `plugins` (their
+    /// positions in the profile's order) only: running `0..k` and then, if
+    /// that succeeds, `k..` gives the same status as running them all.
+    pub fn run_filter_range(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        plugins: std::ops::Range<usize>,
+    ) -> Status {
+        let to = plugins.end.min(self.filter.len());
+        for i in plugins.start.min(to)..to {
+            let p = &self.filter[i];
             if state.skip_filter.contains(i) || self.batch_filter.contains(i) {
                 continue;
             }
@@ -1465,21 +1485,37 @@ impl Framework {
         r
     }
 
-    /// Whether every Filter plugin still running for `pod` this cycle (its
-    /// PreFilter did not Skip) is node-local ([`Plugin::node_local`]) and
-    /// none is a batch (remote) plugin.
-    pub fn filters_node_local(&self, state: &CycleState, pod: &PodInfo) -> bool {
-        self.filter.iter().enumerate().all(|(i, p)| {
-            state.skip_filter.contains(i) || (p.as_batch().is_none() && p.node_local(pod))
-        })
+    /// How many of the Filter plugins, from the first in the profile's
+    /// order, are node-local for `pod` this cycle (or skipped): the
+    /// position of the first that is not, or the number of Filter plugins.
+    /// Those plugins' verdict on a node depends only on the pod and the
+    /// node, so it can be kept for the next identical pod even when a later
+    /// plugin's (spreading, inter-pod affinity) cannot.
+    pub fn node_local_filter_prefix(&self, state: &CycleState, pod: &PodInfo) -> usize {
+        self.filter
+            .iter()
+            .enumerate()
+            .position(|(i, p)| {
+                !(state.skip_filter.contains(i) || (p.as_batch().is_none() && p.node_local(pod)))
+            })
+            .unwrap_or(self.filter.len())
     }
 
-    /// The same for the Score plugins still running after PreScore.
-    pub fn scores_node_local(&self, state: &CycleState, pod: &PodInfo) -> bool {
-        self.score.iter().enumerate().all(|(i, e)| {
-            state.skip_score.contains(i)
-                || (e.plugin.as_batch().is_none() && e.plugin.node_local(pod))
-        })
+    /// The Score plugins still running after PreScore that are node-local
+    /// for `pod` (and not batch plugins): their raw score on a node depends
+    /// only on the pod and the node, so it can be kept for the next
+    /// identical pod while the others score again.
+    pub fn score_plugins_node_local(&self, state: &CycleState, pod: &PodInfo) -> PluginMask {
+        let mut mask = PluginMask::default();
+        for (i, e) in self.score.iter().enumerate() {
+            if !state.skip_score.contains(i)
+                && e.plugin.as_batch().is_none()
+                && e.plugin.node_local(pod)
+            {
+                mask.insert(i);
+            }
+        }
+        mask
     }
 
     async fn score_plugins(
@@ -1543,15 +1579,27 @@ impl Framework {
             let parallelizer = self.handle.parallelizer();
             // One chunk of `np` scores per node.
             let mut chunks: Vec<&mut [i64]> = raw.chunks_mut(np).collect();
+            // A kept row (see `scheduler::batching`) holds every active
+            // plugin's raw score from an identical pod's cycle; only the
+            // node-local plugins' are still right.
+            let local = if known.is_empty() {
+                PluginMask::default()
+            } else {
+                self.score_plugins_node_local(state, pod)
+            };
             parallelizer.for_each_mut_measured(&self.score_cost, &mut chunks, |ni, row| {
-                if let Some(Some(scores)) = known.get(ni)
-                    && scores.len() == row.len()
-                {
-                    row.copy_from_slice(scores);
-                    return;
-                }
+                let kept = match known.get(ni) {
+                    Some(Some(scores)) if scores.len() == row.len() => {
+                        row.copy_from_slice(scores);
+                        if local.len() == np {
+                            return;
+                        }
+                        true
+                    }
+                    _ => false,
+                };
                 for (pi, e) in active.iter().enumerate() {
-                    if e.plugin.as_batch().is_some() {
+                    if e.plugin.as_batch().is_some() || (kept && local.contains(slot[pi])) {
                         continue;
                     }
                     let t = self.per_node_timer(state);

@@ -38,6 +38,17 @@ pub fn num_feasible_nodes_to_find(percentage: i32, num_nodes: usize) -> usize {
     found.max(MIN_FEASIBLE_NODES_TO_FIND)
 }
 
+/// What judging a node in the Filter search found (see
+/// [`super::batching`]).
+enum Judged {
+    /// Every plugin's verdict, kept whole.
+    Whole(Status),
+    /// The kept plugins' verdict (to keep), and the verdict of all.
+    Prefix(Status, Status),
+    /// The verdict of the plugins after those a kept verdict passed.
+    Rest(Status),
+}
+
 /// Runs the batch Filter plugins on the nodes the per-node ones kept,
 /// recording rejections in `diagnosis`.
 async fn run_batch_filters(
@@ -374,9 +385,11 @@ impl Algorithm {
         // Each feasible node's position in the evaluation order.
         let mut offsets = Vec::with_capacity(want.min(n));
         // The batch's nodes without a kept verdict (see `super::batching`),
-        // and their verdicts once judged.
+        // or whose kept verdict covers only the first plugins and passed,
+        // and what judging them found.
+        let rest_from = self.batch.rest_from();
         let mut todo: Vec<usize> = Vec::new();
-        let mut fresh: Vec<Status> = Vec::new();
+        let mut fresh: Vec<Judged> = Vec::new();
         let mut processed = 0;
         while processed < n && offsets.len() < want {
             // Evaluate at least what is still needed, in batches big enough
@@ -387,22 +400,52 @@ impl Algorithm {
             // Kept verdicts are read where they are: a node that did not
             // change costs a pointer comparison, not a judgement or a copy.
             todo.clear();
-            todo.extend(
-                (0..batch)
-                    .filter(|&i| self.batch.verdict(position(i), at(processed + i)).is_none()),
-            );
+            todo.extend((0..batch).filter(|&i| {
+                match self.batch.verdict(position(i), at(processed + i)) {
+                    None => true,
+                    Some(kept) => rest_from.is_some() && kept.is_success(),
+                }
+            }));
             fresh.clear();
-            fresh.resize(todo.len(), Status::success());
+            fresh.resize_with(todo.len(), || Judged::Whole(Status::success()));
+            let kept = &self.batch;
             parallelizer.for_each_mut_measured(fw.filter_cost(), &mut fresh, |j, slot| {
-                let node = at(processed + todo[j]);
-                *slot = fw.run_filter_with_nominated_pods(state, pod, node, nominated);
+                let i = todo[j];
+                let node = at(processed + i);
+                *slot = match rest_from {
+                    None => Judged::Whole(
+                        fw.run_filter_with_nominated_pods(state, pod, node, nominated),
+                    ),
+                    // Batching is off with nominated pods: each node's
+                    // verdict is its plugins' alone.
+                    Some(from) if kept.verdict(position(i), node).is_some() => {
+                        Judged::Rest(fw.run_filter_range(state, pod, node, from..usize::MAX))
+                    }
+                    Some(from) => {
+                        let first = fw.run_filter_range(state, pod, node, 0..from);
+                        let status = if first.is_success() {
+                            fw.run_filter_range(state, pod, node, from..usize::MAX)
+                        } else {
+                            first.clone()
+                        };
+                        Judged::Prefix(first, status)
+                    }
+                };
             });
             let mut judged = todo.iter().copied().zip(fresh.drain(..)).peekable();
             for i in 0..batch {
                 let node = at(processed + i);
                 let status = match judged.next_if(|(t, _)| *t == i) {
-                    Some((_, status)) => {
+                    Some((_, Judged::Whole(status))) => {
                         self.batch.keep_verdict(position(i), node, &status);
+                        status
+                    }
+                    Some((_, Judged::Prefix(first, status))) => {
+                        self.batch.keep_verdict(position(i), node, &first);
+                        status
+                    }
+                    Some((_, Judged::Rest(status))) => {
+                        self.batch.reused_verdicts += 1;
                         status
                     }
                     None => {

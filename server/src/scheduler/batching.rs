@@ -15,11 +15,17 @@
 //! tie-break run as always, so placements are those of the unbatched path.
 //!
 //! Unlike upstream's opportunistic batching (which hands the next pod the
-//! previous pod's sorted node list), nothing is approximated: a pod that is
-//! not node-local (spreading or affinity terms that are not skipped,
-//! volumes, claims, a remote extender), a nominated pod anywhere, or a
-//! PreFilter result that narrows the nodes turns batching off for that
-//! cycle. ImageLocality reads how many nodes have each image: the scores
+//! previous pod's sorted node list), nothing is approximated: a nominated
+//! pod anywhere, a remote extender, or a PreFilter result that narrows the
+//! nodes turns batching off for that cycle. A pod whose Filter plugins are
+//! not all node-local (spreading or affinity terms that are not skipped,
+//! volumes, claims) keeps the verdicts of the node-local plugins that come
+//! before the first that is not ([`Framework::node_local_filter_prefix`]):
+//! a kept rejection stands, and a node the prefix passed runs the other
+//! plugins every cycle, in order, which gives the verdict running them all
+//! would. Likewise a kept row of raw scores is reused for the node-local
+//! Score plugins only ([`Framework::score_plugins_node_local`]), and the
+//! others (spreading, inter-pod affinity) score every node every cycle. ImageLocality reads how many nodes have each image: the scores
 //! are kept only while the snapshot's image counts and node count stay.
 
 use std::sync::Arc;
@@ -63,12 +69,18 @@ struct FilterKey {
     framework: usize,
     signature: Signature,
     skip_filter: PluginMask,
+    /// The Filter plugins whose verdicts are kept: those before this
+    /// position (all of them when they are all node-local).
+    prefix: usize,
 }
 
 /// What the kept raw scores also depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ScoreKey {
     skip_score: PluginMask,
+    /// The plugins whose kept raw scores are reused; the others score
+    /// every cycle.
+    local: PluginMask,
     images_version: u64,
     num_nodes: usize,
 }
@@ -94,6 +106,10 @@ pub(super) struct Batch {
     width: usize,
     /// Whether this cycle reuses (decided after PreFilter).
     filters_on: bool,
+    /// In this cycle, where the plugins not covered by a kept verdict
+    /// start, when some are (the kept verdicts are then the first
+    /// plugins'); `None` when kept verdicts are whole.
+    rest_from: Option<usize>,
     /// Whether this cycle's scores are reused (decided after PreScore).
     scores_on: bool,
     /// Verdicts and score rows reused so far (for tests and metrics).
@@ -122,17 +138,19 @@ impl Batch {
     ) -> bool {
         self.filters_on = false;
         self.scores_on = false;
-        if !self.enabled
-            || restricted
-            || !nominated.is_empty()
-            || !fw.filters_node_local(state, pod)
-        {
+        self.rest_from = None;
+        if !self.enabled || restricted || !nominated.is_empty() {
+            return false;
+        }
+        let prefix = fw.node_local_filter_prefix(state, pod);
+        if prefix == 0 {
             return false;
         }
         let key = FilterKey {
             framework: fw as *const Framework as usize,
             signature: Signature::of(pod),
             skip_filter: state.skip_filter,
+            prefix,
         };
         if self.filter_key.as_ref() != Some(&key) {
             self.filter_key = Some(key);
@@ -142,7 +160,15 @@ impl Batch {
         self.slots.resize(snapshot.num_nodes(), Slot::default());
         self.scores.resize(self.slots.len() * self.width, 0);
         self.filters_on = true;
+        self.rest_from = (prefix < fw.num_filter_plugins()).then_some(prefix);
         true
+    }
+
+    /// When the kept verdicts are those of the first Filter plugins only:
+    /// the position of the first plugin they do not cover, which every
+    /// node they pass runs from, every cycle.
+    pub(super) fn rest_from(&self) -> Option<usize> {
+        self.rest_from
     }
 
     /// The kept verdict for `node` at `position`, if it is still the node
@@ -189,11 +215,16 @@ impl Batch {
         snapshot: &Snapshot,
     ) -> bool {
         self.scores_on = false;
-        if !self.filters_on || !fw.scores_node_local(state, pod) {
+        if !self.filters_on {
+            return false;
+        }
+        let local = fw.score_plugins_node_local(state, pod);
+        if local.is_empty() {
             return false;
         }
         let key = ScoreKey {
             skip_score: state.skip_score,
+            local,
             images_version: snapshot.images_version,
             num_nodes: snapshot.num_nodes(),
         };
@@ -272,7 +303,7 @@ mod tests {
 
     use serde_json::json;
 
-    use super::super::{Algorithm, FastRng, build_profiles};
+    use super::super::{Algorithm, FastRng, ScheduleError, build_profiles};
     use crate::cache::{Cache, Snapshot};
     use crate::cluster::embedded::EmbeddedCluster;
     use crate::config;
@@ -283,9 +314,9 @@ mod tests {
     use super::*;
 
     /// The pods of the stream: runs of identical pods of several kinds,
-    /// including ones batching must leave alone (spreading) and one that
-    /// never fits.
-    fn stream() -> Vec<PodInfo> {
+    /// including ones whose verdicts batching keeps only in part (spreading,
+    /// anti-affinity) and one that never fits; `kinds` picks which.
+    fn stream(kinds_in: &[u64]) -> Vec<PodInfo> {
         let kinds = |k: usize, i: usize| {
             let name = format!("p{i}");
             match k {
@@ -304,18 +335,40 @@ mod tests {
                     .req_cpu("300m")
                     .spec("nodeSelector", json!({"zone": "z1"})),
                 4 => make_pod(&name).req_cpu("9"),
-                _ => make_pod(&name).req_cpu("100m").label("app", "s").spec(
+                5 => make_pod(&name).req_cpu("100m").label("app", "s").spec(
                     "topologySpreadConstraints",
                     json!([{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
                         "labelSelector": {"matchLabels": {"app": "s"}}}]),
                 ),
+                6 => make_pod(&name)
+                    .req_cpu("100m")
+                    .label("app", "a")
+                    .spec(
+                        "affinity",
+                        json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                            {"topologyKey": "rack", "labelSelector": {"matchLabels": {"app": "a"}}}]}}),
+                    ),
+                7 => make_pod(&name).req_cpu("150m").label("app", "p").spec(
+                    "topologySpreadConstraints",
+                    json!([{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway",
+                        "labelSelector": {"matchLabels": {"app": "p"}}}]),
+                ),
+                _ => make_pod(&name)
+                    .req_cpu("120m")
+                    .label("app", "q")
+                    .spec(
+                        "affinity",
+                        json!({"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                            {"weight": 50, "podAffinityTerm": {"topologyKey": "rack",
+                                "labelSelector": {"matchLabels": {"app": "q"}}}}]}}),
+                    ),
             }
             .build()
         };
         let mut rng = FastRng::new(3);
         let mut out = Vec::new();
         while out.len() < 600 {
-            let k = rng.below(6) as usize;
+            let k = kinds_in[rng.below(kinds_in.len() as u64) as usize] as usize;
             for _ in 0..1 + rng.below(12) {
                 let i = out.len();
                 out.push(kinds(k, i));
@@ -328,7 +381,8 @@ mod tests {
         let mut b = make_node(&format!("n{i:03}"))
             .cpu(if i.is_multiple_of(7) { "2" } else { "8" })
             .memory("16Gi")
-            .label("zone", ["z1", "z2", "z3"][i % 3]);
+            .label("zone", ["z1", "z2", "z3"][i % 3])
+            .label("rack", &format!("r{}", i % 40));
         if i.is_multiple_of(5) {
             b = b.taint("dedicated", "x", "NoSchedule");
         }
@@ -338,10 +392,11 @@ mod tests {
         b
     }
 
-    /// Schedules the stream against 150 nodes (a node tainted, then new
-    /// nodes added, part way), assuming each placement; returns where each
-    /// pod went and how many verdicts and score rows were reused.
-    async fn run(batching: bool) -> (Vec<Option<String>>, (u64, u64)) {
+    /// Schedules the stream of `kinds` against 150 nodes (a node tainted,
+    /// then new nodes added, part way), assuming each placement; returns
+    /// where each pod went (or why it did not) and how many verdicts and
+    /// score rows were reused.
+    async fn run(batching: bool, kinds: &[u64]) -> (Vec<Result<String, String>>, (u64, u64)) {
         let registry = in_tree_registry();
         let yaml = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npercentageOfNodesToScore: 30\n";
         let cfg = config::parse(yaml, &|n| registry.contains(n)).unwrap();
@@ -357,7 +412,7 @@ mod tests {
         let nominated = NominatedPods::default();
         let mut snap = Snapshot::new();
         let mut placed = Vec::new();
-        for (i, pod) in stream().into_iter().enumerate() {
+        for (i, pod) in stream(kinds).into_iter().enumerate() {
             if i == 200 {
                 cache.update_node(Arc::new(
                     node(3).taint("dedicated", "x", "NoSchedule").build(),
@@ -379,26 +434,53 @@ mod tests {
                     cache
                         .assume_pod(Arc::new(pod.assumed_on(&r.suggested_host)))
                         .unwrap();
-                    placed.push(Some(r.suggested_host.to_string()));
+                    placed.push(Ok(r.suggested_host.to_string()));
                 }
-                Err(_) => placed.push(None),
+                Err(e) => placed.push(Err(match e {
+                    ScheduleError::Fit(fit) => fit.to_string(),
+                    other => format!("{other:?}"),
+                })),
             }
         }
         (placed, alg.reused())
     }
 
-    #[tokio::test]
-    async fn batched_placements_are_the_unbatched_ones() {
-        let (plain, none) = run(false).await;
-        let (batched, (verdicts, scores)) = run(true).await;
+    /// The same placements, and the same reasons where a pod fits nowhere.
+    async fn same_both_ways(kinds: &[u64]) -> (u64, u64) {
+        let (plain, none) = run(false, kinds).await;
+        let (batched, reused) = run(true, kinds).await;
         assert_eq!(none, (0, 0));
         assert_eq!(plain.len(), batched.len());
         for (i, (a, b)) in plain.iter().zip(&batched).enumerate() {
             assert_eq!(a, b, "pod p{i}");
         }
-        assert!(plain.iter().any(Option::is_none), "some pods never fit");
+        reused
+    }
+
+    #[tokio::test]
+    async fn batched_placements_are_the_unbatched_ones() {
+        let all = [0, 1, 2, 3, 4, 5, 6, 7, 8];
+        let (plain, _) = run(false, &all).await;
+        assert!(plain.iter().any(Result::is_err), "some pods never fit");
+        let (verdicts, scores) = same_both_ways(&all).await;
         // Batching did happen, for most of the stream.
         assert!(verdicts > 10_000, "{verdicts} verdicts reused");
         assert!(scores > 10_000, "{scores} score rows reused");
+    }
+
+    /// Spreading and anti-affinity pods, required and preferred, keep the
+    /// node-local plugins' verdicts and raw scores, while PodTopologySpread
+    /// and InterPodAffinity judge and score every cycle: the required
+    /// anti-affinity pods fill the racks and then fit nowhere, with the
+    /// same reasons both ways.
+    #[tokio::test]
+    async fn spreading_and_anti_affinity_batch_in_part_with_the_same_placements() {
+        let kinds = [5, 6, 7, 8];
+        let (plain, _) = run(false, &kinds).await;
+        assert!(plain.iter().any(Result::is_ok));
+        assert!(plain.iter().any(Result::is_err), "the racks fill up");
+        let (verdicts, scores) = same_both_ways(&kinds).await;
+        assert!(verdicts > 10_000, "{verdicts} verdicts reused");
+        assert!(scores > 1_000, "{scores} score rows reused");
     }
 }
