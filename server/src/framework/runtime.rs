@@ -1486,17 +1486,21 @@ impl Framework {
     }
 
     /// How many of the Filter plugins, from the first in the profile's
-    /// order, are node-local for `pod` this cycle (or skipped): the
-    /// position of the first that is not, or the number of Filter plugins.
-    /// Those plugins' verdict on a node depends only on the pod and the
-    /// node, so it can be kept for the next identical pod even when a later
-    /// plugin's (spreading, inter-pod affinity) cannot.
+    /// order, are node-local for `pod` this cycle, skipped, or batch
+    /// plugins (which do not run per node: they judge the nodes the others
+    /// pass, afterwards): the position of the first that is none of these,
+    /// or the number of Filter plugins. The per-node verdict of those
+    /// plugins depends only on the pod and the node, so it can be kept for
+    /// the next identical pod even when a later plugin's (spreading,
+    /// inter-pod affinity) cannot.
     pub fn node_local_filter_prefix(&self, state: &CycleState, pod: &PodInfo) -> usize {
         self.filter
             .iter()
             .enumerate()
             .position(|(i, p)| {
-                !(state.skip_filter.contains(i) || (p.as_batch().is_none() && p.node_local(pod)))
+                !(state.skip_filter.contains(i)
+                    || self.batch_filter.contains(i)
+                    || p.node_local(pod))
             })
             .unwrap_or(self.filter.len())
     }

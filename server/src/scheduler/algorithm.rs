@@ -49,6 +49,31 @@ enum Judged {
     Rest(Status),
 }
 
+/// The snapshot positions of the `feasible` nodes, found at `offsets` from
+/// `start` in `nodes` (the snapshot's list) by the per-node Filter plugins,
+/// of which the batch Filter plugins may have left out some (keeping the
+/// order); empty if they do not match, which turns score reuse off.
+fn kept_positions(
+    nodes: &[Arc<NodeInfo>],
+    start: usize,
+    offsets: &[usize],
+    feasible: &[Arc<NodeInfo>],
+) -> Vec<usize> {
+    let n = nodes.len();
+    let mut out = Vec::with_capacity(feasible.len());
+    let mut left = feasible.iter().peekable();
+    for &o in offsets {
+        let at = (start + o) % n;
+        if left.next_if(|f| Arc::ptr_eq(f, &nodes[at])).is_some() {
+            out.push(at);
+        }
+    }
+    if left.next().is_some() {
+        return Vec::new();
+    }
+    out
+}
+
 /// Runs the batch Filter plugins on the nodes the per-node ones kept,
 /// recording rejections in `diagnosis`.
 async fn run_batch_filters(
@@ -263,14 +288,9 @@ impl Algorithm {
                 )));
         }
         let nodes: &[Arc<NodeInfo>] = restricted.as_deref().unwrap_or(all);
-        let batching = self.batch.begin_filter(
-            fw,
-            state,
-            pod,
-            snapshot,
-            nominated,
-            restricted.is_some() || fw.has_batch_filters(),
-        );
+        let batching =
+            self.batch
+                .begin_filter(fw, state, pod, snapshot, nominated, restricted.is_some());
         let start = self.next_start_node_index;
         // Batch Filter plugins (remote extenders) get the candidates the
         // sampling will look at now, so that their round trip overlaps the
@@ -341,7 +361,7 @@ impl Algorithm {
             .map_err(ScheduleError::Error)?;
         }
         let positions = if batching && !nodes.is_empty() {
-            offsets.iter().map(|o| (start + o) % nodes.len()).collect()
+            kept_positions(nodes, start, &offsets, &feasible)
         } else {
             Vec::new()
         };

@@ -16,8 +16,10 @@
 //!
 //! Unlike upstream's opportunistic batching (which hands the next pod the
 //! previous pod's sorted node list), nothing is approximated: a nominated
-//! pod anywhere, a remote extender, or a PreFilter result that narrows the
-//! nodes turns batching off for that cycle. A pod whose Filter plugins are
+//! pod anywhere or a PreFilter result that narrows the nodes turns
+//! batching off for that cycle. Batch plugins (remote extenders) are never
+//! kept: they judge and score, every cycle, the nodes the per-node plugins
+//! pass. A pod whose Filter plugins are
 //! not all node-local (spreading or affinity terms that are not skipped,
 //! volumes, claims) keeps the verdicts of the node-local plugins that come
 //! before the first that is not ([`Framework::node_local_filter_prefix`]):
@@ -392,13 +394,115 @@ mod tests {
         b
     }
 
+    /// A Filter and Score plugin served in batches, as a remote extender's
+    /// are: it rejects every eleventh node, scores by the node's number,
+    /// and answers its Filter call (with the scores) ahead of the per-node
+    /// plugins.
+    struct Remote;
+
+    fn number(node: &NodeInfo) -> i64 {
+        node.name()[1..].parse().unwrap_or(0)
+    }
+
+    impl crate::framework::Plugin for Remote {
+        fn name(&self) -> &'static str {
+            "Remote"
+        }
+        crate::extension_points!(filter, score);
+    }
+
+    impl crate::framework::FilterPlugin for Remote {
+        fn filter(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
+            if number(node) % 11 == 0 {
+                Status::unschedulable("eleventh")
+            } else {
+                Status::success()
+            }
+        }
+        fn as_batch(&self) -> Option<&dyn crate::framework::BatchFilter> {
+            Some(self)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl crate::framework::BatchFilter for Remote {
+        async fn filter_nodes(
+            &self,
+            state: &CycleState,
+            pod: &PodInfo,
+            nodes: &[Arc<NodeInfo>],
+        ) -> Result<Vec<Status>, Status> {
+            use crate::framework::FilterPlugin;
+            Ok(nodes.iter().map(|n| self.filter(state, pod, n)).collect())
+        }
+
+        fn start_filter_nodes(
+            &self,
+            state: &CycleState,
+            pod: &PodInfo,
+            nodes: crate::framework::NodeWindow<'_>,
+            score: bool,
+        ) -> Option<crate::framework::BatchFilterCall> {
+            use crate::framework::FilterPlugin;
+            let statuses: Vec<Status> = nodes.iter().map(|n| self.filter(state, pod, n)).collect();
+            let scores = score.then(|| nodes.iter().map(|n| number(n) % 7).collect());
+            Some(Box::pin(async move {
+                let mut answer = crate::framework::BatchFilterAnswer::from_statuses(statuses);
+                answer.scores = scores;
+                Ok(answer)
+            }))
+        }
+    }
+
+    impl crate::framework::ScorePlugin for Remote {
+        fn score(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+            Ok(number(node) % 7)
+        }
+        fn as_batch(&self) -> Option<&dyn crate::framework::BatchScore> {
+            Some(self)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl crate::framework::BatchScore for Remote {
+        async fn score_nodes(
+            &self,
+            _: &CycleState,
+            _: &PodInfo,
+            nodes: &[Arc<NodeInfo>],
+        ) -> Result<Vec<i64>, Status> {
+            Ok(nodes.iter().map(|n| number(n) % 7).collect())
+        }
+        async fn score_prefetched(
+            &self,
+            _: &CycleState,
+            _: &PodInfo,
+            _: &[Arc<NodeInfo>],
+            raw: Vec<i64>,
+        ) -> Result<Vec<i64>, Status> {
+            Ok(raw)
+        }
+    }
+
     /// Schedules the stream of `kinds` against 150 nodes (a node tainted,
-    /// then new nodes added, part way), assuming each placement; returns
-    /// where each pod went (or why it did not) and how many verdicts and
-    /// score rows were reused.
-    async fn run(batching: bool, kinds: &[u64]) -> (Vec<Result<String, String>>, (u64, u64)) {
-        let registry = in_tree_registry();
-        let yaml = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npercentageOfNodesToScore: 30\n";
+    /// then new nodes added, part way), assuming each placement, with the
+    /// default profile and, with `remote`, [`Remote`] in it; returns where
+    /// each pod went (or why it did not) and how many verdicts and score
+    /// rows were reused.
+    async fn run(
+        batching: bool,
+        kinds: &[u64],
+        remote: bool,
+    ) -> (Vec<Result<String, String>>, (u64, u64)) {
+        let mut registry = in_tree_registry();
+        registry
+            .register("Remote", |_: crate::framework::NoArgs, _| Ok(Remote))
+            .unwrap();
+        let mut yaml = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npercentageOfNodesToScore: 30\n".to_string();
+        if remote {
+            yaml.push_str("profiles:\n- schedulerName: default-scheduler\n  plugins:\n    filter:\n      enabled: [{name: Remote}]\n    score:\n      enabled: [{name: Remote, weight: 3}]\n");
+        }
+        let yaml = yaml.as_str();
         let cfg = config::parse(yaml, &|n| registry.contains(n)).unwrap();
         let cluster = EmbeddedCluster::new();
         let handle = Handle::new(cluster.clone(), cluster, Parallelizer::new(2).unwrap());
@@ -446,9 +550,9 @@ mod tests {
     }
 
     /// The same placements, and the same reasons where a pod fits nowhere.
-    async fn same_both_ways(kinds: &[u64]) -> (u64, u64) {
-        let (plain, none) = run(false, kinds).await;
-        let (batched, reused) = run(true, kinds).await;
+    async fn same_both_ways(kinds: &[u64], remote: bool) -> (u64, u64) {
+        let (plain, none) = run(false, kinds, remote).await;
+        let (batched, reused) = run(true, kinds, remote).await;
         assert_eq!(none, (0, 0));
         assert_eq!(plain.len(), batched.len());
         for (i, (a, b)) in plain.iter().zip(&batched).enumerate() {
@@ -460,9 +564,9 @@ mod tests {
     #[tokio::test]
     async fn batched_placements_are_the_unbatched_ones() {
         let all = [0, 1, 2, 3, 4, 5, 6, 7, 8];
-        let (plain, _) = run(false, &all).await;
+        let (plain, _) = run(false, &all, false).await;
         assert!(plain.iter().any(Result::is_err), "some pods never fit");
-        let (verdicts, scores) = same_both_ways(&all).await;
+        let (verdicts, scores) = same_both_ways(&all, false).await;
         // Batching did happen, for most of the stream.
         assert!(verdicts > 10_000, "{verdicts} verdicts reused");
         assert!(scores > 10_000, "{scores} score rows reused");
@@ -476,10 +580,30 @@ mod tests {
     #[tokio::test]
     async fn spreading_and_anti_affinity_batch_in_part_with_the_same_placements() {
         let kinds = [5, 6, 7, 8];
-        let (plain, _) = run(false, &kinds).await;
+        let (plain, _) = run(false, &kinds, false).await;
         assert!(plain.iter().any(Result::is_ok));
         assert!(plain.iter().any(Result::is_err), "the racks fill up");
-        let (verdicts, scores) = same_both_ways(&kinds).await;
+        let (verdicts, scores) = same_both_ways(&kinds, false).await;
+        assert!(verdicts > 10_000, "{verdicts} verdicts reused");
+        assert!(scores > 1_000, "{scores} score rows reused");
+    }
+
+    /// With a Filter and Score plugin served in batches (as a remote
+    /// extender's, asked ahead of the per-node plugins), the per-node
+    /// plugins' verdicts and scores are kept and the batch plugin judges
+    /// and scores the nodes they pass every cycle: the same placements.
+    #[tokio::test]
+    async fn batched_placements_are_the_unbatched_ones_beside_a_batch_plugin() {
+        let all = [0, 1, 2, 3, 4, 5, 6, 7, 8];
+        let (plain, _) = run(false, &all, true).await;
+        assert!(
+            plain
+                .iter()
+                .filter_map(|p| p.as_ref().ok())
+                .all(|n| n[1..].parse::<i64>().unwrap() % 11 != 0),
+            "the batch plugin's rejections hold"
+        );
+        let (verdicts, scores) = same_both_ways(&all, true).await;
         assert!(verdicts > 10_000, "{verdicts} verdicts reused");
         assert!(scores > 1_000, "{scores} score rows reused");
     }
