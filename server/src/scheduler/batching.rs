@@ -489,11 +489,7 @@ mod tests {
     /// default profile and, with `remote`, [`Remote`] in it; returns where
     /// each pod went (or why it did not) and how many verdicts and score
     /// rows were reused.
-    async fn run(
-        batching: bool,
-        kinds: &[u64],
-        remote: bool,
-    ) -> (Vec<Result<String, String>>, (u64, u64)) {
+    async fn run(batching: bool, kinds: &[u64], remote: bool) -> (Placements, (u64, u64)) {
         let mut registry = in_tree_registry();
         registry
             .register("Remote", |_: crate::framework::NoArgs, _| Ok(Remote))
@@ -549,8 +545,11 @@ mod tests {
         (placed, alg.reused())
     }
 
-    /// The same placements, and the same reasons where a pod fits nowhere.
-    async fn same_both_ways(kinds: &[u64], remote: bool) -> (u64, u64) {
+    type Placements = Vec<Result<String, String>>;
+
+    /// Runs the stream both ways: the same placements, and the same reasons
+    /// where a pod fits nowhere. Returns them, and what batching reused.
+    async fn same_both_ways(kinds: &[u64], remote: bool) -> (Placements, (u64, u64)) {
         let (plain, none) = run(false, kinds, remote).await;
         let (batched, reused) = run(true, kinds, remote).await;
         assert_eq!(none, (0, 0));
@@ -558,15 +557,16 @@ mod tests {
         for (i, (a, b)) in plain.iter().zip(&batched).enumerate() {
             assert_eq!(a, b, "pod p{i}");
         }
-        reused
+        (plain, reused)
     }
+
+    /// Every kind of pod: node-local ones, spreading and anti-affinity.
+    const ALL_KINDS: [u64; 9] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
 
     #[tokio::test]
     async fn batched_placements_are_the_unbatched_ones() {
-        let all = [0, 1, 2, 3, 4, 5, 6, 7, 8];
-        let (plain, _) = run(false, &all, false).await;
-        assert!(plain.iter().any(Result::is_err), "some pods never fit");
-        let (verdicts, scores) = same_both_ways(&all, false).await;
+        let (placed, (verdicts, scores)) = same_both_ways(&ALL_KINDS, false).await;
+        assert!(placed.iter().any(Result::is_err), "some pods never fit");
         // Batching did happen, for most of the stream.
         assert!(verdicts > 10_000, "{verdicts} verdicts reused");
         assert!(scores > 10_000, "{scores} score rows reused");
@@ -579,11 +579,9 @@ mod tests {
     /// same reasons both ways.
     #[tokio::test]
     async fn spreading_and_anti_affinity_batch_in_part_with_the_same_placements() {
-        let kinds = [5, 6, 7, 8];
-        let (plain, _) = run(false, &kinds, false).await;
-        assert!(plain.iter().any(Result::is_ok));
-        assert!(plain.iter().any(Result::is_err), "the racks fill up");
-        let (verdicts, scores) = same_both_ways(&kinds, false).await;
+        let (placed, (verdicts, scores)) = same_both_ways(&[5, 6, 7, 8], false).await;
+        assert!(placed.iter().any(Result::is_ok));
+        assert!(placed.iter().any(Result::is_err), "the racks fill up");
         assert!(verdicts > 10_000, "{verdicts} verdicts reused");
         assert!(scores > 1_000, "{scores} score rows reused");
     }
@@ -594,16 +592,14 @@ mod tests {
     /// and scores the nodes they pass every cycle: the same placements.
     #[tokio::test]
     async fn batched_placements_are_the_unbatched_ones_beside_a_batch_plugin() {
-        let all = [0, 1, 2, 3, 4, 5, 6, 7, 8];
-        let (plain, _) = run(false, &all, true).await;
+        let (placed, (verdicts, scores)) = same_both_ways(&ALL_KINDS, true).await;
         assert!(
-            plain
+            placed
                 .iter()
                 .filter_map(|p| p.as_ref().ok())
                 .all(|n| n[1..].parse::<i64>().unwrap() % 11 != 0),
             "the batch plugin's rejections hold"
         );
-        let (verdicts, scores) = same_both_ways(&all, true).await;
         assert!(verdicts > 10_000, "{verdicts} verdicts reused");
         assert!(scores > 1_000, "{scores} score rows reused");
     }

@@ -1055,7 +1055,8 @@ struct StoredEvent {
     uid: Arc<str>,
     resource_version: Option<Box<str>>,
     controller: Arc<str>,
-    event_type: crate::framework::EventType,
+    /// `Normal` or `Warning`.
+    event_type: &'static str,
     reason: &'static str,
     action: &'static str,
     note: Box<str>,
@@ -1072,7 +1073,7 @@ impl StoredEvent {
             uid: pod.uid.clone(),
             resource_version: pod.pod.resource_version().map(Box::from),
             controller: e.controller.clone(),
-            event_type: e.event_type,
+            event_type: e.event_type.as_str(),
             reason: e.reason,
             action: e.action,
             note: e.note.into_boxed_str(),
@@ -1105,7 +1106,7 @@ impl StoredEvent {
             // Upstream's scheduler events carry no related object (not even
             // Preempted, whose preemptor the note names).
             note: Some(self.note.to_string()),
-            type_: Some(self.event_type.as_str().to_string()),
+            type_: Some(self.event_type.to_string()),
             ..Default::default()
         }
     }
