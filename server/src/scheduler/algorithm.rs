@@ -43,8 +43,9 @@ pub fn num_feasible_nodes_to_find(percentage: i32, num_nodes: usize) -> usize {
 enum Judged {
     /// Every plugin's verdict, kept whole.
     Whole(Status),
-    /// The kept plugins' verdict (to keep), and the verdict of all.
-    Prefix(Status, Status),
+    /// The kept plugins' verdict (to keep), and the verdict of the plugins
+    /// after them when it passed.
+    Prefix(Status, Option<Status>),
     /// The verdict of the plugins after those a kept verdict passed.
     Rest(Status),
 }
@@ -443,12 +444,10 @@ impl Algorithm {
                     }
                     Some(from) => {
                         let first = fw.run_filter_range(state, pod, node, 0..from);
-                        let status = if first.is_success() {
-                            fw.run_filter_range(state, pod, node, from..usize::MAX)
-                        } else {
-                            first.clone()
-                        };
-                        Judged::Prefix(first, status)
+                        let rest = first
+                            .is_success()
+                            .then(|| fw.run_filter_range(state, pod, node, from..usize::MAX));
+                        Judged::Prefix(first, rest)
                     }
                 };
             });
@@ -460,9 +459,9 @@ impl Algorithm {
                         self.batch.keep_verdict(position(i), node, &status);
                         status
                     }
-                    Some((_, Judged::Prefix(first, status))) => {
+                    Some((_, Judged::Prefix(first, rest))) => {
                         self.batch.keep_verdict(position(i), node, &first);
-                        status
+                        rest.unwrap_or(first)
                     }
                     Some((_, Judged::Rest(status))) => {
                         self.batch.reused_verdicts += 1;

@@ -19,16 +19,17 @@
 //! pod anywhere or a PreFilter result that narrows the nodes turns
 //! batching off for that cycle. Batch plugins (remote extenders) are never
 //! kept: they judge and score, every cycle, the nodes the per-node plugins
-//! pass. A pod whose Filter plugins are
-//! not all node-local (spreading or affinity terms that are not skipped,
-//! volumes, claims) keeps the verdicts of the node-local plugins that come
-//! before the first that is not ([`Framework::node_local_filter_prefix`]):
-//! a kept rejection stands, and a node the prefix passed runs the other
-//! plugins every cycle, in order, which gives the verdict running them all
-//! would. Likewise a kept row of raw scores is reused for the node-local
-//! Score plugins only ([`Framework::score_plugins_node_local`]), and the
-//! others (spreading, inter-pod affinity) score every node every cycle. ImageLocality reads how many nodes have each image: the scores
-//! are kept only while the snapshot's image counts and node count stay.
+//! pass. A pod whose Filter plugins are not all node-local (spreading or
+//! affinity terms that are not skipped, volumes, claims) keeps the verdicts
+//! of the node-local plugins that come before the first that is not
+//! ([`Framework::node_local_filter_prefix`]): a kept rejection stands, and a
+//! node the prefix passed runs the other plugins every cycle, in order,
+//! which gives the verdict running them all would. Likewise a kept row of
+//! raw scores is reused for the node-local Score plugins only
+//! ([`Framework::score_plugins_node_local`]), and the others (spreading,
+//! inter-pod affinity) score every node every cycle. ImageLocality reads
+//! how many nodes have each image: the scores are kept only while the
+//! snapshot's image counts and node count stay.
 
 use std::sync::Arc;
 

@@ -1072,7 +1072,7 @@ impl StoredEvent {
             name: pod.name.clone(),
             uid: pod.uid.clone(),
             resource_version: pod.pod.resource_version().map(Box::from),
-            controller: e.controller.clone(),
+            controller: e.controller,
             event_type: e.event_type.as_str(),
             reason: e.reason,
             action: e.action,
