@@ -382,6 +382,7 @@ async fn main() -> Result<()> {
             seed: args.seed,
             leader: election.as_ref().map(|e| e.leading()),
             batching: true,
+            look_ahead: true,
         },
     )
     .map_err(|e| match &args.config {

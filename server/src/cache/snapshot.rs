@@ -132,6 +132,12 @@ impl Snapshot {
         self.index.get(name).copied()
     }
 
+    /// The version of the node list (its set and order): it moves when a
+    /// node is added or removed, not when one changes.
+    pub fn tree_version(&self) -> u64 {
+        self.tree_version
+    }
+
     /// The cache generation this snapshot reflects.
     pub fn generation(&self) -> u64 {
         self.generation

@@ -400,6 +400,22 @@ impl BatchFilter for RemotePlugin {
             }
         }))
     }
+
+    /// An extender's Filter may be asked for the next pod before its cycle
+    /// starts unless it serves a point of the scheduling cycle that the
+    /// earlier pod reaches after Filter (PostFilter, Reserve, Permit) or
+    /// one that comes before Filter in the next pod's (PreFilter, and
+    /// PreScore with it): an extender serving those sees them in cycle
+    /// order, one pod after the other, as kube-scheduler would call it.
+    fn looks_ahead(&self) -> bool {
+        use ExtensionPoint as P;
+        !self.conn.config().points.iter().any(|p| {
+            matches!(
+                p,
+                P::PreFilter | P::PostFilter | P::PreScore | P::Reserve | P::Permit
+            )
+        })
+    }
 }
 
 #[async_trait]

@@ -239,6 +239,12 @@ impl CycleState {
         }
     }
 
+    /// Makes this state's context the one `token` names: a cycle whose
+    /// first calls were sent ahead, before it started, under that token.
+    pub fn set_token(&mut self, token: Arc<CycleToken>) {
+        self.token = token;
+    }
+
     /// The context's token, shared by all copies of this state.
     pub fn token(&self) -> &Arc<CycleToken> {
         &self.token

@@ -260,6 +260,19 @@ pub trait BatchFilter: Send + Sync {
         let _ = (state, pod, nodes, score);
         None
     }
+
+    /// Whether [`BatchFilter::start_filter_nodes`] may be sent for the next
+    /// pod in the queue while the current pod's cycle still waits for its
+    /// own verdicts (the scheduler's look-ahead): the call then leaves
+    /// before that pod's cycle starts, with the candidates its sampling
+    /// will take if the node list does not change, and is dropped if
+    /// another pod or another window comes. Only for plugins whose answers
+    /// do not depend on the earlier pod's cycle (what Reserve, Permit or
+    /// PostFilter would tell them). `false` (the default): never sent ahead
+    /// of its cycle.
+    fn looks_ahead(&self) -> bool {
+        false
+    }
 }
 
 /// A batch Filter call under way (see [`BatchFilter::start_filter_nodes`]):

@@ -984,6 +984,16 @@ impl Framework {
         !self.batch_filter.is_empty()
     }
 
+    /// Whether the batch Filter calls may be sent for the next pod before
+    /// its cycle starts: every batch Filter plugin of the profile allows it
+    /// (see [`BatchFilter::looks_ahead`]).
+    pub fn can_look_ahead(&self) -> bool {
+        !self.batch_filter.is_empty()
+            && self.filter.iter().enumerate().all(|(i, p)| {
+                !self.batch_filter.contains(i) || p.as_batch().is_some_and(|b| b.looks_ahead())
+            })
+    }
+
     /// The Filter plugins that judge nodes in batches, in order.
     pub fn batch_filter_names(&self) -> Vec<&'static str> {
         self.filter

@@ -701,6 +701,22 @@ impl SchedulingQueue {
         }
     }
 
+    /// The pod the next [`SchedulingQueue::pop`] would take if nothing
+    /// changed before it (the head of activeQ, else of backoffQ), without
+    /// taking it: for work sent ahead for it (the scheduler's look-ahead),
+    /// which is dropped if another pod comes first.
+    pub fn peek(&self) -> Option<PodRef> {
+        let inner = self.inner.lock();
+        if inner.closed {
+            return None;
+        }
+        inner
+            .active
+            .peek()
+            .or_else(|| inner.backoff.peek())
+            .map(|q| q.pod.clone())
+    }
+
     /// Returns a pod that failed to the queue: where to depends on who
     /// rejected it and on the events seen while it was in flight. Also
     /// ends its in-flight tracking.

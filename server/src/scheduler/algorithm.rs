@@ -10,9 +10,11 @@ use super::batching::Batch;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    Code, CycleState, Diagnosis, FitError, Framework, NodeWindow, NominatedPods, Status,
+    BatchFiltersAhead, Code, CycleState, CycleToken, Diagnosis, FitError, Framework, NodeWindow,
+    NominatedPods, Status,
 };
-use crate::model::PodInfo;
+use crate::model::{PodInfo, PodRef};
+use crate::queue::SchedulingQueue;
 
 /// Below this many nodes, every node is evaluated.
 pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
@@ -137,6 +139,30 @@ pub struct Algorithm {
     /// Verdicts and raw scores kept for the next pod with the same
     /// signature.
     batch: Batch,
+    /// The queue whose next pod batch Filter calls are sent ahead for
+    /// (`None`: never; see [`Algorithm::with_look_ahead`]).
+    look_ahead_queue: Option<Arc<SchedulingQueue>>,
+    /// The calls sent ahead for the next pod, if any.
+    ahead: Option<LookAhead>,
+    /// Calls sent ahead that their cycle used, and that were dropped.
+    look_aheads: (u64, u64),
+}
+
+/// Batch Filter calls sent for the pod expected next, before its cycle
+/// started, while the cycle before it waited for its own verdicts.
+#[derive(Debug)]
+struct LookAhead {
+    /// The pod (this very object: an update replaces it).
+    pod: PodRef,
+    /// The context the calls were made under; the pod's cycle adopts it.
+    token: Arc<CycleToken>,
+    /// In a mutex only so that the loop holding it is `Sync` (the calls are
+    /// futures, `Send` only); never contended.
+    calls: parking_lot::Mutex<BatchFiltersAhead>,
+    /// The window sent: the node list's version, its start and length.
+    tree_version: u64,
+    start: usize,
+    len: usize,
 }
 
 /// The feasible nodes found and what was learned about the others.
@@ -164,7 +190,122 @@ impl Algorithm {
             rng,
             evaluated_per_feasible: 1.0,
             batch: Batch::new(false),
+            look_ahead_queue: None,
+            ahead: None,
+            look_aheads: (0, 0),
         }
+    }
+
+    /// With a queue, the calls of batch Filter plugins that allow it
+    /// ([`Framework::can_look_ahead`]: remote extenders whose answers do
+    /// not hang on the cycle before) are sent for the queue's next pod
+    /// while the current cycle waits for its own verdicts, so that the
+    /// round trip of one pod overlaps the cycle of the one before. They go
+    /// with the window of candidates that pod's cycle computes if the node
+    /// list does not change (the search's start and reach are final once
+    /// the current cycle's Filter ran). The next cycle uses them only if it
+    /// is that pod's (the very object: an update replaces it) with that
+    /// window; otherwise they are dropped (cancelled) and sent anew. The
+    /// verdicts are the extender's for the same pod and nodes, asked one
+    /// cycle earlier.
+    pub fn with_look_ahead(mut self, queue: Option<Arc<SchedulingQueue>>) -> Self {
+        self.look_ahead_queue = queue;
+        self
+    }
+
+    /// How many look-ahead calls were used by their cycle, and how many
+    /// were dropped.
+    pub fn look_aheads(&self) -> (u64, u64) {
+        self.look_aheads
+    }
+
+    /// The context of the calls sent ahead for `pod`, for its cycle to
+    /// adopt; calls sent ahead for another pod are dropped.
+    pub fn look_ahead_token(&mut self, pod: &PodRef) -> Option<Arc<CycleToken>> {
+        match &self.ahead {
+            Some(a) if Arc::ptr_eq(&a.pod, pod) => Some(a.token.clone()),
+            Some(_) => {
+                self.drop_look_ahead();
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Ends `pod`'s cycle for the look-ahead: calls sent ahead for it and
+    /// not used (the cycle ended before its Filter) are dropped.
+    pub fn end_cycle(&mut self, pod: &PodRef) {
+        if self
+            .ahead
+            .as_ref()
+            .is_some_and(|a| Arc::ptr_eq(&a.pod, pod))
+        {
+            self.drop_look_ahead();
+        }
+    }
+
+    /// Whether calls were sent ahead and not used yet.
+    pub fn has_look_ahead(&self) -> bool {
+        self.ahead.is_some()
+    }
+
+    /// Drops (cancels) the calls sent ahead, if any.
+    pub fn drop_look_ahead(&mut self) {
+        if self.ahead.take().is_some() {
+            self.look_aheads.1 += 1;
+        }
+    }
+
+    /// Sends the batch Filter calls for the queue's next pod now, with the
+    /// window its cycle will compute.
+    fn look_ahead(&mut self, fw: &Framework, current: &PodInfo, snapshot: &Snapshot) {
+        if self.ahead.is_some() || !fw.can_look_ahead() {
+            return;
+        }
+        let Some(next) = self.look_ahead_queue.as_ref().and_then(|q| q.peek()) else {
+            return;
+        };
+        if next.uid == current.uid
+            || next.scheduler_name != current.scheduler_name
+            || next.nominated_node_name.is_some()
+            || next.terminating
+        {
+            // Its cycle would not take the window foreseen (a nominated
+            // pod tries its node first), or is another profile's.
+            return;
+        }
+        let all = snapshot.list();
+        if all.is_empty() {
+            return;
+        }
+        let (start, len) = self.window(fw, all.len());
+        let state = CycleState::new();
+        let Some(calls) =
+            fw.start_batch_filters(&state, &next, NodeWindow::rotated(all, start, len))
+        else {
+            return;
+        };
+        self.ahead = Some(LookAhead {
+            pod: next,
+            token: state.token().clone(),
+            calls: parking_lot::Mutex::new(calls),
+            tree_version: snapshot.tree_version(),
+            start,
+            len,
+        });
+    }
+
+    /// The window of candidates sent ahead to batch Filter plugins over `n`
+    /// nodes: from the search's start, as far as the sampling is expected
+    /// to reach (the count it wants, stretched by the nodes evaluated per
+    /// feasible one lately).
+    fn window(&self, fw: &Framework, n: usize) -> (usize, usize) {
+        let want = self.num_to_find(fw, n);
+        let reach = (want as f64 * self.evaluated_per_feasible).ceil() as usize;
+        (
+            self.next_start_node_index % n.max(1),
+            reach.max(want).min(n),
+        )
     }
 
     /// With `on`, identical pods reuse each other's per-node verdicts and
@@ -297,12 +438,29 @@ impl Algorithm {
         // sampling will look at now, so that their round trip overlaps the
         // per-node plugins; their verdicts only count for the nodes those
         // keep, which is what judging the kept nodes afterwards gives.
-        let ahead = if fw.has_batch_filters() {
-            let want = self.num_to_find(fw, nodes.len());
-            let reach = (want as f64 * self.evaluated_per_feasible).ceil() as usize;
-            let window = NodeWindow::rotated(nodes, self.next_start_node_index, reach.max(want));
-            fw.start_batch_filters(state, pod, window)
+        let sent_ahead = self.ahead.take_if(|a| Arc::ptr_eq(&a.token, state.token()));
+        let ahead = if fw.has_batch_filters() && !nodes.is_empty() {
+            let (from, len) = self.window(fw, nodes.len());
+            let used = sent_ahead.and_then(|a| {
+                // Only the very window this cycle sends.
+                let same = restricted.is_none()
+                    && a.tree_version == snapshot.tree_version()
+                    && (a.start, a.len) == (from, len);
+                if same {
+                    self.look_aheads.0 += 1;
+                    Some(a.calls.into_inner())
+                } else {
+                    self.look_aheads.1 += 1;
+                    None
+                }
+            });
+            used.or_else(|| {
+                fw.start_batch_filters(state, pod, NodeWindow::rotated(nodes, from, len))
+            })
         } else {
+            if sent_ahead.is_some() {
+                self.look_aheads.1 += 1;
+            }
             None
         };
         if ahead.is_some() {
@@ -347,6 +505,11 @@ impl Algorithm {
             self.evaluated_per_feasible = (self.evaluated_per_feasible + observed) / 2.0;
         }
         if fw.has_batch_filters() {
+            if ahead.is_some() {
+                // While this cycle waits for its verdicts, the next pod's
+                // leave.
+                self.look_ahead(fw, pod, snapshot);
+            }
             fw.finish_batch_filters(
                 state,
                 pod,

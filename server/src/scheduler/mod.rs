@@ -7,6 +7,8 @@ mod batching;
 mod event_handlers;
 mod explain;
 mod idle;
+#[cfg(test)]
+mod look_ahead_tests;
 pub mod metrics;
 mod schedule_one;
 #[cfg(test)]
@@ -215,6 +217,10 @@ pub struct Options {
     /// scores on nodes that did not change (placements are those of the
     /// unbatched path; see `scheduler/batching.rs`). On by default.
     pub batching: bool,
+    /// Batch Filter calls of remote extenders that allow it are sent for
+    /// the queue's next pod while the current cycle waits for its own
+    /// (see [`Algorithm::with_look_ahead`]). On by default.
+    pub look_ahead: bool,
 }
 
 impl Default for Options {
@@ -224,6 +230,7 @@ impl Default for Options {
             seed: None,
             leader: None,
             batching: true,
+            look_ahead: true,
         }
     }
 }
@@ -418,7 +425,8 @@ impl Scheduler {
             .seed
             .map_or_else(FastRng::from_entropy, FastRng::new);
         let algorithm = Algorithm::new(config.percentage_of_nodes_to_score, rng)
-            .with_batching(options.batching);
+            .with_batching(options.batching)
+            .with_look_ahead(options.look_ahead.then(|| queue.clone()));
         let mut ready = synced.clone();
         let loop_shared = shared.clone();
         let leader = options.leader.clone();

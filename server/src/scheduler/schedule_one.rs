@@ -120,6 +120,11 @@ impl Loop {
     pub async fn run(mut self, mut leader: Option<watch::Receiver<bool>>) {
         loop {
             maybe_report_idle(&self.shared);
+            if self.algorithm.has_look_ahead() && self.shared.queue.peek().is_none() {
+                // The pod they were sent for left the queue: the extender
+                // need not keep it while the loop waits.
+                self.algorithm.drop_look_ahead();
+            }
             let popped = match leader.as_mut() {
                 None => self.shared.queue.pop().await,
                 Some(l) => {
@@ -146,6 +151,7 @@ impl Loop {
                 }
             };
             let Some(q) = popped else {
+                self.algorithm.drop_look_ahead();
                 tracing::info!("scheduling queue closed; scheduling loop stops");
                 return;
             };
@@ -156,7 +162,11 @@ impl Loop {
                 tracing::info!("scheduling queue closed; scheduling loop stops");
                 return;
             }
+            let pod = q.pod.clone();
             self.schedule_one(q).await;
+            // Calls sent ahead for this pod and not used (its cycle ended
+            // before Filter, or never started) are dropped.
+            self.algorithm.end_cycle(&pod);
             drop(_cycle);
             self.wait_for_binding_room().await;
             // With pods ready, pop never waits, so without this the loop
@@ -230,6 +240,11 @@ impl Loop {
         let nominated = shared.handle.nominated_pods();
         let mut state = CycleState::with_snapshot(self.snapshot.clone());
         state.record_plugin_metrics = shared.prom.sample_cycle();
+        if let Some(token) = self.algorithm.look_ahead_token(&pod) {
+            // Calls were sent for this pod while the cycle before waited:
+            // this cycle is their context.
+            state.set_token(token);
+        }
 
         let result = self
             .algorithm

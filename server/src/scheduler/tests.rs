@@ -166,6 +166,7 @@ async fn start(setup: Setup, nodes: Vec<NodeBuilder>, pods: Vec<PodBuilder>) -> 
             seed: Some(1),
             leader: setup.leader,
             batching: true,
+            look_ahead: true,
         },
     )
     .unwrap();

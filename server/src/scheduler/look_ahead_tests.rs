@@ -1,0 +1,319 @@
+//! The look-ahead (see `Algorithm::with_look_ahead`): a batch Filter
+//! plugin's call for the queue's next pod leaves while the current cycle
+//! waits for its own. Each test runs the same queue with and without it
+//! and compares every placement, and checks that each pod was judged by
+//! calls made for it, under its own cycle.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::{Algorithm, FastRng, ScheduleError, build_profiles};
+use crate::cache::{Cache, NodeInfo, Snapshot};
+use crate::cluster::embedded::EmbeddedCluster;
+use crate::config;
+use crate::framework::{
+    BatchFilter, BatchFilterAnswer, BatchFilterCall, BatchScore, CycleState, FilterPlugin, Handle,
+    NodeWindow, NominatedPods, Parallelizer, ScorePlugin, Status,
+};
+use crate::model::PodInfo;
+use crate::plugins::in_tree_registry;
+use crate::queue::{QueueConfig, SchedulingQueue};
+use crate::testing::{make_node, make_pod};
+
+/// What the plugin was asked: per call, the pod, the cycle it was asked
+/// under and the first node of the window; and how many calls were dropped
+/// unanswered.
+#[derive(Default)]
+struct Asked {
+    calls: Mutex<Vec<(String, u64, String)>>,
+    dropped: AtomicUsize,
+}
+
+/// A Filter and Score plugin served in batches, as a remote extender's,
+/// that may be asked ahead: its verdicts and scores depend on the pod and
+/// the node, so verdicts used for the wrong pod would move placements.
+struct Judge(Arc<Asked>);
+
+fn number(s: &str) -> u64 {
+    s.trim_start_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .unwrap_or(0)
+}
+
+fn passes(pod: &PodInfo, node: &NodeInfo) -> bool {
+    !(number(&pod.name) + number(node.name())).is_multiple_of(5)
+}
+
+fn score(pod: &PodInfo, node: &NodeInfo) -> i64 {
+    ((number(&pod.name) + 1) * number(node.name()) % 13) as i64
+}
+
+impl crate::framework::Plugin for Judge {
+    fn name(&self) -> &'static str {
+        "Judge"
+    }
+    crate::extension_points!(filter, score);
+}
+
+impl FilterPlugin for Judge {
+    fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        if passes(pod, node) {
+            Status::success()
+        } else {
+            Status::unschedulable("judged out")
+        }
+    }
+    fn as_batch(&self) -> Option<&dyn BatchFilter> {
+        Some(self)
+    }
+}
+
+/// Counts the call as dropped unless it answered.
+struct Answered(Arc<Asked>, bool);
+
+impl Drop for Answered {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl BatchFilter for Judge {
+    async fn filter_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<Vec<Status>, Status> {
+        Ok(nodes.iter().map(|n| self.filter(state, pod, n)).collect())
+    }
+
+    fn start_filter_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: NodeWindow<'_>,
+        with_scores: bool,
+    ) -> Option<BatchFilterCall> {
+        let first = nodes.iter().next().map(|n| n.name().to_string());
+        self.0.calls.lock().push((
+            pod.name.to_string(),
+            state.token().id(),
+            first.unwrap_or_default(),
+        ));
+        let statuses: Vec<Status> = nodes.iter().map(|n| self.filter(state, pod, n)).collect();
+        let scores = with_scores.then(|| nodes.iter().map(|n| score(pod, n)).collect());
+        let answered = Answered(self.0.clone(), false);
+        Some(Box::pin(async move {
+            let mut answered = answered;
+            answered.1 = true;
+            let mut answer = BatchFilterAnswer::from_statuses(statuses);
+            answer.scores = scores;
+            Ok(answer)
+        }))
+    }
+
+    fn looks_ahead(&self) -> bool {
+        true
+    }
+}
+
+impl ScorePlugin for Judge {
+    fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        Ok(score(pod, node))
+    }
+    fn as_batch(&self) -> Option<&dyn BatchScore> {
+        Some(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl BatchScore for Judge {
+    async fn score_nodes(
+        &self,
+        _: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<Vec<i64>, Status> {
+        Ok(nodes.iter().map(|n| score(pod, n)).collect())
+    }
+    async fn score_prefetched(
+        &self,
+        _: &CycleState,
+        _: &PodInfo,
+        _: &[Arc<NodeInfo>],
+        raw: Vec<i64>,
+    ) -> Result<Vec<i64>, Status> {
+        Ok(raw)
+    }
+}
+
+fn node(i: usize) -> Arc<crate::model::NodeSpec> {
+    Arc::new(
+        make_node(&format!("n{i:03}"))
+            .cpu(if i.is_multiple_of(6) { "1" } else { "4" })
+            .memory("16Gi")
+            .build(),
+    )
+}
+
+/// What happens before the `i`th pop.
+enum Before {
+    /// A pod of a higher priority arrives: it is popped first.
+    Urgent(Box<PodInfo>),
+    /// A node is added (the node list changes).
+    Node(usize),
+}
+
+type Placements = Vec<(String, Result<String, String>)>;
+
+/// Pops and schedules every pod of `pods` (and the urgent ones) from a
+/// real queue, as the scheduling loop does, against 150 nodes, assuming
+/// each placement; returns the placements in order, the look-aheads used
+/// and dropped, and what the plugin was asked.
+async fn run(
+    look_ahead: bool,
+    pods: &[PodInfo],
+    before: Vec<(usize, Before)>,
+) -> (Placements, (u64, u64), Arc<Asked>) {
+    let asked = Arc::new(Asked::default());
+    let mut registry = in_tree_registry();
+    let shared = asked.clone();
+    registry
+        .register("Judge", move |_: crate::framework::NoArgs, _| {
+            Ok(Judge(shared.clone()))
+        })
+        .unwrap();
+    let yaml = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npercentageOfNodesToScore: 30\nprofiles:\n- schedulerName: default-scheduler\n  plugins:\n    filter:\n      enabled: [{name: Judge}]\n    score:\n      enabled: [{name: Judge, weight: 3}]\n";
+    let cfg = config::parse(yaml, &|n| registry.contains(n)).unwrap();
+    let cluster = EmbeddedCluster::new();
+    let handle = Handle::new(cluster.clone(), cluster, Parallelizer::new(2).unwrap());
+    let profiles = build_profiles(&cfg, &registry, &handle).unwrap();
+    let fw = profiles.values().next().unwrap().clone();
+    let queue = SchedulingQueue::new(QueueConfig::default(), profiles.clone());
+    let mut cache = Cache::new(Duration::ZERO);
+    for i in 0..150 {
+        cache.add_node(node(i));
+    }
+    for p in pods {
+        queue.add(Arc::new(p.clone()));
+    }
+    let mut alg = Algorithm::new(30, FastRng::new(7))
+        .with_batching(true)
+        .with_look_ahead(look_ahead.then(|| queue.clone()));
+    let nominated = NominatedPods::default();
+    let mut before: HashMap<usize, Before> = before.into_iter().collect();
+    let mut snap = Snapshot::new();
+    let mut placed = Vec::new();
+    let mut i = 0;
+    loop {
+        match before.remove(&i) {
+            Some(Before::Urgent(p)) => queue.add(Arc::new(*p)),
+            Some(Before::Node(n)) => cache.add_node(node(n)),
+            None => {}
+        }
+        let Some(Some(q)) = futures::FutureExt::now_or_never(queue.pop()) else {
+            break;
+        };
+        i += 1;
+        let pod = q.pod.clone();
+        cache.update_snapshot(&mut snap);
+        let shared = Arc::new(snap.clone());
+        let mut state = CycleState::with_snapshot(shared.clone());
+        if let Some(token) = alg.look_ahead_token(&pod) {
+            state.set_token(token);
+        }
+        let result = alg
+            .schedule_pod(&fw, &mut state, &pod, &shared, &nominated)
+            .await;
+        alg.end_cycle(&pod);
+        let outcome = match result {
+            Ok(r) => {
+                cache
+                    .assume_pod(Arc::new(pod.assumed_on(&r.suggested_host)))
+                    .unwrap();
+                Ok(r.suggested_host.to_string())
+            }
+            Err(ScheduleError::Fit(fit)) => Err(fit.to_string()),
+            Err(e) => Err(format!("{e:?}")),
+        };
+        // Each verdict the cycle used came from a call made for this pod,
+        // under this cycle.
+        let mine = state.token().id();
+        assert!(
+            asked
+                .calls
+                .lock()
+                .iter()
+                .filter(|(_, cycle, _)| *cycle == mine)
+                .all(|(name, _, _)| *name == *pod.name),
+            "cycle of {} used calls made for another pod",
+            pod.name
+        );
+        placed.push((pod.name.to_string(), outcome));
+        queue.done(&pod.uid);
+    }
+    (placed, alg.look_aheads(), asked)
+}
+
+/// Pods of a few shapes, some too big for any node.
+fn pods(n: usize) -> Vec<PodInfo> {
+    (0..n)
+        .map(|i| {
+            let name = format!("p{i:03}");
+            match i % 7 {
+                3 => make_pod(&name).req_cpu("5"),
+                5 => make_pod(&name).req_cpu("900m").req_memory("1Gi"),
+                _ => make_pod(&name).req_cpu("250m"),
+            }
+            .build()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn calls_sent_ahead_give_the_placements_of_calls_sent_in_each_cycle() {
+    let pods = pods(120);
+    let (plain, none, _) = run(false, &pods, Vec::new()).await;
+    let (ahead, (used, dropped), asked) = run(true, &pods, Vec::new()).await;
+    assert_eq!(none, (0, 0));
+    assert_eq!(plain.len(), pods.len());
+    assert_eq!(plain, ahead);
+    let big = big_ones(&pods);
+    assert_eq!(plain.iter().filter(|(_, r)| r.is_err()).count(), big);
+    // Every cycle but the first used the call sent ahead for it, and each
+    // pod was asked about once; only the calls for pods no node could
+    // take were left unanswered (their verdicts were not needed, as
+    // without the look-ahead).
+    assert_eq!((used, dropped), (pods.len() as u64 - 1, 0));
+    assert_eq!(asked.calls.lock().len(), pods.len());
+    assert_eq!(asked.dropped.load(Ordering::SeqCst), big);
+}
+
+/// How many pods of `pods` fit no node.
+fn big_ones(pods: &[PodInfo]) -> usize {
+    pods.iter().filter(|p| p.requests.milli_cpu > 4000).count()
+}
+
+#[tokio::test]
+async fn calls_sent_ahead_for_a_pod_overtaken_or_a_node_list_changed_are_dropped() {
+    let pods = pods(40);
+    let urgent = || Box::new(make_pod("urgent7").req_cpu("250m").priority(1000).build());
+    let before = || vec![(10, Before::Urgent(urgent())), (20, Before::Node(150))];
+    let (plain, _, _) = run(false, &pods, before()).await;
+    let (ahead, (used, dropped), asked) = run(true, &pods, before()).await;
+    assert_eq!(plain, ahead);
+    assert!(ahead.iter().any(|(name, r)| name == "urgent7" && r.is_ok()));
+    // The call sent for the pod the urgent one overtook, and the one sent
+    // before the node came, were dropped unanswered and asked anew.
+    assert_eq!(dropped, 2);
+    assert_eq!(asked.dropped.load(Ordering::SeqCst), 2 + big_ones(&pods));
+    assert_eq!(used, ahead.len() as u64 - 1 - 2);
+    assert_eq!(asked.calls.lock().len(), ahead.len() + 2);
+}
