@@ -85,7 +85,9 @@ struct Args {
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
+    // As berthd runs (`berth_server::worker_threads`).
     tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(berth_server::worker_threads(None))
         .enable_all()
         .build()
         .context("starting the tokio runtime")

@@ -87,6 +87,12 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
 
+    /// Tokio worker threads (default: TOKIO_WORKER_THREADS if set, else one
+    /// fewer than the cores, at least one: the scheduling loop is serial
+    /// and Filter/Score fan out on a pool of their own).
+    #[arg(long, value_name = "N")]
+    worker_threads: Option<usize>,
+
     /// Serve gRPC over TLS with this certificate chain (PEM, leaf first).
     /// Needs --tls-key.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -254,9 +260,17 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     parse_go_duration(s)
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn main() -> Result<()> {
     let args = Args::parse();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(berth_server::worker_threads(args.worker_threads))
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?
+        .block_on(run(args))
+}
+
+async fn run(args: Args) -> Result<()> {
     let telemetry = telemetry::init(
         match args.log_format {
             LogFormat::Text => telemetry::LogFormat::Text,
