@@ -306,6 +306,7 @@ mod tests {
 
     use serde_json::json;
 
+    use super::super::batch_judge::{BatchJudge, number};
     use super::super::{Algorithm, FastRng, ScheduleError, build_profiles};
     use crate::cache::{Cache, Snapshot};
     use crate::cluster::embedded::EmbeddedCluster;
@@ -395,106 +396,27 @@ mod tests {
         b
     }
 
-    /// A Filter and Score plugin served in batches, as a remote extender's
-    /// are: it rejects every eleventh node, scores by the node's number,
-    /// and answers its Filter call (with the scores) ahead of the per-node
-    /// plugins.
-    struct Remote;
-
-    fn number(node: &NodeInfo) -> i64 {
-        node.name()[1..].parse().unwrap_or(0)
-    }
-
-    impl crate::framework::Plugin for Remote {
-        fn name(&self) -> &'static str {
-            "Remote"
-        }
-        crate::extension_points!(filter, score);
-    }
-
-    impl crate::framework::FilterPlugin for Remote {
-        fn filter(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
-            if number(node) % 11 == 0 {
-                Status::unschedulable("eleventh")
-            } else {
-                Status::success()
-            }
-        }
-        fn as_batch(&self) -> Option<&dyn crate::framework::BatchFilter> {
-            Some(self)
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl crate::framework::BatchFilter for Remote {
-        async fn filter_nodes(
-            &self,
-            state: &CycleState,
-            pod: &PodInfo,
-            nodes: &[Arc<NodeInfo>],
-        ) -> Result<Vec<Status>, Status> {
-            use crate::framework::FilterPlugin;
-            Ok(nodes.iter().map(|n| self.filter(state, pod, n)).collect())
-        }
-
-        fn start_filter_nodes(
-            &self,
-            state: &CycleState,
-            pod: &PodInfo,
-            nodes: crate::framework::NodeWindow<'_>,
-            score: bool,
-        ) -> Option<crate::framework::BatchFilterCall> {
-            use crate::framework::FilterPlugin;
-            let statuses: Vec<Status> = nodes.iter().map(|n| self.filter(state, pod, n)).collect();
-            let scores = score.then(|| nodes.iter().map(|n| number(n) % 7).collect());
-            Some(Box::pin(async move {
-                let mut answer = crate::framework::BatchFilterAnswer::from_statuses(statuses);
-                answer.scores = scores;
-                Ok(answer)
-            }))
-        }
-    }
-
-    impl crate::framework::ScorePlugin for Remote {
-        fn score(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-            Ok(number(node) % 7)
-        }
-        fn as_batch(&self) -> Option<&dyn crate::framework::BatchScore> {
-            Some(self)
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl crate::framework::BatchScore for Remote {
-        async fn score_nodes(
-            &self,
-            _: &CycleState,
-            _: &PodInfo,
-            nodes: &[Arc<NodeInfo>],
-        ) -> Result<Vec<i64>, Status> {
-            Ok(nodes.iter().map(|n| number(n) % 7).collect())
-        }
-        async fn score_prefetched(
-            &self,
-            _: &CycleState,
-            _: &PodInfo,
-            _: &[Arc<NodeInfo>],
-            raw: Vec<i64>,
-        ) -> Result<Vec<i64>, Status> {
-            Ok(raw)
+    /// The batch plugin (as a remote extender's, answering ahead of the
+    /// per-node plugins): it rejects every eleventh node and scores by the
+    /// node's number.
+    fn remote_plugin() -> BatchJudge {
+        BatchJudge {
+            name: "Remote",
+            passes: |_, node| !number(node.name()).is_multiple_of(11),
+            score: |_, node| (number(node.name()) % 7) as i64,
+            looks_ahead: false,
+            asked: Arc::default(),
         }
     }
 
     /// Schedules the stream of `kinds` against 150 nodes (a node tainted,
     /// then new nodes added, part way), assuming each placement, with the
-    /// default profile and, with `remote`, [`Remote`] in it; returns where
+    /// default profile and, with `remote`, [`remote_plugin`] in it; returns where
     /// each pod went (or why it did not) and how many verdicts and score
     /// rows were reused.
     async fn run(batching: bool, kinds: &[u64], remote: bool) -> (Placements, (u64, u64)) {
         let mut registry = in_tree_registry();
-        registry
-            .register("Remote", |_: crate::framework::NoArgs, _| Ok(Remote))
-            .unwrap();
+        remote_plugin().register(&mut registry);
         let mut yaml = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npercentageOfNodesToScore: 30\n".to_string();
         if remote {
             yaml.push_str("profiles:\n- schedulerName: default-scheduler\n  plugins:\n    filter:\n      enabled: [{name: Remote}]\n    score:\n      enabled: [{name: Remote, weight: 3}]\n");

@@ -6,151 +6,30 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
+use super::batch_judge::{Asked, BatchJudge, number};
 use super::{Algorithm, FastRng, ScheduleError, build_profiles};
-use crate::cache::{Cache, NodeInfo, Snapshot};
+use crate::cache::{Cache, Snapshot};
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::config;
-use crate::framework::{
-    BatchFilter, BatchFilterAnswer, BatchFilterCall, BatchScore, CycleState, FilterPlugin, Handle,
-    NodeWindow, NominatedPods, Parallelizer, ScorePlugin, Status,
-};
+use crate::framework::{CycleState, Handle, NominatedPods, Parallelizer};
 use crate::model::PodInfo;
 use crate::plugins::in_tree_registry;
 use crate::queue::{QueueConfig, SchedulingQueue};
 use crate::testing::{make_node, make_pod};
 
-/// What the plugin was asked: per call, the pod, the cycle it was asked
-/// under and the first node of the window; and how many calls were dropped
-/// unanswered.
-#[derive(Default)]
-struct Asked {
-    calls: Mutex<Vec<(String, u64, String)>>,
-    dropped: AtomicUsize,
-}
-
-/// A Filter and Score plugin served in batches, as a remote extender's,
-/// that may be asked ahead: its verdicts and scores depend on the pod and
-/// the node, so verdicts used for the wrong pod would move placements.
-struct Judge(Arc<Asked>);
-
-fn number(s: &str) -> u64 {
-    s.trim_start_matches(|c: char| !c.is_ascii_digit())
-        .parse()
-        .unwrap_or(0)
-}
-
-fn passes(pod: &PodInfo, node: &NodeInfo) -> bool {
-    !(number(&pod.name) + number(node.name())).is_multiple_of(5)
-}
-
-fn score(pod: &PodInfo, node: &NodeInfo) -> i64 {
-    ((number(&pod.name) + 1) * number(node.name()) % 13) as i64
-}
-
-impl crate::framework::Plugin for Judge {
-    fn name(&self) -> &'static str {
-        "Judge"
-    }
-    crate::extension_points!(filter, score);
-}
-
-impl FilterPlugin for Judge {
-    fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if passes(pod, node) {
-            Status::success()
-        } else {
-            Status::unschedulable("judged out")
-        }
-    }
-    fn as_batch(&self) -> Option<&dyn BatchFilter> {
-        Some(self)
-    }
-}
-
-/// Counts the call as dropped unless it answered.
-struct Answered(Arc<Asked>, bool);
-
-impl Drop for Answered {
-    fn drop(&mut self) {
-        if !self.1 {
-            self.0.dropped.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl BatchFilter for Judge {
-    async fn filter_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        nodes: &[Arc<NodeInfo>],
-    ) -> Result<Vec<Status>, Status> {
-        Ok(nodes.iter().map(|n| self.filter(state, pod, n)).collect())
-    }
-
-    fn start_filter_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        nodes: NodeWindow<'_>,
-        with_scores: bool,
-    ) -> Option<BatchFilterCall> {
-        let first = nodes.iter().next().map(|n| n.name().to_string());
-        self.0.calls.lock().push((
-            pod.name.to_string(),
-            state.token().id(),
-            first.unwrap_or_default(),
-        ));
-        let statuses: Vec<Status> = nodes.iter().map(|n| self.filter(state, pod, n)).collect();
-        let scores = with_scores.then(|| nodes.iter().map(|n| score(pod, n)).collect());
-        let answered = Answered(self.0.clone(), false);
-        Some(Box::pin(async move {
-            let mut answered = answered;
-            answered.1 = true;
-            let mut answer = BatchFilterAnswer::from_statuses(statuses);
-            answer.scores = scores;
-            Ok(answer)
-        }))
-    }
-
-    fn looks_ahead(&self) -> bool {
-        true
-    }
-}
-
-impl ScorePlugin for Judge {
-    fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        Ok(score(pod, node))
-    }
-    fn as_batch(&self) -> Option<&dyn BatchScore> {
-        Some(self)
-    }
-}
-
-#[async_trait::async_trait]
-impl BatchScore for Judge {
-    async fn score_nodes(
-        &self,
-        _: &CycleState,
-        pod: &PodInfo,
-        nodes: &[Arc<NodeInfo>],
-    ) -> Result<Vec<i64>, Status> {
-        Ok(nodes.iter().map(|n| score(pod, n)).collect())
-    }
-    async fn score_prefetched(
-        &self,
-        _: &CycleState,
-        _: &PodInfo,
-        _: &[Arc<NodeInfo>],
-        raw: Vec<i64>,
-    ) -> Result<Vec<i64>, Status> {
-        Ok(raw)
+/// The batch plugin, looking ahead: its verdicts and scores depend on
+/// the pod and the node, so verdicts used for the wrong pod would move
+/// placements.
+fn judge(asked: &Arc<Asked>) -> BatchJudge {
+    BatchJudge {
+        name: "Judge",
+        passes: |pod, node| !(number(&pod.name) + number(node.name())).is_multiple_of(5),
+        score: |pod, node| ((number(&pod.name) + 1) * number(node.name()) % 13) as i64,
+        looks_ahead: true,
+        asked: asked.clone(),
     }
 }
 
@@ -184,12 +63,7 @@ async fn run(
 ) -> (Placements, (u64, u64), Arc<Asked>) {
     let asked = Arc::new(Asked::default());
     let mut registry = in_tree_registry();
-    let shared = asked.clone();
-    registry
-        .register("Judge", move |_: crate::framework::NoArgs, _| {
-            Ok(Judge(shared.clone()))
-        })
-        .unwrap();
+    judge(&asked).register(&mut registry);
     let yaml = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npercentageOfNodesToScore: 30\nprofiles:\n- schedulerName: default-scheduler\n  plugins:\n    filter:\n      enabled: [{name: Judge}]\n    score:\n      enabled: [{name: Judge, weight: 3}]\n";
     let cfg = config::parse(yaml, &|n| registry.contains(n)).unwrap();
     let cluster = EmbeddedCluster::new();

@@ -3,6 +3,8 @@
 //! handlers that feed cluster changes into the cache and the queue.
 
 mod algorithm;
+#[cfg(test)]
+mod batch_judge;
 mod batching;
 mod event_handlers;
 mod explain;
