@@ -9,4 +9,5 @@ pub mod objects;
 pub mod profile;
 pub mod report;
 pub mod runner;
+pub mod transport;
 pub mod workloads;

@@ -103,6 +103,17 @@ fn run_here(w: &Workload, opts: &RunOptions) -> Outcome {
             },
         };
     }
+    if let Profile::Transport(size) = w.profile {
+        let result = runtime()
+            .and_then(|rt| rt.block_on(berth_bench::transport::run(&w.name, size, opts.timeout)));
+        return match result {
+            Ok(r) => Outcome::Transport(r),
+            Err(e) => Outcome::Failed {
+                workload: w.name.clone(),
+                error: format!("{e:#}"),
+            },
+        };
+    }
     let result = runtime().and_then(|rt| rt.block_on(runner::run(w, opts)));
     match result {
         Ok(r) => Outcome::Done(r),
@@ -209,6 +220,13 @@ fn main() -> Result<()> {
                 );
                 continue;
             }
+            if let Profile::Transport(t) = w.profile {
+                println!(
+                    "{}\t{} FilterRequests of {} node ids, {} per write, to a bare echo extender",
+                    w.name, t.exchanges, t.node_ids, t.per_write
+                );
+                continue;
+            }
             println!(
                 "{}\t{} nodes, {} existing, {} measured, {} never fit",
                 w.name, w.size.nodes, w.size.existing, w.size.measured, w.size.unschedulable
@@ -223,6 +241,7 @@ fn main() -> Result<()> {
         matches!(
             w.profile,
             Profile::Extender(ExtenderVariant::Grpc | ExtenderVariant::Http)
+                | Profile::Transport(_)
         )
     }) && std::env::var_os("BERTH_BENCH_EXTENDER").is_none()
     {
@@ -248,6 +267,14 @@ fn main() -> Result<()> {
                 r.clients,
                 r.cpu_us_per_dry_run,
                 r.peak_rss_mib
+            ),
+            Outcome::Transport(r) => eprintln!(
+                "  {:.0} exchanges/s, {:.1} µs CPU per exchange here and {:.1} µs in the extender; round trip p50 {:.3} ms, p99 {:.3} ms",
+                r.exchanges_per_second,
+                r.cpu_us_per_exchange,
+                r.extender_cpu_us_per_exchange,
+                r.round_trip_p50_ms,
+                r.round_trip_p99_ms
             ),
             Outcome::Skipped { reason, .. } => eprintln!("  skipped: {reason}"),
             Outcome::Failed { error, .. } => eprintln!("  FAILED: {error}"),
@@ -280,7 +307,10 @@ fn main() -> Result<()> {
     let count = |f: fn(&Outcome) -> bool| report.outcomes.iter().filter(|o| f(o)).count();
     eprintln!(
         "berth-bench: {} passed, {} failed, {} skipped",
-        count(|o| matches!(o, Outcome::Done(_) | Outcome::Api(_))),
+        count(|o| matches!(
+            o,
+            Outcome::Done(_) | Outcome::Api(_) | Outcome::Transport(_)
+        )),
         count(|o| matches!(o, Outcome::Failed { .. })),
         count(|o| matches!(o, Outcome::Skipped { .. })),
     );

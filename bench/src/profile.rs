@@ -86,7 +86,12 @@ impl ExtenderProcess {
         }
     }
 
-    /// Starts the extender with `protocol` (`grpc` or `http`) on a loopback
+    /// The process's id (while it runs).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Starts the extender with `protocol` (`grpc`, `http` or `echo`) on a loopback
     /// port and waits for its `listening on ADDR` line.
     pub async fn start(protocol: &str) -> Result<Self> {
         let bin = Self::binary()?;
@@ -162,7 +167,7 @@ fn parse(yaml: &str, registry: &Registry) -> Result<SchedulerConfig> {
 pub async fn setup(profile: Profile) -> Result<Setup> {
     let mut registry = in_tree_registry();
     match profile {
-        Profile::Default | Profile::Api(_) => {
+        Profile::Default | Profile::Api(_) | Profile::Transport(_) => {
             let known = |n: &str| registry.contains(n);
             let config = config::default_config(&known);
             Ok(Setup {

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::ApiResult;
 use crate::runner::RunResult;
+use crate::transport::TransportResult;
 
 /// What became of one workload.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -14,6 +15,8 @@ pub enum Outcome {
     Done(RunResult),
     /// The API workload ran to the end; its figures.
     Api(ApiResult),
+    /// The transport workload ran to the end; its figures.
+    Transport(TransportResult),
     /// It cannot run here (a variant not built yet).
     Skipped {
         /// The workload's name.
@@ -36,6 +39,7 @@ impl Outcome {
         match self {
             Self::Done(r) => &r.workload,
             Self::Api(r) => &r.workload,
+            Self::Transport(r) => &r.workload,
             Self::Skipped { workload, .. } | Self::Failed { workload, .. } => workload,
         }
     }
@@ -128,7 +132,7 @@ impl Report {
         let mut rows: Vec<Vec<String>> = Vec::new();
         for o in &self.outcomes {
             let row = match o {
-                Outcome::Api(_) => continue,
+                Outcome::Api(_) | Outcome::Transport(_) => continue,
                 Outcome::Done(r) => {
                     let measured = if r.unschedulable_pods > 0 {
                         format!(
@@ -173,7 +177,7 @@ impl Report {
         let tabled = self
             .outcomes
             .iter()
-            .filter(|o| !matches!(o, Outcome::Api(_)));
+            .filter(|o| !matches!(o, Outcome::Api(_) | Outcome::Transport(_)));
         for (o, row) in tabled.zip(&rows) {
             for (i, cell) in row.iter().enumerate() {
                 if i == 0 || matches!(o, Outcome::Done(_)) {
@@ -227,6 +231,20 @@ impl Report {
             }
             out.push_str(&api_table(&api));
         }
+        let transport: Vec<&TransportResult> = self
+            .outcomes
+            .iter()
+            .filter_map(|o| match o {
+                Outcome::Transport(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        if !transport.is_empty() {
+            if !out.ends_with("\n\n") {
+                out.push('\n');
+            }
+            out.push_str(&transport_table(&transport));
+        }
         out
     }
 }
@@ -263,8 +281,47 @@ fn api_table(results: &[&ApiResult]) -> String {
             ]
         })
         .collect();
+    table(&header, &rows)
+}
+
+/// The transport workloads' table: exchanges per second, the CPU of each
+/// side per exchange, the round trip of a write.
+fn transport_table(results: &[&TransportResult]) -> String {
+    let header = [
+        "Workload",
+        "Node ids",
+        "Per write",
+        "Exchanges",
+        "Exchanges/s",
+        "CPU µs/exchange",
+        "Extender CPU µs/exchange",
+        "Round trip p50 (ms)",
+        "p99 (ms)",
+    ];
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            vec![
+                r.workload.clone(),
+                r.node_ids.to_string(),
+                r.per_write.to_string(),
+                r.exchanges.to_string(),
+                format!("{:.0}", r.exchanges_per_second),
+                format!("{:.1}", r.cpu_us_per_exchange),
+                format!("{:.1}", r.extender_cpu_us_per_exchange),
+                format!("{:.3}", r.round_trip_p50_ms),
+                format!("{:.3}", r.round_trip_p99_ms),
+            ]
+        })
+        .collect();
+    table(&header, &rows)
+}
+
+/// A markdown table with aligned columns: the first left-aligned, the
+/// figures right-aligned.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in &rows {
+    for row in rows {
         for (i, c) in row.iter().enumerate() {
             widths[i] = widths[i].max(c.chars().count());
         }
@@ -282,7 +339,8 @@ fn api_table(results: &[&ApiResult]) -> String {
         l.push('\n');
         l
     };
-    let mut out = line(&header.map(String::from));
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    let mut out = line(&header);
     out.push('|');
     for (i, w) in widths.iter().enumerate() {
         if i == 0 {
@@ -292,7 +350,7 @@ fn api_table(results: &[&ApiResult]) -> String {
         }
     }
     out.push('\n');
-    for row in &rows {
+    for row in rows {
         out.push_str(&line(row));
     }
     out

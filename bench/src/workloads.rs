@@ -20,6 +20,9 @@ pub enum Profile {
     /// No pods are created: berthd's gRPC API is measured over the sample
     /// cluster ([`crate::api`]).
     Api(crate::api::ApiSize),
+    /// No scheduler: bare exchanges over a remote extender's gRPC stream
+    /// ([`crate::transport`]).
+    Transport(crate::transport::TransportSize),
 }
 
 /// Where the extender workload's Filter+Score logic runs.
@@ -356,6 +359,32 @@ pub fn all(quick: bool) -> Vec<Workload> {
         devices_per_node: 0,
         churn: false,
     });
+    // The floor under SchedulingWithExtender/grpc: 230 node ids is the
+    // window berthd sends at 500 nodes.
+    for per_write in [1, 2, 4] {
+        let size = crate::transport::TransportSize {
+            node_ids: 230,
+            per_write,
+            exchanges: if quick { 200 } else { 20_000 },
+        };
+        out.push(Workload {
+            name: format!("ExtenderTransport/grpc/230NodeIds_{per_write}PerWrite"),
+            family: "ExtenderTransport",
+            size: Size {
+                nodes: 0,
+                existing: 0,
+                measured: size.exchanges,
+                unschedulable: 0,
+            },
+            zones: &[],
+            existing: (T::Default, d),
+            measured: (T::Default, d),
+            unschedulable: T::HighPriorityLargeCpu,
+            profile: Profile::Transport(size),
+            devices_per_node: 0,
+            churn: false,
+        });
+    }
     out
 }
 
@@ -408,5 +437,14 @@ mod tests {
         let api = select(all(false), &["Api".into()]);
         assert_eq!(api.len(), 1);
         assert!(matches!(api[0].profile, Profile::Api(s) if s.clients == 4));
+        let transport = select(all(false), &["ExtenderTransport".into()]);
+        let per_write: Vec<usize> = transport
+            .iter()
+            .filter_map(|w| match w.profile {
+                Profile::Transport(t) => Some(t.per_write),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(per_write, [1, 2, 4]);
     }
 }

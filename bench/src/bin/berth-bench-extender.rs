@@ -1,7 +1,9 @@
 //! berth-bench-extender: the SchedulingWithExtender workload's Filter+Score
 //! logic as a process of its own, served as a berth remote extender
 //! (`--protocol grpc`, the berth-extender SDK) or as a kube-scheduler HTTP
-//! JSON extender (`--protocol http`, verbs `filter` and `prioritize`).
+//! JSON extender (`--protocol http`, verbs `filter` and `prioritize`), or,
+//! for the transport workload, as a bare gRPC stream that answers every
+//! Filter request at once (`--protocol echo`).
 //!
 //! Its first line on stderr is `listening on ADDR`; berth-bench starts it
 //! and reads that line. It serves until killed (or, for gRPC, SIGINT or
@@ -21,6 +23,9 @@ enum Protocol {
     Grpc,
     /// kube-scheduler's HTTP JSON extender protocol.
     Http,
+    /// The bare gRPC stream, without the SDK: every FilterRequest answered
+    /// at once (the ExtenderTransport workload; `berth_bench::transport`).
+    Echo,
 }
 
 /// Serves the benchmark's extender logic.
@@ -65,6 +70,7 @@ fn main() -> Result<()> {
             Protocol::Http => serve_http(listener)
                 .await
                 .context("serving the HTTP extender"),
+            Protocol::Echo => berth_bench::transport::serve_echo(listener).await,
         }
     })
 }
