@@ -1094,8 +1094,8 @@ impl Framework {
     /// Runs the batch Filter plugins on `nodes` (those the per-node plugins
     /// kept), as [`Framework::run_batch_filters`] does, using the calls
     /// `ahead` sent: `offsets[k]` is the position of `nodes[k]` in the
-    /// window sent; a node past the window is judged by a second call with
-    /// such nodes only. The result (kept nodes, rejections, errors) is that
+    /// window sent (in any order); a node outside the window (at or past
+    /// its length) is judged by a second call with such nodes only. The result (kept nodes, rejections, errors) is that
     /// of `run_batch_filters` on `nodes`: each plugin only counts for the
     /// nodes the plugins before it kept. Scores that came along are kept in
     /// `state` for [`Framework::run_score`] on the nodes kept.
@@ -1192,16 +1192,16 @@ impl Framework {
                         rest.rejected.sort_by_key(|(at, _)| *at);
                         Some(rest)
                     };
-                    // Offsets ascend with positions in `nodes`: one merge.
+                    // Offsets need not ascend (a window sent ahead may
+                    // start before the cycle's, and wrap): each is looked
+                    // up among the few rejections.
                     let mut rejected = Vec::new();
-                    let mut sent = answer.rejected.iter().peekable();
                     for (k, &o) in offsets.iter().enumerate() {
                         if o >= ahead.sent {
-                            break;
+                            continue;
                         }
-                        while sent.next_if(|(at, _)| *at < o).is_some() {}
-                        if let Some((_, s)) = sent.next_if(|(at, _)| *at == o) {
-                            rejected.push((k, s.clone()));
+                        if let Ok(at) = answer.rejected.binary_search_by_key(&o, |(at, _)| *at) {
+                            rejected.push((k, answer.rejected[at].1.clone()));
                         }
                     }
                     if let Some(r) = &rest {
@@ -1211,6 +1211,7 @@ impl Framework {
                             }
                         }
                     }
+                    rejected.sort_by_key(|(k, _)| *k);
                     let scores = c.score_index.and_then(|j| {
                         let head = answer.scores.as_ref()?;
                         let tail = match &rest {

@@ -38,6 +38,47 @@ impl KeyedHeap {
         self.items.first()
     }
 
+    /// The first `k` items in the order `pop` takes them (ties included),
+    /// without taking them: `pop` is played over the positions it would
+    /// change (each moves the last item to the root and sifts it down),
+    /// the heap untouched.
+    pub fn first(&self, k: usize, less: Less<'_>) -> Vec<&QueuedPodInfo> {
+        let mut out = Vec::with_capacity(k.min(self.items.len()));
+        // Position -> index in `items`, where a played pop changed it.
+        let mut moved: HashMap<usize, usize, foldhash::fast::FixedState> = HashMap::default();
+        let at = |moved: &HashMap<usize, usize, _>, pos: usize| *moved.get(&pos).unwrap_or(&pos);
+        let mut n = self.items.len();
+        while out.len() < k && n > 0 {
+            out.push(&self.items[at(&moved, 0)]);
+            n -= 1;
+            if n == 0 {
+                break;
+            }
+            let last = at(&moved, n);
+            moved.insert(0, last);
+            let mut i = 0;
+            loop {
+                let l = 2 * i + 1;
+                if l >= n {
+                    break;
+                }
+                let item = |pos: usize| &self.items[at(&moved, pos)];
+                let mut child = l;
+                if l + 1 < n && less(item(l + 1), item(l)) {
+                    child = l + 1;
+                }
+                if !less(item(child), item(i)) {
+                    break;
+                }
+                let (a, b) = (at(&moved, i), at(&moved, child));
+                moved.insert(i, b);
+                moved.insert(child, a);
+                i = child;
+            }
+        }
+        out
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &QueuedPodInfo> {
         self.items.iter()
     }
@@ -155,5 +196,40 @@ mod tests {
         assert_eq!(order, [10, 9, 8, 5, 3, 2]);
         assert_eq!(h.len(), 0);
         assert!(h.index.is_empty());
+    }
+
+    #[test]
+    fn first_k_are_what_pop_takes_next() {
+        let less = |a: &QueuedPodInfo, b: &QueuedPodInfo| a.pod.priority > b.pod.priority;
+        let prios = [5, 1, 9, 3, 7, 2, 8, 6, 4, 11, 0, 10];
+        let mut h = KeyedHeap::default();
+        for (i, p) in prios.into_iter().enumerate() {
+            h.push(item(&format!("p{i}"), p), &less);
+        }
+        for k in 0..=prios.len() + 1 {
+            let first: Vec<i32> = h.first(k, &less).iter().map(|q| q.pod.priority).collect();
+            let mut sorted = prios.to_vec();
+            sorted.sort_unstable_by(|a, b| b.cmp(a));
+            sorted.truncate(k);
+            assert_eq!(first, sorted, "k = {k}");
+        }
+        assert!(KeyedHeap::default().first(3, &less).is_empty());
+        // Ties come out in the order pop takes them, which the heap's shape
+        // decides: priorities in three ties, after updates and a removal.
+        let mut h = KeyedHeap::default();
+        for i in 0..40 {
+            h.push(item(&format!("t{i}"), i % 3), &less);
+        }
+        h.remove("uid-default-t7", &less);
+        h.push(item("t9", 5), &less);
+        let names = |v: Vec<&QueuedPodInfo>| -> Vec<String> {
+            v.into_iter().map(|q| q.pod.name.to_string()).collect()
+        };
+        let first = names(h.first(12, &less));
+        let popped: Vec<String> = std::iter::from_fn(|| h.pop(&less))
+            .take(12)
+            .map(|q| q.pod.name.to_string())
+            .collect();
+        assert_eq!(first, popped);
     }
 }

@@ -717,6 +717,28 @@ impl SchedulingQueue {
             .map(|q| q.pod.clone())
     }
 
+    /// The next `k` pods [`SchedulingQueue::pop`] would take if nothing
+    /// changed before (activeQ's in order, then backoffQ's), without taking
+    /// them: for work sent ahead for them.
+    pub fn peek_many(&self, k: usize) -> Vec<PodRef> {
+        let inner = self.inner.lock();
+        if inner.closed {
+            return Vec::new();
+        }
+        let sort = inner.sort.clone();
+        let mut out: Vec<PodRef> = inner
+            .active
+            .first(k, &|a, b| sort.less(a, b))
+            .into_iter()
+            .map(|q| q.pod.clone())
+            .collect();
+        if out.len() < k {
+            let more = inner.backoff.first(k - out.len(), &backoff_order(&sort));
+            out.extend(more.into_iter().map(|q| q.pod.clone()));
+        }
+        out
+    }
+
     /// Returns a pod that failed to the queue: where to depends on who
     /// rejected it and on the events seen while it was in flight. Also
     /// ends its in-flight tracking.

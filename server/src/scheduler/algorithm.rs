@@ -2,6 +2,7 @@
 //! over nodes, PreScore/Score, and the choice among the best nodes.
 
 use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 pub use crate::rng::FastRng;
@@ -139,19 +140,38 @@ pub struct Algorithm {
     /// Verdicts and raw scores kept for the next pod with the same
     /// signature.
     batch: Batch,
-    /// The queue whose next pod batch Filter calls are sent ahead for
+    /// The queue whose next pods batch Filter calls are sent ahead for
     /// (`None`: never; see [`Algorithm::with_look_ahead`]).
     look_ahead_queue: Option<Arc<SchedulingQueue>>,
-    /// The calls sent ahead for the next pod, if any.
-    ahead: Option<LookAhead>,
+    /// The calls sent ahead, for the queue's next pods in their order.
+    ahead: VecDeque<LookAhead>,
     /// Calls sent ahead that their cycle used, and that were dropped.
     look_aheads: (u64, u64),
+    /// How far the search's start moves per cycle (smoothed), and how
+    /// much that varies: where the windows of pods further ahead start.
+    start_step: f64,
+    start_step_spread: f64,
+    /// Whether `start_step` was measured yet.
+    looked_ahead_from_start: bool,
+    /// Searches run so far (the look-ahead's clock).
+    cycles: u64,
 }
 
-/// Batch Filter calls sent for the pod expected next, before its cycle
-/// started, while the cycle before it waited for its own verdicts.
+/// Pods whose batch Filter calls are sent ahead together: one write on an
+/// extender's stream for all of them, which is most of what a call costs
+/// (`berth-bench --workload ExtenderTransport`).
+const LOOK_AHEAD_BATCH: usize = 4;
+
+/// More calls are sent ahead once no more than this many are left unused,
+/// so that the next pod's answer has had a cycle or more to come back.
+const LOOK_AHEAD_LOW: usize = 1;
+
+/// Batch Filter calls sent for a pod expected soon, before its cycle
+/// started, while an earlier cycle waited for its own verdicts.
 #[derive(Debug)]
 struct LookAhead {
+    /// When they were sent ([`Algorithm::cycles`]).
+    cycle: u64,
     /// The pod (this very object: an update replaces it).
     pod: PodRef,
     /// The context the calls were made under; the pod's cycle adopts it.
@@ -159,10 +179,11 @@ struct LookAhead {
     /// In a mutex only so that the loop holding it is `Sync` (the calls are
     /// futures, `Send` only); never contended.
     calls: parking_lot::Mutex<BatchFiltersAhead>,
-    /// The window sent: the node list's version, its start and length.
+    /// The window sent: the node list's version and length, and where in
+    /// it the window started.
     tree_version: u64,
+    nodes: usize,
     start: usize,
-    len: usize,
 }
 
 /// The feasible nodes found and what was learned about the others.
@@ -191,23 +212,33 @@ impl Algorithm {
             evaluated_per_feasible: 1.0,
             batch: Batch::new(false),
             look_ahead_queue: None,
-            ahead: None,
+            ahead: VecDeque::new(),
             look_aheads: (0, 0),
+            start_step: 0.0,
+            start_step_spread: 0.0,
+            looked_ahead_from_start: false,
+            cycles: 0,
         }
     }
 
     /// With a queue, the calls of batch Filter plugins that allow it
     /// ([`Framework::can_look_ahead`]: remote extenders whose answers do
-    /// not hang on the cycle before) are sent for the queue's next pod
+    /// not hang on the cycle before) are sent for the queue's next pods
     /// while the current cycle waits for its own verdicts, so that the
-    /// round trip of one pod overlaps the cycle of the one before. They go
-    /// with the window of candidates that pod's cycle computes if the node
-    /// list does not change (the search's start and reach are final once
-    /// the current cycle's Filter ran). The next cycle uses them only if it
-    /// is that pod's (the very object: an update replaces it) with that
-    /// window; otherwise they are dropped (cancelled) and sent anew. The
-    /// verdicts are the extender's for the same pod and nodes, asked one
-    /// cycle earlier.
+    /// round trips of later pods overlap the cycles before them: up to
+    /// [`LOOK_AHEAD_BATCH`] pods' at once (one write on the stream), once
+    /// no more than [`LOOK_AHEAD_LOW`] are left. Each goes with the window
+    /// of candidates that pod's cycle is expected to take: for the next
+    /// pod the very window (the search's start and reach are final once
+    /// the current cycle's Filter ran); for pods further on, the start
+    /// moved by what the start moved per cycle lately, widened on both
+    /// sides by how much that varied (the whole node list once that covers
+    /// it). A cycle uses the calls sent for its pod (the very object: an
+    /// update replaces it) if the node list did not change since; the
+    /// nodes of its window that the window sent missed are asked in a
+    /// second call. Calls for pods that are no longer next are dropped
+    /// (cancelled). The verdicts are the extender's for the same pod and
+    /// nodes, asked a few cycles earlier.
     pub fn with_look_ahead(mut self, queue: Option<Arc<SchedulingQueue>>) -> Self {
         self.look_ahead_queue = queue;
         self
@@ -220,79 +251,112 @@ impl Algorithm {
     }
 
     /// The context of the calls sent ahead for `pod`, for its cycle to
-    /// adopt; calls sent ahead for another pod are dropped.
+    /// adopt.
     pub fn look_ahead_token(&mut self, pod: &PodRef) -> Option<Arc<CycleToken>> {
-        match &self.ahead {
-            Some(a) if Arc::ptr_eq(&a.pod, pod) => Some(a.token.clone()),
-            Some(_) => {
-                self.drop_look_ahead();
-                None
-            }
-            None => None,
-        }
+        self.ahead
+            .iter()
+            .find(|a| Arc::ptr_eq(&a.pod, pod))
+            .map(|a| a.token.clone())
     }
 
     /// Ends `pod`'s cycle for the look-ahead: calls sent ahead for it and
     /// not used (the cycle ended before its Filter) are dropped.
     pub fn end_cycle(&mut self, pod: &PodRef) {
-        if self
-            .ahead
-            .as_ref()
-            .is_some_and(|a| Arc::ptr_eq(&a.pod, pod))
-        {
-            self.drop_look_ahead();
-        }
+        self.drop_ahead_unless(|a| !Arc::ptr_eq(&a.pod, pod));
+    }
+
+    /// Drops (cancels) the calls sent ahead that `keep` refuses.
+    fn drop_ahead_unless(&mut self, keep: impl Fn(&LookAhead) -> bool) {
+        let before = self.ahead.len();
+        self.ahead.retain(|a| keep(a));
+        self.look_aheads.1 += (before - self.ahead.len()) as u64;
     }
 
     /// Whether calls were sent ahead and not used yet.
     pub fn has_look_ahead(&self) -> bool {
-        self.ahead.is_some()
+        !self.ahead.is_empty()
     }
 
     /// Drops (cancels) the calls sent ahead, if any.
     pub fn drop_look_ahead(&mut self) {
-        if self.ahead.take().is_some() {
-            self.look_aheads.1 += 1;
-        }
+        self.look_aheads.1 += self.ahead.len() as u64;
+        self.ahead.clear();
     }
 
-    /// Sends the batch Filter calls for the queue's next pod now, with the
-    /// window its cycle will compute.
+    /// Drops the calls sent ahead that no cycle will use; once few are
+    /// left, sends the batch Filter calls for the queue's next pods that
+    /// have none (up to [`LOOK_AHEAD_BATCH`] at once), each with the window
+    /// its cycle is expected to take.
     fn look_ahead(&mut self, fw: &Framework, current: &PodInfo, snapshot: &Snapshot) {
-        if self.ahead.is_some() || !fw.can_look_ahead() {
+        if !fw.can_look_ahead() {
             return;
         }
-        let Some(next) = self.look_ahead_queue.as_ref().and_then(|q| q.peek()) else {
+        let Some(queue) = self.look_ahead_queue.clone() else {
             return;
         };
-        if next.uid == current.uid
-            || next.scheduler_name != current.scheduler_name
-            || next.nominated_node_name.is_some()
-            || next.terminating
-        {
-            // Its cycle would not take the window foreseen (a nominated
-            // pod tries its node first), or is another profile's.
-            return;
-        }
         let all = snapshot.list();
-        if all.is_empty() {
+        let n = all.len();
+        // Calls over a node list that changed since (their windows no
+        // longer name the same nodes), and calls whose pod's cycle should
+        // have come by now (the pod was deleted, updated or overtaken).
+        let version = snapshot.tree_version();
+        let stale = self
+            .cycles
+            .saturating_sub((LOOK_AHEAD_LOW + LOOK_AHEAD_BATCH + 1) as u64);
+        self.drop_ahead_unless(|a| a.tree_version == version && a.nodes == n && a.cycle >= stale);
+        if self.ahead.len() > LOOK_AHEAD_LOW || n == 0 {
             return;
         }
-        let (start, len) = self.window(fw, all.len());
-        let state = CycleState::new();
-        let Some(calls) =
-            fw.start_batch_filters(&state, &next, NodeWindow::rotated(all, start, len))
-        else {
-            return;
-        };
-        self.ahead = Some(LookAhead {
-            pod: next,
-            token: state.token().clone(),
-            calls: parking_lot::Mutex::new(calls),
-            tree_version: snapshot.tree_version(),
-            start,
-            len,
-        });
+        let next = queue.peek_many(self.ahead.len().max(LOOK_AHEAD_LOW) + LOOK_AHEAD_BATCH);
+        self.drop_ahead_unless(|a| next.iter().any(|p| Arc::ptr_eq(p, &a.pod)));
+        let (first, len) = self.window(fw, n);
+        for (j, pod) in next
+            .iter()
+            .enumerate()
+            .take(LOOK_AHEAD_LOW + LOOK_AHEAD_BATCH)
+        {
+            if pod.uid == current.uid
+                || pod.scheduler_name != current.scheduler_name
+                || pod.nominated_node_name.is_some()
+                || pod.terminating
+            {
+                // Its cycle would not take the window foreseen (a nominated
+                // pod tries its node first), nor would the ones after it,
+                // or it is another profile's.
+                break;
+            }
+            if self.ahead.iter().any(|a| Arc::ptr_eq(&a.pod, pod)) {
+                continue;
+            }
+            // Pod `j` (0: the next) starts where `j` more cycles moved the
+            // start, give or take what that varied by.
+            let slack = if j == 0 {
+                0
+            } else {
+                (j as f64 * (2.0 * self.start_step_spread + 1.0)).ceil() as usize
+            };
+            let moved = (j as f64 * self.start_step).round() as usize;
+            let (start, len) = if len + 2 * slack >= n {
+                (0, n)
+            } else {
+                ((first + moved + n - slack % n) % n, len + 2 * slack)
+            };
+            let state = CycleState::new();
+            let Some(calls) =
+                fw.start_batch_filters(&state, pod, NodeWindow::rotated(all, start, len))
+            else {
+                return;
+            };
+            self.ahead.push_back(LookAhead {
+                cycle: self.cycles,
+                pod: pod.clone(),
+                token: state.token().clone(),
+                calls: parking_lot::Mutex::new(calls),
+                tree_version: snapshot.tree_version(),
+                nodes: n,
+                start,
+            });
+        }
     }
 
     /// The window of candidates sent ahead to batch Filter plugins over `n`
@@ -438,16 +502,27 @@ impl Algorithm {
         // sampling will look at now, so that their round trip overlaps the
         // per-node plugins; their verdicts only count for the nodes those
         // keep, which is what judging the kept nodes afterwards gives.
-        let sent_ahead = self.ahead.take_if(|a| Arc::ptr_eq(&a.token, state.token()));
+        self.cycles += 1;
+        let sent_ahead = self
+            .ahead
+            .iter()
+            .position(|a| Arc::ptr_eq(&a.token, state.token()))
+            .and_then(|at| self.ahead.remove(at));
+        // Where this cycle's window starts in the window the calls went
+        // with (0 when sent in this cycle).
+        let mut shift = 0;
         let ahead = if fw.has_batch_filters() && !nodes.is_empty() {
             let (from, len) = self.window(fw, nodes.len());
             let used = sent_ahead.and_then(|a| {
-                // Only the very window this cycle sends.
-                let same = restricted.is_none()
+                // Positions in the node list mean the same only if it did
+                // not change; nodes a PreFilter restricted to are not a
+                // window.
+                let usable = restricted.is_none()
                     && a.tree_version == snapshot.tree_version()
-                    && (a.start, a.len) == (from, len);
-                if same {
+                    && a.nodes == nodes.len();
+                if usable {
                     self.look_aheads.0 += 1;
+                    shift = (from + nodes.len() - a.start % nodes.len()) % nodes.len();
                     Some(a.calls.into_inner())
                 } else {
                     self.look_aheads.1 += 1;
@@ -504,18 +579,34 @@ impl Algorithm {
             let observed = evaluated as f64 / feasible.len() as f64;
             self.evaluated_per_feasible = (self.evaluated_per_feasible + observed) / 2.0;
         }
+        if restricted.is_none() {
+            // A search that went all the way round did not move the start.
+            let moved = ((self.next_start_node_index + n - start % n) % n) as f64;
+            let step = if self.looked_ahead_from_start {
+                self.start_step
+            } else {
+                self.looked_ahead_from_start = true;
+                moved
+            };
+            // The spread falls slowly and rises at once: one pod that
+            // moves the start differently in a few widens the windows.
+            self.start_step_spread = (self.start_step_spread * 0.9).max((moved - step).abs());
+            self.start_step = (step + moved) / 2.0;
+        }
         if fw.has_batch_filters() {
             if ahead.is_some() {
-                // While this cycle waits for its verdicts, the next pod's
+                // While this cycle waits for its verdicts, later pods'
                 // leave.
                 self.look_ahead(fw, pod, snapshot);
             }
+            // Positions in the window the calls went with.
+            let sent: Vec<usize> = offsets.iter().map(|o| (shift + o) % n).collect();
             fw.finish_batch_filters(
                 state,
                 pod,
                 ahead,
                 feasible.to_mut(),
-                &offsets,
+                &sent,
                 &mut |_, node, s| {
                     diagnosis.add_plugin_status(&s);
                     diagnosis.node_to_status.set(Arc::from(node.name()), s);
