@@ -1277,12 +1277,12 @@ berthExtenders:
     let conn = env.scheduler.extenders().connections()[0].clone();
     assert_eq!(conn.circuit_state(), "open");
     // Only calls sent before the breaker opened reached the extender: the
-    // first pod's, the five sent ahead while it waited (the look-ahead),
-    // and four more sent ahead when one of those was left, while the
+    // first pod's, the six sent ahead while it waited (the look-ahead),
+    // and four more sent ahead when two of those were left, while the
     // fifth failure was still to come.
     assert_eq!(
         fake.received("Filter"),
-        10,
+        11,
         "only the calls before the breaker opened reached the extender"
     );
     let messages: Vec<String> = decided
@@ -1294,7 +1294,7 @@ berthExtenders:
             .iter()
             .filter(|m| m.contains("failed at Filter: no answer within 1s"))
             .count(),
-        8
+        9
     );
     let fast: Vec<&String> = messages
         .iter()
@@ -1304,11 +1304,11 @@ berthExtenders:
                 && m.contains(" failed calls in a row (the last: no answer within 1s); calls fail at once for")
         })
         .collect();
-    // Eight pods' cycles waited their calls out. Two calls sent ahead
-    // (the last two of the second four) were dropped unused: the pods that
-    // failed first came back from their backoff ahead of theirs, and by
-    // their turn the breaker refused them at once, as the other ten.
-    assert_eq!(fast.len(), 12, "{messages:#?}");
+    // Nine pods' cycles waited their calls out. Two calls sent ahead (of
+    // the second four) were dropped unused: the pods that failed first
+    // came back from their backoff ahead of theirs, and by their turn the
+    // breaker refused them at once, as the other nine.
+    assert_eq!(fast.len(), 11, "{messages:#?}");
     assert_eq!(conn.metrics().circuit_opened.get(), 1);
 }
 
@@ -1353,9 +1353,9 @@ berthExtenders:
             .iter()
             .all(|(_, d)| matches!(d, Decision::Scheduled { .. }))
     );
-    // The first pod's and the five sent ahead while it waited; the third
+    // The first pod's and the six sent ahead while it waited; the third
     // failure opened the breaker before more were sent.
-    assert_eq!(fake.received("Filter"), 6);
+    assert_eq!(fake.received("Filter"), 7);
     let conn = &env.scheduler.extenders().connections()[0];
     assert_eq!(conn.metrics().skipped.get(), 20);
 }

@@ -163,8 +163,10 @@ pub struct Algorithm {
 const LOOK_AHEAD_BATCH: usize = 4;
 
 /// More calls are sent ahead once no more than this many are left unused,
-/// so that the next pod's answer has had a cycle or more to come back.
-const LOOK_AHEAD_LOW: usize = 1;
+/// so that the first pod of the new ones is two cycles or more away when
+/// they leave: with one, that pod's cycle often came before its answer
+/// (a round trip, with the extender's wake-up, is longer than a cycle).
+const LOOK_AHEAD_LOW: usize = 2;
 
 /// Batch Filter calls sent for a pod expected soon, before its cycle
 /// started, while an earlier cycle waited for its own verdicts.
