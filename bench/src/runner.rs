@@ -134,7 +134,13 @@ pub fn memory_mib() -> (f64, f64) {
 /// /proc/self/stat (utime + stime, in clock ticks of 1/100 s on Linux);
 /// zero where unavailable.
 pub fn cpu_seconds() -> f64 {
-    let text = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    cpu_seconds_from("/proc/self/stat")
+}
+
+/// CPU time of the process whose `stat` file is `stat` (e.g.
+/// `/proc/<pid>/stat`), as [`cpu_seconds`] reads its own.
+pub fn cpu_seconds_from(stat: &str) -> f64 {
+    let text = std::fs::read_to_string(stat).unwrap_or_default();
     // Fields after the command name (which is in parentheses and may hold
     // spaces): state is field 3, utime 14, stime 15.
     let rest = text.rsplit_once(')').map_or("", |(_, r)| r);

@@ -29,7 +29,7 @@ use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream};
 use tokio_stream::{Stream, StreamExt};
 
 use crate::profile::ExtenderProcess;
-use crate::runner::cpu_seconds;
+use crate::runner::{cpu_seconds, cpu_seconds_from};
 
 /// How big the transport workload is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,16 +163,7 @@ pub async fn run(name: &str, size: TransportSize, timeout: Duration) -> Result<T
 
 /// User and system CPU time of process `pid` so far, in seconds.
 fn process_cpu_seconds(pid: u32) -> f64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = text.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
+    cpu_seconds_from(&format!("/proc/{pid}/stat"))
 }
 
 /// The echo extender: answers each FilterRequest on the stream at once,
