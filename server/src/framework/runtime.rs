@@ -1095,8 +1095,9 @@ impl Framework {
     /// kept), as [`Framework::run_batch_filters`] does, using the calls
     /// `ahead` sent: `offsets[k]` is the position of `nodes[k]` in the
     /// window sent (in any order); a node outside the window (at or past
-    /// its length) is judged by a second call with such nodes only. The result (kept nodes, rejections, errors) is that
-    /// of `run_batch_filters` on `nodes`: each plugin only counts for the
+    /// its length) is judged by a second call with such nodes only. The
+    /// result (kept nodes, rejections, errors) is that of
+    /// `run_batch_filters` on `nodes`: each plugin only counts for the
     /// nodes the plugins before it kept. Scores that came along are kept in
     /// `state` for [`Framework::run_score`] on the nodes kept.
     pub async fn finish_batch_filters(

@@ -147,12 +147,11 @@ pub struct Algorithm {
     ahead: VecDeque<LookAhead>,
     /// Calls sent ahead that their cycle used, and that were dropped.
     look_aheads: (u64, u64),
-    /// How far the search's start moves per cycle (smoothed), and how
-    /// much that varies: where the windows of pods further ahead start.
-    start_step: f64,
+    /// How far the search's start moves per cycle (smoothed; `None` before
+    /// the first search), and how much that varies: where the windows of
+    /// pods further ahead start.
+    start_step: Option<f64>,
     start_step_spread: f64,
-    /// Whether `start_step` was measured yet.
-    looked_ahead_from_start: bool,
     /// Searches run so far (the look-ahead's clock).
     cycles: u64,
 }
@@ -216,9 +215,8 @@ impl Algorithm {
             look_ahead_queue: None,
             ahead: VecDeque::new(),
             look_aheads: (0, 0),
-            start_step: 0.0,
+            start_step: None,
             start_step_spread: 0.0,
-            looked_ahead_from_start: false,
             cycles: 0,
         }
     }
@@ -337,7 +335,7 @@ impl Algorithm {
             } else {
                 (j as f64 * (2.0 * self.start_step_spread + 1.0)).ceil() as usize
             };
-            let moved = (j as f64 * self.start_step).round() as usize;
+            let moved = (j as f64 * self.start_step.unwrap_or(0.0)).round() as usize;
             let (start, len) = if len + 2 * slack >= n {
                 (0, n)
             } else {
@@ -584,16 +582,11 @@ impl Algorithm {
         if restricted.is_none() {
             // A search that went all the way round did not move the start.
             let moved = ((self.next_start_node_index + n - start % n) % n) as f64;
-            let step = if self.looked_ahead_from_start {
-                self.start_step
-            } else {
-                self.looked_ahead_from_start = true;
-                moved
-            };
+            let step = self.start_step.unwrap_or(moved);
             // The spread falls slowly and rises at once: one pod that
             // moves the start differently in a few widens the windows.
             self.start_step_spread = (self.start_step_spread * 0.9).max((moved - step).abs());
-            self.start_step = (step + moved) / 2.0;
+            self.start_step = Some((step + moved) / 2.0);
         }
         if fw.has_batch_filters() {
             if ahead.is_some() {
@@ -602,7 +595,11 @@ impl Algorithm {
                 self.look_ahead(fw, pod, snapshot);
             }
             // Positions in the window the calls went with.
-            let sent: Vec<usize> = offsets.iter().map(|o| (shift + o) % n).collect();
+            let sent: Cow<'_, [usize]> = if shift == 0 {
+                Cow::Borrowed(&offsets)
+            } else {
+                Cow::Owned(offsets.iter().map(|o| (shift + o) % n).collect())
+            };
             fw.finish_batch_filters(
                 state,
                 pod,
