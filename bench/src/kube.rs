@@ -469,6 +469,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
         setup_seconds: sync_seconds,
         rss_before_scheduler_mib: rss_before,
         peak_rss_mib: peak,
+        runs_pods_per_second: Vec::new(),
         kube: Some(KubeFigures {
             pods_bound: stats.bindings,
             events_written: stats.scheduled_events,

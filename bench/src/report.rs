@@ -110,13 +110,24 @@ impl Report {
     }
 
     /// The table, as markdown with aligned columns (and a line about the
-    /// machine). Skipped and failed workloads say why in the Pods/s column.
+    /// machine). Skipped and failed workloads say why in the Pods/s column;
+    /// Runs says how many times a workload ran (a row of several is the
+    /// median run by pods/s).
     pub fn markdown(&self) -> String {
         let m = &self.machine;
         let mut out = format!(
             "Machine: {} CPUs ({}), {} MiB memory; load average {:.2} at start. Command: `{}`\n\n",
             m.cpus, m.cpu_model, m.memory_mib, m.load_average, self.command
         );
+        let repeated = self
+            .outcomes
+            .iter()
+            .any(|o| matches!(o, Outcome::Done(r) if !r.runs_pods_per_second.is_empty()));
+        if repeated {
+            out.push_str(
+                "A workload measured in under a second ran several times (Runs); its row is the median run by pods/s.\n\n",
+            );
+        }
         let header = [
             "Workload",
             "Nodes",
@@ -128,6 +139,7 @@ impl Report {
             "p90 (ms)",
             "p99 (ms)",
             "Peak RSS (MiB)",
+            "Runs",
         ];
         let mut rows: Vec<Vec<String>> = Vec::new();
         for o in &self.outcomes {
@@ -153,6 +165,7 @@ impl Report {
                         format!("{:.3}", r.attempt_p90_ms),
                         format!("{:.3}", r.attempt_p99_ms),
                         format!("{:.0}", r.peak_rss_mib),
+                        r.runs_pods_per_second.len().max(1).to_string(),
                     ]
                 }
                 Outcome::Skipped { workload, reason } => {
