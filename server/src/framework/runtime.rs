@@ -1240,6 +1240,10 @@ impl Framework {
             if let Some(s) = scores {
                 fused.push(s);
             }
+            if rejected.is_empty() {
+                // Every node passed: nothing to compact.
+                continue;
+            }
             let mut kept = 0;
             let mut rejected = rejected.into_iter().peekable();
             for k in 0..nodes.len() {
