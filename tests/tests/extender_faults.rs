@@ -470,9 +470,10 @@ async fn an_unacknowledged_unreserve_is_re_sent_until_a_restarted_extender_answe
 }
 
 /// Issue 13, item 4, through the real berthd: a non-ignorable extender that
-/// hangs at Filter costs its timeout for five pods in a row; then its
-/// circuit breaker opens (berthd logs it, with the last error), and the
-/// other pods fail at once, saying why, without reaching the extender.
+/// hangs at Filter costs its timeout for the pods whose calls left before
+/// five had failed; then its circuit breaker opens (berthd logs it, with
+/// the last error), and the other pods fail at once, saying why, without
+/// reaching the extender.
 #[tokio::test]
 async fn a_hung_extender_opens_its_circuit_breaker_and_later_pods_fail_at_once() -> Result<()> {
     let faulty = Extender::start("faulty", &["--hang", "filter"]).await?;
@@ -505,11 +506,11 @@ async fn a_hung_extender_opens_its_circuit_breaker_and_later_pods_fail_at_once()
             anyhow::bail!("{name}: {failure}");
         }
     }
-    // Five calls opened it; six more had left before and were waited out:
-    // the Filters of the next pods, sent while the first waited (six at
-    // once, the look-ahead) and when two of those were left (four more),
-    // before the fifth failure was known.
-    assert_eq!((timed_out, refused), (11, 9));
+    // Five calls opened it; twelve more had left before and were waited
+    // out: the Filters of the next sixteen pods, sent at once while the
+    // first waited (the look-ahead, after an idle queue), before the fifth
+    // failure was known.
+    assert_eq!((timed_out, refused), (17, 3));
     let opened = berthd_line(&mut s.berthd, |l| {
         message(l).starts_with("circuit breaker open after 5 failed calls in a row")
     })
@@ -520,6 +521,6 @@ async fn a_hung_extender_opens_its_circuit_breaker_and_later_pods_fail_at_once()
         .iter()
         .filter(|l| message(l).starts_with("request Filter "))
         .count();
-    assert_eq!(filters, 11, "only the calls before it opened reached it");
+    assert_eq!(filters, 17, "only the calls before it opened reached it");
     s.stop().await
 }

@@ -158,14 +158,24 @@ pub struct Algorithm {
 
 /// Pods whose batch Filter calls are sent ahead together: one write on an
 /// extender's stream for all of them, which is most of what a call costs
-/// (`berth-bench --workload ExtenderTransport`).
-const LOOK_AHEAD_BATCH: usize = 4;
+/// (`berth-bench --workload ExtenderTransport`), and one wake-up of the
+/// extender.
+const LOOK_AHEAD_BATCH: usize = 8;
 
 /// More calls are sent ahead once no more than this many are left unused,
-/// so that the first pod of the new ones is two cycles or more away when
-/// they leave: with one, that pod's cycle often came before its answer
-/// (a round trip, with the extender's wake-up, is longer than a cycle).
-const LOOK_AHEAD_LOW: usize = 2;
+/// so that the first pod of the new ones is that many cycles away when
+/// they leave: the extender answers a write's requests in one write once
+/// it has judged them all, so the round trip of a batch, with the
+/// extender's wake-up, is several cycles long. Sent later, the cycle that
+/// needed the first answer parked berthd's worker until it came, and on a
+/// 2-core machine each such park and wake-up cost berthd more CPU than the
+/// cycle itself. Measured with `berth-bench --workload
+/// SchedulingWithExtender` on 2 cores, alternating builds in the same
+/// minutes: with 8 and 8 the gRPC extender kept 79 to 87% of native
+/// throughput at 500 nodes (median of 5 to 6 rounds) against 67 to 75%
+/// with 4 and 2, and 86 to 103% at 5000 nodes against 60%; 8 and 2, 4 and
+/// 4, or 16 and 8 gained less.
+const LOOK_AHEAD_LOW: usize = 8;
 
 /// Batch Filter calls sent for a pod expected soon, before its cycle
 /// started, while an earlier cycle waited for its own verdicts.

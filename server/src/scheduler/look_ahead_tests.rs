@@ -167,15 +167,21 @@ async fn calls_sent_ahead_give_the_placements_of_calls_sent_in_each_cycle() {
     // look-ahead).
     assert_eq!((used, dropped), (pods.len() as u64 - 1, 0));
     assert_eq!(asked.dropped.load(Ordering::SeqCst), big);
-    // Each pod was asked about once, but for three: the first calls left
-    // together (p001 to p006) before any cycle had moved the search's
-    // start differently, and p003, too big for any node, went all the way
-    // round (the start did not move), so the windows of p004, p005 and
-    // p006 started where theirs did not: the nodes they missed were asked
-    // in a second call, under the pod's own cycle. Later windows are wide
-    // enough for that.
-    assert_eq!(asked_twice(&asked), ["p004", "p005", "p006"]);
-    assert_eq!(asked.calls.lock().len(), pods.len() + 3);
+    // Each pod was asked about once, but for twelve: the first calls left
+    // together (p001 to p016) before any cycle had moved the search's
+    // start differently, and p003 and p010, too big for any node, went
+    // all the way round (the start did not move), so the windows of the
+    // six pods after each started where theirs did not: the nodes they
+    // missed were asked in a second call, under the pod's own cycle.
+    // Later windows are wide enough for that.
+    assert_eq!(asked_twice(&asked), first_windows_missed());
+    assert_eq!(asked.calls.lock().len(), pods.len() + 12);
+}
+
+/// The pods of the first calls sent ahead whose windows missed nodes
+/// their cycle took (see the test above).
+fn first_windows_missed() -> Vec<String> {
+    (4..=9).chain(11..=16).map(|i| format!("p{i:03}")).collect()
 }
 
 /// The pods the plugin was asked about more than once, in order.
@@ -209,17 +215,17 @@ async fn calls_sent_ahead_survive_a_pod_overtaking_and_are_dropped_when_the_node
     assert!(ahead.iter().any(|(name, r)| name == "urgent7" && r.is_ok()));
     // The pods the urgent one overtook kept their calls and used them.
     // The calls sent before the node came (for p019, whose cycle was the
-    // first after it, and p020 to p022) named windows of the old node
-    // list: dropped unanswered and asked anew, p019's in its cycle, the
-    // others' sent ahead again at once. p004 to p006 were asked twice for
-    // their windows, as in the test above.
-    assert_eq!(dropped, 4);
-    assert_eq!(asked.dropped.load(Ordering::SeqCst), 4 + big_ones(&pods));
+    // first after it, and the thirteen pods after it) named windows of the
+    // old node list: dropped unanswered and asked anew, p019's in its
+    // cycle, the others' sent ahead again at once. The pods of the first
+    // calls were asked twice for their windows, as in the test above.
+    assert_eq!(dropped, 14);
+    assert_eq!(asked.dropped.load(Ordering::SeqCst), 14 + big_ones(&pods));
     // Every cycle but the first, the urgent pod's and p019's.
     assert_eq!(used, ahead.len() as u64 - 3);
-    assert_eq!(
-        asked_twice(&asked),
-        ["p004", "p005", "p006", "p019", "p020", "p021", "p022"]
-    );
-    assert_eq!(asked.calls.lock().len(), ahead.len() + 7);
+    let again: Vec<String> = (19..=32).map(|i| format!("p{i:03}")).collect();
+    let mut twice = first_windows_missed();
+    twice.extend(again);
+    assert_eq!(asked_twice(&asked), twice);
+    assert_eq!(asked.calls.lock().len(), ahead.len() + 12 + 14);
 }
