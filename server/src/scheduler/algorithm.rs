@@ -170,8 +170,8 @@ const LOOK_AHEAD_BATCH: usize = 8;
 /// needed the first answer parked berthd's worker until it came, and on a
 /// 2-core machine each such park and wake-up cost berthd more CPU than the
 /// cycle itself. Measured with `berth-bench --workload
-/// SchedulingWithExtender` on 2 cores, alternating builds in the same
-/// minutes: with 8 and 8 the gRPC extender kept 79 to 87% of native
+/// SchedulingWithExtender` on 2 cores, the values alternating within each
+/// round: with 8 and 8 the gRPC extender kept 79 to 87% of native
 /// throughput at 500 nodes (median of 5 to 6 rounds) against 67 to 75%
 /// with 4 and 2, and 86 to 103% at 5000 nodes against 60%; 8 and 2, 4 and
 /// 4, or 16 and 8 gained less.
