@@ -430,6 +430,17 @@ mod tests {
         let s = parse_slice(&mut slots, &resource_slice(3, 10)).unwrap();
         assert_eq!(s.devices.len(), 10);
         let t = claim_template("ns");
-        assert_eq!(t.spec.spec.devices.unwrap().requests.unwrap().len(), 1);
+        assert_eq!(
+            t.spec
+                .unwrap()
+                .spec
+                .unwrap()
+                .devices
+                .unwrap()
+                .requests
+                .unwrap()
+                .len(),
+            1
+        );
     }
 }

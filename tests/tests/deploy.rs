@@ -188,8 +188,9 @@ fn every_object_matches_its_schema_and_the_namespace_and_image_are_set() -> Resu
     let pod = m
         .deployment
         .spec
+        .template
+        .spec
         .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
         .ok_or_else(|| anyhow!("the Deployment has no pod spec"))?;
     assert_eq!(
         pod.containers[0].image.as_deref(),
@@ -201,7 +202,7 @@ fn every_object_matches_its_schema_and_the_namespace_and_image_are_set() -> Resu
 #[test]
 fn the_deployment_runs_two_non_root_replicas_with_flags_berthd_has() -> Result<()> {
     let m = manifests()?;
-    let spec = m.deployment.spec.as_ref().context("Deployment.spec")?;
+    let spec = &m.deployment.spec;
     assert_eq!(spec.replicas, Some(2));
     let pod = spec.template.spec.as_ref().context("pod spec")?;
     let psc = pod
@@ -241,7 +242,7 @@ fn the_deployment_runs_two_non_root_replicas_with_flags_berthd_has() -> Result<(
 #[test]
 fn probes_service_and_listen_flags_agree_on_ports() -> Result<()> {
     let m = manifests()?;
-    let spec = m.deployment.spec.as_ref().context("Deployment.spec")?;
+    let spec = &m.deployment.spec;
     let pod = spec.template.spec.as_ref().context("pod spec")?;
     let c = &pod.containers[0];
     let ports = c.ports.clone().unwrap_or_default();
@@ -304,7 +305,7 @@ fn probes_service_and_listen_flags_agree_on_ports() -> Result<()> {
 #[test]
 fn the_config_map_holds_a_config_berthd_accepts_and_is_mounted_where_berthd_reads() -> Result<()> {
     let m = manifests()?;
-    let spec = m.deployment.spec.as_ref().context("Deployment.spec")?;
+    let spec = &m.deployment.spec;
     let pod = spec.template.spec.as_ref().context("pod spec")?;
     let c = &pod.containers[0];
     let args = c.args.clone().unwrap_or_default();
@@ -384,8 +385,9 @@ fn role_bindings_grant_the_pods_service_account() -> Result<()> {
     let pod = m
         .deployment
         .spec
+        .template
+        .spec
         .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
         .context("pod spec")?;
     assert_eq!(pod.service_account_name.as_deref(), Some(sa.as_str()));
 
@@ -424,8 +426,9 @@ fn the_dockerfile_builds_berthd_locked_and_runs_it_as_the_deployments_user() -> 
     let psc = m
         .deployment
         .spec
+        .template
+        .spec
         .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
         .and_then(|p| p.security_context.as_ref())
         .context("pod securityContext")?;
     assert_eq!(psc.run_as_user, Some(uid));

@@ -176,17 +176,17 @@ pub fn simulation_plan(
         }
         "Deployment" => {
             let d: Deployment = strict(field, value)?;
-            let s = d.spec.unwrap_or_default();
+            let s = d.spec;
             (d.metadata, Some(s.template), s.replicas)
         }
         "ReplicaSet" => {
             let d: ReplicaSet = strict(field, value)?;
-            let s = d.spec.unwrap_or_default();
+            let s = d.spec;
             (d.metadata, s.template, s.replicas)
         }
         "StatefulSet" => {
             let d: StatefulSet = strict(field, value)?;
-            let s = d.spec.unwrap_or_default();
+            let s = d.spec;
             (d.metadata, Some(s.template), s.replicas)
         }
         "ReplicationController" => {

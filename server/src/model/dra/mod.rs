@@ -43,7 +43,8 @@ pub fn claim_from_template(
 ) -> api::ResourceClaim {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
-    let tmeta = template.spec.metadata.clone().unwrap_or_default();
+    let tspec = template.spec.clone().unwrap_or_default();
+    let tmeta = tspec.metadata.unwrap_or_default();
     let mut annotations = tmeta.annotations.unwrap_or_default();
     annotations.insert(POD_CLAIM_NAME_ANNOTATION.into(), pod_claim.into());
     api::ResourceClaim {
@@ -63,7 +64,7 @@ pub fn claim_from_template(
             }]),
             ..Default::default()
         },
-        spec: template.spec.spec.clone(),
+        spec: tspec.spec,
         status: Some(api::ResourceClaimStatus::default()),
     }
 }
@@ -803,9 +804,9 @@ fn request_spec(
 /// Parses a claim's spec into requests and constraints.
 pub fn parse_claim_spec(
     cache: &mut SelectorCache,
-    spec: &api::ResourceClaimSpec,
+    spec: Option<&api::ResourceClaimSpec>,
 ) -> Result<(Vec<Request>, Vec<Constraint>), InvalidObject> {
-    let devices = spec.devices.as_ref();
+    let devices = spec.and_then(|s| s.devices.as_ref());
     let mut requests = Vec::new();
     for (i, r) in devices
         .and_then(|d| d.requests.as_ref())
@@ -888,7 +889,7 @@ pub fn parse_claim(
     claim: Arc<api::ResourceClaim>,
 ) -> Claim {
     let meta = &claim.metadata;
-    let (requests, constraints, invalid) = match parse_claim_spec(cache, &claim.spec) {
+    let (requests, constraints, invalid) = match parse_claim_spec(cache, claim.spec.as_ref()) {
         Ok((r, c)) => (r, c, None),
         Err(e) => (Vec::new(), Vec::new(), Some(e.to_string())),
     };
@@ -979,11 +980,17 @@ pub fn parse_class(
     cache: &mut SelectorCache,
     class: Arc<api::DeviceClass>,
 ) -> Result<Class, InvalidObject> {
-    let spec = &class.spec;
+    let spec = class.spec.as_ref();
     Ok(Class {
         name: Arc::from(class.metadata.name.as_deref().unwrap_or("")),
-        selectors: selectors(cache, spec.selectors.as_ref(), "spec.selectors")?,
-        extended_resource_name: spec.extended_resource_name.as_deref().map(Arc::from),
+        selectors: selectors(
+            cache,
+            spec.and_then(|s| s.selectors.as_ref()),
+            "spec.selectors",
+        )?,
+        extended_resource_name: spec
+            .and_then(|s| s.extended_resource_name.as_deref())
+            .map(Arc::from),
         object: class,
     })
 }

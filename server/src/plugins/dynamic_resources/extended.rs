@@ -194,7 +194,7 @@ fn in_memory_claim(pod: &PodInfo) -> api::ResourceClaim {
             annotations: Some([(CLAIM_ANNOTATION.to_string(), "true".to_string())].into()),
             ..Default::default()
         },
-        spec: api::ResourceClaimSpec::default(),
+        spec: Some(api::ResourceClaimSpec::default()),
         status: None,
     }
 }

@@ -440,7 +440,7 @@ impl DynamicResources {
         Ok(Some(e.variant(mask, |mut v| {
             let (requests, mappings) = e.requests_for(pod, mask);
             let mut obj = (*special.object).clone();
-            obj.spec.devices = Some(api::DeviceClaim {
+            obj.spec.get_or_insert_default().devices = Some(api::DeviceClaim {
                 requests: Some(requests),
                 ..Default::default()
             });

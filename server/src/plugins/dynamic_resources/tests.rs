@@ -588,7 +588,8 @@ async fn extended_resources_backed_by_dra_get_a_claim_of_their_own() {
     );
     let owner = &c.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!((owner.kind.as_str(), owner.controller), ("Pod", Some(true)));
-    let requests = serde_json::to_value(&c.spec.devices.as_ref().unwrap().requests).unwrap();
+    let requests =
+        serde_json::to_value(&c.spec.as_ref().unwrap().devices.as_ref().unwrap().requests).unwrap();
     assert_eq!(
         requests,
         json!([{"name": "container-0-request-0", "exactly": {"deviceClassName": "gpu.example.com", "allocationMode": "ExactCount", "count": 2}}])

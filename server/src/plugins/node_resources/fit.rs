@@ -326,6 +326,11 @@ impl Plugin for NodeResourcesFit {
                             "unexpected object in isSchedulableAfterDeviceClassEvent".into()
                         );
                     };
+                    let extended_name = |c: &k8s_openapi::api::resource::v1::DeviceClass| {
+                        c.spec
+                            .as_ref()
+                            .and_then(|s| s.extended_resource_name.clone())
+                    };
                     let requests = |name: &str| {
                         pod.requests
                             .scalar
@@ -334,7 +339,7 @@ impl Plugin for NodeResourcesFit {
                     };
                     match class(old) {
                         Some(old) => {
-                            if old.spec.extended_resource_name == new.spec.extended_resource_name {
+                            if extended_name(&old) == extended_name(&new) {
                                 return Ok(QueueingHint::Skip);
                             }
                         }
@@ -349,7 +354,7 @@ impl Plugin for NodeResourcesFit {
                             }
                         }
                     }
-                    Ok(match new.spec.extended_resource_name.as_deref() {
+                    Ok(match extended_name(&new).as_deref() {
                         Some(name) if requests(name) => QueueingHint::Queue,
                         _ => QueueingHint::Skip,
                     })

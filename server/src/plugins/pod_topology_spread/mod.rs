@@ -194,10 +194,10 @@ fn default_selector(objects: &ObjectStore, pod: &PodInfo) -> LabelSelector {
         }
         ("apps/v1", "ReplicaSet") => objects
             .replica_set(ns, &owner.name)
-            .and_then(|rs| rs.spec.as_ref().map(|s| s.selector.clone())),
+            .map(|rs| rs.spec.selector.clone()),
         ("apps/v1", "StatefulSet") => objects
             .stateful_set(ns, &owner.name)
-            .and_then(|ss| ss.spec.as_ref().map(|s| s.selector.clone())),
+            .map(|ss| ss.spec.selector.clone()),
         _ => None,
     };
     if let Some(parsed) = workload_selector

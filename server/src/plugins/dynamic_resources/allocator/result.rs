@@ -83,6 +83,7 @@ impl ClaimAllocation {
                             admin_access: d.admin_access.then_some(true),
                             tolerations: (!d.tolerations.is_empty()).then(|| d.tolerations.clone()),
                             share_id: d.share_id.clone(),
+                            skip_node_operations: None,
                             consumed_capacity: (!d.consumed.is_empty()).then(|| {
                                 d.consumed
                                     .iter()
@@ -260,7 +261,13 @@ fn config(
             continue;
         }
         let start = out.len();
-        for cfg in alt.class.object.spec.config.iter().flatten() {
+        for cfg in alt
+            .class
+            .object
+            .spec
+            .iter()
+            .flat_map(|s| s.config.iter().flatten())
+        {
             out.push(api::DeviceAllocationConfiguration {
                 source: "FromClass".into(),
                 requests: Some(vec![name.clone()]),
@@ -273,8 +280,8 @@ fn config(
         .claim
         .object
         .spec
-        .devices
         .as_ref()
+        .and_then(|s| s.devices.as_ref())
         .and_then(|d| d.requests.as_ref())
         .into_iter()
         .flatten()
@@ -283,8 +290,8 @@ fn config(
         .claim
         .object
         .spec
-        .devices
         .as_ref()
+        .and_then(|s| s.devices.as_ref())
         .and_then(|d| d.config.as_ref())
         .into_iter()
         .flatten()
