@@ -28,7 +28,7 @@ use clap::{Parser, ValueEnum};
 
 /// mimalloc: the scheduling loop allocates and frees many small, short-lived
 /// buffers, and measured faster with it than with glibc's allocator
-/// (README, Figures).
+/// (docs/performance.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
