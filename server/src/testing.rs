@@ -127,6 +127,12 @@ impl PodBuilder {
         self.status.insert("nominatedNodeName".into(), json!(node));
         self
     }
+    /// Sets spec.schedulingGroup.podGroupName (a member of that PodGroup).
+    pub fn group(mut self, pod_group: &str) -> Self {
+        self.extra
+            .insert("schedulingGroup".into(), json!({"podGroupName": pod_group}));
+        self
+    }
     /// Sets any spec field.
     pub fn spec(mut self, key: &str, v: Value) -> Self {
         self.extra.insert(key.into(), v);

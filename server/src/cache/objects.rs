@@ -2,7 +2,8 @@
 //! namespaces, volumes and their classes, CSI nodes, disruption budgets,
 //! the workload objects whose selectors default topology spreading, and
 //! Dynamic Resource Allocation's device classes, claims, claim templates
-//! and resource slices (`resource.k8s.io/v1`).
+//! and resource slices (`resource.k8s.io/v1`), and the workload API's
+//! PodGroups and Workloads (`scheduling.k8s.io/v1beta1`).
 //!
 //! The scheduler keeps them in an [`ObjectStore`] fed by the cluster
 //! source's change stream (as kube-scheduler keeps informer caches); plugins
@@ -19,6 +20,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
+use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::RwLock;
@@ -60,11 +62,15 @@ pub enum ObjectKind {
     ResourceClaimTemplate,
     /// resource.k8s.io/v1 ResourceSlice.
     ResourceSlice,
+    /// scheduling.k8s.io/v1beta1 PodGroup.
+    PodGroup,
+    /// scheduling.k8s.io/v1beta1 Workload (kept, never read by plugins).
+    Workload,
 }
 
 impl ObjectKind {
     /// Every kind.
-    pub const ALL: [ObjectKind; 14] = [
+    pub const ALL: [ObjectKind; 16] = [
         Self::Namespace,
         Self::PersistentVolume,
         Self::PersistentVolumeClaim,
@@ -79,6 +85,8 @@ impl ObjectKind {
         Self::ResourceClaim,
         Self::ResourceClaimTemplate,
         Self::ResourceSlice,
+        Self::PodGroup,
+        Self::Workload,
     ];
 
     /// `(apiVersion, kind)` as objects carry them.
@@ -98,6 +106,8 @@ impl ObjectKind {
             Self::ResourceClaim => ("resource.k8s.io/v1", "ResourceClaim"),
             Self::ResourceClaimTemplate => ("resource.k8s.io/v1", "ResourceClaimTemplate"),
             Self::ResourceSlice => ("resource.k8s.io/v1", "ResourceSlice"),
+            Self::PodGroup => ("scheduling.k8s.io/v1beta1", "PodGroup"),
+            Self::Workload => ("scheduling.k8s.io/v1beta1", "Workload"),
         }
     }
 
@@ -143,7 +153,9 @@ impl ObjectKind {
             | Self::DeviceClass
             | Self::ResourceClaim
             | Self::ResourceClaimTemplate
-            | Self::ResourceSlice => return None,
+            | Self::ResourceSlice
+            | Self::PodGroup
+            | Self::Workload => return None,
         })
     }
 
@@ -158,6 +170,7 @@ impl ObjectKind {
             Self::DeviceClass => Some(EventResource::DeviceClass),
             Self::ResourceClaim => Some(EventResource::ResourceClaim),
             Self::ResourceSlice => Some(EventResource::ResourceSlice),
+            Self::PodGroup => Some(EventResource::PodGroup),
             _ => None,
         }
     }
@@ -194,6 +207,10 @@ pub enum KubeObject {
     ResourceClaimTemplate(Arc<ResourceClaimTemplate>),
     /// A resource slice.
     ResourceSlice(Arc<ResourceSlice>),
+    /// A pod group.
+    PodGroup(Arc<PodGroup>),
+    /// A workload.
+    Workload(Arc<Workload>),
 }
 
 macro_rules! each_object {
@@ -213,6 +230,8 @@ macro_rules! each_object {
             KubeObject::ResourceClaim($o) => $body,
             KubeObject::ResourceClaimTemplate($o) => $body,
             KubeObject::ResourceSlice($o) => $body,
+            KubeObject::PodGroup($o) => $body,
+            KubeObject::Workload($o) => $body,
         }
     };
 }
@@ -235,6 +254,8 @@ impl KubeObject {
             Self::ResourceClaim(_) => ObjectKind::ResourceClaim,
             Self::ResourceClaimTemplate(_) => ObjectKind::ResourceClaimTemplate,
             Self::ResourceSlice(_) => ObjectKind::ResourceSlice,
+            Self::PodGroup(_) => ObjectKind::PodGroup,
+            Self::Workload(_) => ObjectKind::Workload,
         }
     }
 
@@ -273,6 +294,8 @@ impl KubeObject {
                 Self::ResourceClaimTemplate(edit(o, |c| f(&mut c.metadata)))
             }
             Self::ResourceSlice(o) => Self::ResourceSlice(edit(o, |c| f(&mut c.metadata))),
+            Self::PodGroup(o) => Self::PodGroup(edit(o, |c| f(&mut c.metadata))),
+            Self::Workload(o) => Self::Workload(edit(o, |c| f(&mut c.metadata))),
         }
     }
 
@@ -329,6 +352,8 @@ impl KubeObject {
             ObjectKind::ResourceSlice => {
                 Self::ResourceSlice(Arc::new(serde_json::from_value(value)?))
             }
+            ObjectKind::PodGroup => Self::PodGroup(Arc::new(serde_json::from_value(value)?)),
+            ObjectKind::Workload => Self::Workload(Arc::new(serde_json::from_value(value)?)),
         })
     }
 }
@@ -501,6 +526,8 @@ impl ObjectStore {
         ResourceSlice,
         ResourceSlice
     );
+    getter!(pod_group, pod_groups, PodGroup, PodGroup);
+    getter!(workload, workloads, Workload, Workload);
 }
 
 #[cfg(test)]

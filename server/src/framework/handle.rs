@@ -92,6 +92,24 @@ pub trait ClusterClient: Send + Sync {
         name: &str,
     ) -> Result<(), ClusterError>;
 
+    /// Sets a PodGroup's `PodGroupInitiallyScheduled` condition to
+    /// `condition` (computed by [`crate::model::pod_group::next_condition`]
+    /// from `group`, the object as the scheduler saw it), as kube-scheduler
+    /// does: a strategic merge patch of the `status` subresource, the
+    /// difference between the group's status and the status with the
+    /// condition set.
+    async fn set_pod_group_condition(
+        &self,
+        group: &crate::model::PodGroupInfo,
+        condition: k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
+    ) -> Result<(), ClusterError> {
+        let _ = condition;
+        Err(ClusterError::Unsupported(format!(
+            "no status writes for PodGroup {}",
+            group.key
+        )))
+    }
+
     /// Sets the pod's `status.extendedResourceClaimStatus` (the claim
     /// DynamicResources made for its extended resources, and which of its
     /// requests serves which container's resource).

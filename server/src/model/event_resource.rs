@@ -29,6 +29,8 @@ pub enum EventResource {
     ResourceClaim,
     /// A resource.k8s.io ResourceSlice.
     ResourceSlice,
+    /// A scheduling.k8s.io PodGroup.
+    PodGroup,
     /// Every resource.
     WildCard,
 }
@@ -49,6 +51,7 @@ impl EventResource {
             Self::DeviceClass => "resource.k8s.io/DeviceClass",
             Self::ResourceClaim => "resource.k8s.io/ResourceClaim",
             Self::ResourceSlice => "resource.k8s.io/ResourceSlice",
+            Self::PodGroup => "scheduling.k8s.io/PodGroup",
             Self::WildCard => "*",
         }
     }

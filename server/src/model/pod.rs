@@ -132,6 +132,10 @@ pub struct PodInfo {
     /// spec.resourceClaims, with what status.resourceClaimStatuses says
     /// about claims made from templates.
     pub resource_claims: Vec<PodClaim>,
+    /// spec.schedulingGroup.podGroupName: the PodGroup (in the pod's
+    /// namespace) the pod belongs to. Honoured only with the
+    /// `GenericWorkload` gate on; otherwise the pod is scheduled alone.
+    pub scheduling_group: Option<Arc<str>>,
 }
 
 impl PodInfo {
@@ -357,6 +361,12 @@ impl PodInfo {
             images,
             terminating: meta.deletion_timestamp.is_some(),
             resource_claims,
+            scheduling_group: spec
+                .scheduling_group
+                .as_ref()
+                .and_then(|g| g.pod_group_name.as_deref())
+                .filter(|n| !n.is_empty())
+                .map(Arc::from),
             generation: meta.generation,
             restarts_all_containers: spec
                 .containers
@@ -501,6 +511,7 @@ fn resource_list(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::make_pod;
     use serde_json::json;
 
     fn pod(v: serde_json::Value) -> Result<PodInfo, InvalidObject> {
@@ -572,6 +583,13 @@ mod tests {
         .unwrap();
         assert_eq!(p.non_zero_milli_cpu, 0);
         assert_eq!(p.non_zero_memory, DEFAULT_MEMORY_REQUEST);
+    }
+
+    #[test]
+    fn scheduling_group_names_the_pod_group() {
+        let p = make_pod("w").group("train").build();
+        assert_eq!(p.scheduling_group.as_deref(), Some("train"));
+        assert_eq!(make_pod("solo").build().scheduling_group, None);
     }
 
     #[test]

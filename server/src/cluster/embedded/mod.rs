@@ -213,6 +213,7 @@ impl Store {
             Admitted::Object(obj) => {
                 let kind = obj.kind();
                 let old = self.objects.get(&obj.key()).cloned();
+                let obj = pod_group_write(old.as_ref(), obj)?;
                 let stored = self
                     .put_object(obj, None)
                     .map_err(|e| ApplyError::Malformed(e.to_string()))?;
@@ -460,9 +461,38 @@ pub fn admit(value: serde_json::Value) -> Result<Admitted, ApplyError> {
                 return Err(InvalidObject::new(path, format!("unknown field \"{name}\"")).into());
             }
             admit_meta(&obj, kind)?;
+            let obj = match obj {
+                KubeObject::PodGroup(pg) => {
+                    let mut pg = (*pg).clone();
+                    crate::model::pod_group::admit_pod_group(&mut pg)?;
+                    KubeObject::PodGroup(Arc::new(pg))
+                }
+                o => o,
+            };
             Ok(Admitted::Object(obj))
         }
     }
+}
+
+/// A PodGroup write as the API server's strategy makes it: on create the
+/// status starts empty, on update the spec's immutable fields are checked
+/// and the status is kept (only the status subresource changes it).
+fn pod_group_write(old: Option<&KubeObject>, obj: KubeObject) -> Result<KubeObject, ApplyError> {
+    let KubeObject::PodGroup(new) = &obj else {
+        return Ok(obj);
+    };
+    let mut pg = (**new).clone();
+    match old {
+        Some(KubeObject::PodGroup(old)) => {
+            crate::model::pod_group::validate_pod_group_update(old, &pg)?;
+            if pg.spec.disruption_mode.is_none() {
+                pg.spec.disruption_mode = old.spec.disruption_mode.clone();
+            }
+            pg.status = old.status.clone();
+        }
+        _ => pg.status = Some(Default::default()),
+    }
+    Ok(KubeObject::PodGroup(Arc::new(pg)))
 }
 
 fn admit_meta(obj: &KubeObject, kind: ObjectKind) -> Result<(), InvalidObject> {
@@ -965,6 +995,36 @@ impl ClusterClient for EmbeddedCluster {
         let stored = s.put_object(obj, None)?;
         dra::object_changed(&mut s, &stored.key());
         Ok(stored)
+    }
+
+    async fn set_pod_group_condition(
+        &self,
+        group: &crate::model::PodGroupInfo,
+        condition: k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
+    ) -> Result<(), ClusterError> {
+        let mut s = self.store.lock();
+        let key = (
+            ObjectKind::PodGroup,
+            group.key.namespace.to_string(),
+            group.key.name.to_string(),
+        );
+        let Some(KubeObject::PodGroup(stored)) = s.objects.get(&key).cloned() else {
+            return Err(ClusterError::NotFound(format!(
+                "podgroups.scheduling.k8s.io {:?} not found",
+                &*group.key.name
+            )));
+        };
+        // What the status subresource's merge of the patch gives: the
+        // condition replaced by type, the others kept.
+        let mut pg = (*stored).clone();
+        let status = pg.status.get_or_insert_with(Default::default);
+        let conditions = status.conditions.get_or_insert_with(Vec::new);
+        match conditions.iter_mut().find(|c| c.type_ == condition.type_) {
+            Some(c) => *c = condition,
+            None => conditions.push(condition),
+        }
+        s.put_object(KubeObject::PodGroup(Arc::new(pg)), None)?;
+        Ok(())
     }
 
     async fn delete_object(

@@ -104,6 +104,10 @@ pub struct KubeOptions {
     /// The rate limits of the scheduler's client and of the events client
     /// (each has its own bucket, as kube-scheduler's two clientsets).
     pub client: ClientOptions,
+    /// Watch `scheduling.k8s.io/v1beta1` PodGroups (kube-scheduler starts
+    /// that informer only with the `GenericWorkload` gate on: a cluster
+    /// without the beta API serves none).
+    pub watch_pod_groups: bool,
 }
 
 impl Default for KubeOptions {
@@ -111,6 +115,7 @@ impl Default for KubeOptions {
         Self {
             identity: hostname(),
             client: ClientOptions::default(),
+            watch_pod_groups: false,
         }
     }
 }
@@ -515,7 +520,8 @@ impl KubeCluster {
     pub fn start(client: kube::Client, events: kube::Client, options: KubeOptions) -> Arc<Self> {
         let mirror = Arc::new(Mirror::default());
         // Counted before any watcher runs: Synced waits for all of them.
-        mirror.state.lock().watchers = 2 + KUBE_WATCHED.len();
+        mirror.state.lock().watchers =
+            2 + KUBE_WATCHED.len() + usize::from(options.watch_pod_groups);
         // Lists from the watch cache (resourceVersion=0), as informers do.
         let config = || watcher::Config::default().any_semantic();
         // Pods and nodes are decoded straight into what berth keeps (see
@@ -565,6 +571,9 @@ impl KubeCluster {
             ResourceClaim => resource::v1::ResourceClaim,
             ResourceSlice => resource::v1::ResourceSlice,
         );
+        if options.watch_pod_groups {
+            objects!(PodGroup => k8s_openapi::api::scheduling::v1beta1::PodGroup);
+        }
         let events = events::EventSink::start(events, options.identity);
         Arc::new(Self {
             client,

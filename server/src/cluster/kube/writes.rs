@@ -75,6 +75,8 @@ fn object_path(kind: ObjectKind, namespace: &str, name: &str) -> String {
         ObjectKind::ResourceClaim => ("/apis/resource.k8s.io/v1", "resourceclaims"),
         ObjectKind::ResourceClaimTemplate => ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
         ObjectKind::ResourceSlice => ("/apis/resource.k8s.io/v1", "resourceslices"),
+        ObjectKind::PodGroup => ("/apis/scheduling.k8s.io/v1beta1", "podgroups"),
+        ObjectKind::Workload => ("/apis/scheduling.k8s.io/v1beta1", "workloads"),
     };
     if kind.namespaced() {
         format!("{group}/namespaces/{namespace}/{plural}/{name}")
@@ -140,6 +142,42 @@ fn conditions_patch(existing: &[String], condition: Value) -> serde_json::Map<St
     }
     status.insert("conditions".into(), json!([condition]));
     status
+}
+
+/// The strategic merge patch kube-scheduler sends to a PodGroup's
+/// `status` subresource to set `new` (client-go's two-way patch of the
+/// status before and after): the element order when the group had
+/// conditions, and of the condition its `type` with the fields that
+/// changed (all of them when it is new; `null` for one no longer set).
+fn pod_group_status_patch(
+    old: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    new: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
+) -> Value {
+    let types: Vec<String> = old.iter().map(|c| c.type_.clone()).collect();
+    let new_json = serde_json::to_value(new).unwrap_or_default();
+    let element = match old.iter().find(|c| c.type_ == new.type_) {
+        None => new_json,
+        Some(before) => {
+            let before = serde_json::to_value(before).unwrap_or_default();
+            let mut diff = serde_json::Map::new();
+            diff.insert("type".into(), json!(new.type_));
+            let (Value::Object(b), Value::Object(a)) = (&before, &new_json) else {
+                return json!({"status": {"conditions": [new_json]}});
+            };
+            for (k, v) in a {
+                if b.get(k) != Some(v) {
+                    diff.insert(k.clone(), v.clone());
+                }
+            }
+            for k in b.keys() {
+                if !a.contains_key(k) {
+                    diff.insert(k.clone(), Value::Null);
+                }
+            }
+            Value::Object(diff)
+        }
+    };
+    json!({"status": conditions_patch(&types, element)})
 }
 
 impl KubeCluster {
@@ -440,6 +478,33 @@ impl ClusterClient for KubeCluster {
         .map(|_| ())
     }
 
+    async fn set_pod_group_condition(
+        &self,
+        group: &crate::model::PodGroupInfo,
+        condition: k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
+    ) -> Result<(), ClusterError> {
+        let old = group
+            .object
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default();
+        let patch = pod_group_status_patch(old, &condition);
+        let path = format!(
+            "{}/status",
+            object_path(ObjectKind::PodGroup, &group.key.namespace, &group.key.name)
+        );
+        self.send::<_, IgnoredAny>(
+            http::Method::PATCH,
+            &path,
+            STRATEGIC_MERGE,
+            &patch,
+            &group.key.to_string(),
+        )
+        .await
+        .map(|_| ())
+    }
+
     async fn set_extended_resource_claim_status(
         &self,
         pod: &PodInfo,
@@ -555,6 +620,41 @@ mod tests {
         assert_eq!(
             conditions_patch(&types, c.clone())["$setElementOrder/conditions"],
             json!([{"type": "PodScheduled"}, {"type": "Ready"}]),
+        );
+    }
+
+    #[test]
+    fn pod_group_status_patches_are_two_way_diffs() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        let cond = |status: &str, reason: &str, message: &str, generation: Option<i64>| {
+            serde_json::from_value::<Condition>(json!({
+                "type": "PodGroupInitiallyScheduled", "status": status, "reason": reason,
+                "message": message, "lastTransitionTime": "2026-08-26T10:00:00Z",
+                "observedGeneration": generation,
+            }))
+            .unwrap()
+        };
+        // An empty status: the whole condition, no order (the recording's
+        // body, with no observedGeneration when the group has none).
+        let t = cond("True", "Scheduled", "", None);
+        assert_eq!(
+            pod_group_status_patch(&[], &t),
+            json!({"status": {"conditions": [{"type": "PodGroupInitiallyScheduled",
+                "status": "True", "reason": "Scheduled", "message": "",
+                "lastTransitionTime": "2026-08-26T10:00:00Z"}]}})
+        );
+        // A change of message only: the type and the message, in order.
+        let before = cond("False", "Unschedulable", "old", Some(2));
+        let after = cond("False", "Unschedulable", "new", Some(2));
+        assert_eq!(
+            pod_group_status_patch(std::slice::from_ref(&before), &after),
+            json!({"status": {
+                "$setElementOrder/conditions": [{"type": "PodGroupInitiallyScheduled"}],
+                "conditions": [{"type": "PodGroupInitiallyScheduled", "message": "new"}]}})
+        );
+        assert_eq!(
+            object_path(ObjectKind::PodGroup, "ml", "train"),
+            "/apis/scheduling.k8s.io/v1beta1/namespaces/ml/podgroups/train"
         );
     }
 
