@@ -32,6 +32,7 @@ pub mod dra;
 mod node_info;
 mod node_tree;
 pub mod objects;
+pub mod pod_groups;
 mod snapshot;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -43,6 +44,7 @@ use tokio::time::Instant;
 pub use node_info::{DEFAULT_BIND_ALL_HOST_IP, HostPortInfo, NodeInfo, pvc_key};
 pub use node_tree::NodeTree;
 pub use objects::{KubeObject, ObjectKind, ObjectStore};
+pub use pod_groups::{MemberState, PodGroupManager, PodGroupState, group_key_of};
 pub use snapshot::Snapshot;
 
 use crate::model::{NodeSpec, PodRef};
@@ -113,6 +115,9 @@ pub struct Cache {
     /// How many nodes have each image, for ImageLocality.
     image_nodes: ImageCounts,
     images_version: u64,
+    /// PodGroups and where their pods are (`GenericWorkload` on), kept in
+    /// step with the pods' transitions here.
+    pod_groups: Option<Arc<PodGroupManager>>,
 }
 
 /// How many nodes have each image: read once per scored node by
@@ -134,7 +139,47 @@ impl Cache {
             assumed: HashSet::new(),
             image_nodes: ImageCounts::default(),
             images_version: 0,
+            pod_groups: None,
         }
+    }
+
+    /// Keeps `groups` in step with the pods' transitions (the
+    /// `GenericWorkload` gate on).
+    pub fn with_pod_groups(mut self, groups: Arc<PodGroupManager>) -> Self {
+        self.pod_groups = Some(groups);
+        self
+    }
+
+    /// The PodGroups, when tracked.
+    pub fn pod_groups(&self) -> Option<&Arc<PodGroupManager>> {
+        self.pod_groups.as_ref()
+    }
+
+    /// A pending pod (not bound, not assumed) was seen: a member of its
+    /// group, if it names one.
+    pub fn add_pending_pod(&self, pod: &PodRef) {
+        if let Some(g) = &self.pod_groups
+            && pod.scheduling_group.is_some()
+            && !self.assumed.contains(&pod.uid)
+        {
+            g.add_unscheduled(pod);
+        }
+    }
+
+    /// A pending (or assumed) pod was deleted: it leaves its group.
+    pub fn remove_pending_pod(&self, pod: &PodRef) {
+        if let Some(g) = &self.pod_groups
+            && pod.scheduling_group.is_some()
+            && (!self.pods.contains_key(&pod.uid) || self.assumed.contains(&pod.uid))
+        {
+            g.remove(pod);
+        }
+    }
+
+    fn groups_of(&self, pod: &PodRef) -> Option<&PodGroupManager> {
+        self.pod_groups
+            .as_deref()
+            .filter(|_| pod.scheduling_group.is_some())
     }
 
     /// Applies `f` to the node's info (creating a node-less entry if needed)
@@ -262,6 +307,9 @@ impl Cache {
             return Err(CacheError::NoNode(pod.key()));
         }
         self.add_pod_to_node(pod.clone());
+        if let Some(g) = self.groups_of(&pod) {
+            g.assume(&pod);
+        }
         self.assumed.insert(pod.uid.clone());
         self.pods.insert(
             pod.uid.clone(),
@@ -304,6 +352,9 @@ impl Cache {
         let state = self.pods.remove(uid).expect("present above");
         self.assumed.remove(uid);
         self.remove_pod_from_node(&state.pod);
+        if let Some(g) = self.groups_of(&state.pod) {
+            g.forget(&state.pod);
+        }
         Ok(())
     }
 
@@ -324,6 +375,9 @@ impl Cache {
             None => {}
         }
         self.add_pod_to_node(pod.clone());
+        if let Some(g) = self.groups_of(&pod) {
+            g.assign(&pod);
+        }
         self.pods.insert(
             pod.uid.clone(),
             PodState {
@@ -347,6 +401,9 @@ impl Cache {
         let old = state.pod.clone();
         self.remove_pod_from_node(&old);
         self.add_pod_to_node(pod.clone());
+        if let Some(g) = self.groups_of(&pod) {
+            g.assign(&pod);
+        }
         let uid = pod.uid.clone();
         self.pods.get_mut(&uid).expect("present").pod = pod;
         Ok(())
@@ -360,6 +417,9 @@ impl Cache {
             .ok_or_else(|| CacheError::PodNotFound(uid.to_string()))?;
         self.assumed.remove(uid);
         self.remove_pod_from_node(&state.pod);
+        if let Some(g) = self.groups_of(&state.pod) {
+            g.remove(&state.pod);
+        }
         Ok(state.pod)
     }
 
@@ -667,6 +727,35 @@ mod tests {
         c.remove_node("n1").unwrap();
         c.update_snapshot(&mut snap);
         assert_eq!(snap.image_num_nodes("app:1"), 0);
+    }
+
+    #[test]
+    fn pod_group_members_follow_assume_forget_bind_and_delete() {
+        let groups = Arc::new(PodGroupManager::default());
+        let mut c = Cache::new(Duration::ZERO).with_pod_groups(groups.clone());
+        c.add_node(node("n1", "a"));
+        let key = crate::model::GroupKey::new("default", "g");
+        let pending = Arc::new(make_pod("p").group("g").build());
+        c.add_pending_pod(&pending);
+        let counts = || {
+            let s = groups.get(&key).unwrap();
+            (s.all_pods_count(), s.scheduled_pods_count())
+        };
+        assert_eq!(counts(), (1, 0));
+        let assumed = Arc::new(pending.assumed_on(&Arc::from("n1")));
+        c.assume_pod(assumed.clone()).unwrap();
+        assert_eq!(counts(), (1, 1), "assumed counts as scheduled");
+        c.forget_pod(&assumed.uid, "n1").unwrap();
+        assert_eq!(counts(), (1, 0), "forgotten: pending again");
+        c.assume_pod(assumed.clone()).unwrap();
+        c.add_pod(Arc::new(make_pod("p").group("g").node("n1").build()))
+            .unwrap();
+        assert_eq!(
+            groups.get(&key).unwrap().state_of(&assumed.uid),
+            Some(MemberState::Assigned)
+        );
+        c.remove_pod(&assumed.uid).unwrap();
+        assert!(groups.get(&key).is_none(), "no object, no pods: gone");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use parking_lot::RwLock;
 use super::extender::PreemptionExtender;
 use super::parallelize::Parallelizer;
 use super::waiting_pods::WaitingPods;
-use crate::cache::{KubeObject, ObjectKind, ObjectStore, Snapshot};
+use crate::cache::{KubeObject, ObjectKind, ObjectStore, PodGroupManager, Snapshot};
 use crate::features::Features;
 use crate::model::PodInfo;
 
@@ -218,6 +218,14 @@ pub trait PodNominator: Send + Sync {
     /// The nominated pods, as an immutable map (replaced, not changed, when
     /// nominations change; reading it is one `Arc` clone).
     fn nominated_pods(&self) -> Arc<NominatedPods>;
+
+    /// Moves `pods` (and, for members of a PodGroup, their group) to the
+    /// active queue now, whatever their backoff: upstream's
+    /// `PodsToActivate`, as GangScheduling's Permit asks for the rest of
+    /// a gang.
+    fn activate(&self, pods: &[Arc<PodInfo>]) {
+        let _ = pods;
+    }
 }
 
 struct Inner {
@@ -230,6 +238,7 @@ struct Inner {
     objects: Arc<ObjectStore>,
     extenders: RwLock<Arc<[Arc<dyn PreemptionExtender>]>>,
     features: Features,
+    pod_groups: Arc<PodGroupManager>,
 }
 
 /// The plugins' way to the rest of the scheduler. Cheap to clone.
@@ -273,6 +282,7 @@ impl Handle {
             objects: Arc::default(),
             extenders: RwLock::new(Arc::new([])),
             features,
+            pod_groups: Arc::default(),
         }))
     }
 
@@ -311,6 +321,20 @@ impl Handle {
     /// CSI nodes, disruption budgets, workload controllers.
     pub fn objects(&self) -> &Arc<ObjectStore> {
         &self.0.objects
+    }
+
+    /// The PodGroups and where their pods are (kept only with the
+    /// `GenericWorkload` gate on; empty otherwise).
+    pub fn pod_groups(&self) -> &Arc<PodGroupManager> {
+        &self.0.pod_groups
+    }
+
+    /// Moves `pods` to the active queue (see [`PodNominator::activate`]);
+    /// nothing before the queue is attached.
+    pub fn activate(&self, pods: &[Arc<PodInfo>]) {
+        if let Some(n) = &*self.0.nominator.read() {
+            n.activate(pods);
+        }
     }
 
     /// The pods nominated to nodes; empty before the queue is attached.

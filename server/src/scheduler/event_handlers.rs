@@ -21,7 +21,7 @@ use crate::framework::ActionType;
 use crate::framework::{
     ClusterEvent, EventObject, node_scheduling_property_changes, pod_scheduling_property_changes,
 };
-use crate::model::{NodeSpec, PodInfo, PodRef};
+use crate::model::{GroupKey, NodeSpec, PodGroupInfo, PodInfo, PodRef};
 
 pub(crate) async fn run(
     shared: Arc<Shared>,
@@ -148,6 +148,9 @@ fn on_node(shared: &Shared, e: WatchEvent<Arc<Node>>, feed_id: u32) {
 /// Other objects go into the handle's object store; changes to the kinds
 /// plugins register for move the pods they may help.
 fn on_object(shared: &Shared, e: WatchEvent<KubeObject>) {
+    if let Some(groups) = &shared.pod_groups {
+        pod_group_changed(groups, &e);
+    }
     let store = shared.handle.objects();
     let (action, old, new) = match &e {
         WatchEvent::Added(o) => {
@@ -174,6 +177,31 @@ fn on_object(shared: &Shared, e: WatchEvent<KubeObject>) {
     }
 }
 
+/// A PodGroup changed: the manager holds it pre-parsed (an invalid one,
+/// which an API server would not have stored, is logged and left out).
+fn pod_group_changed(groups: &crate::cache::PodGroupManager, e: &WatchEvent<KubeObject>) {
+    match e {
+        WatchEvent::Added(KubeObject::PodGroup(pg))
+        | WatchEvent::Modified {
+            new: KubeObject::PodGroup(pg),
+            ..
+        } => match PodGroupInfo::new(pg.clone()) {
+            Ok(info) => groups.set_pod_group(Arc::new(info)),
+            Err(e) => {
+                let name = pg.metadata.name.as_deref().unwrap_or("<unnamed>");
+                tracing::error!(podgroup = name, error = %e, "ignoring invalid PodGroup");
+            }
+        },
+        WatchEvent::Deleted(KubeObject::PodGroup(pg)) => {
+            groups.remove_pod_group(&GroupKey::new(
+                pg.metadata.namespace.as_deref().unwrap_or("default"),
+                pg.metadata.name.as_deref().unwrap_or(""),
+            ));
+        }
+        _ => {}
+    }
+}
+
 fn responsible(shared: &Shared, pod: &PodInfo) -> bool {
     shared.profiles.contains_key(&pod.scheduler_name)
 }
@@ -184,6 +212,7 @@ fn on_pod(shared: &Shared, e: WatchEvent<PodRef>) {
             if p.node_name.is_some() {
                 add_assigned(shared, p);
             } else if responsible(shared, &p) {
+                shared.cache.lock().add_pending_pod(&p);
                 shared.queue.add(p);
             }
         }
@@ -220,6 +249,7 @@ fn on_pod(shared: &Shared, e: WatchEvent<PodRef>) {
                     }
                     return;
                 }
+                shared.cache.lock().add_pending_pod(&new);
                 shared.queue.update(&old, new.clone());
                 if old.nominated_node_name.is_some()
                     && old.nominated_node_name != new.nominated_node_name
@@ -247,6 +277,7 @@ fn on_pod(shared: &Shared, e: WatchEvent<PodRef>) {
                     None,
                 );
             } else if responsible(shared, &p) {
+                shared.cache.lock().remove_pending_pod(&p);
                 shared.queue.delete(&p.uid);
                 if shared.cache.lock().is_assumed(&p.uid) {
                     assumed_pod_deleted(shared, &p);

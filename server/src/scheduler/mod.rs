@@ -256,6 +256,9 @@ pub const SHUTDOWN_REJECT_MESSAGE: &str = "scheduler is shutting down";
 /// State shared by the loop, the binding tasks and the event handlers.
 pub(crate) struct Shared {
     pub profiles: HashMap<Arc<str>, Arc<Framework>>,
+    /// The PodGroups, when the `GenericWorkload` gate is on (`None`: pods
+    /// naming a group are scheduled alone, as upstream with the gate off).
+    pub pod_groups: Option<Arc<crate::cache::PodGroupManager>>,
     pub cache: Mutex<Cache>,
     pub queue: Arc<SchedulingQueue>,
     pub cluster: Arc<dyn ClusterSource>,
@@ -396,9 +399,19 @@ impl Scheduler {
             profiles.clone(),
         );
         handle.set_nominator(queue.clone());
+        // GenericWorkload, read once: PodGroups are tracked, and their pods
+        // scheduled as groups, only with the gate on.
+        let pod_groups = features
+            .enable_generic_workload
+            .then(|| handle.pod_groups().clone());
+        let mut cache = Cache::new(options.assumed_pod_ttl);
+        if let Some(groups) = &pod_groups {
+            cache = cache.with_pod_groups(groups.clone());
+        }
         let shared = Arc::new(Shared {
             profiles,
-            cache: Mutex::new(Cache::new(options.assumed_pod_ttl)),
+            pod_groups,
+            cache: Mutex::new(cache),
             queue: queue.clone(),
             cluster: cluster.clone(),
             handle,
