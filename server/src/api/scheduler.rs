@@ -421,6 +421,8 @@ impl SchedulerService for SchedulerApi {
                         QueueName::Unschedulable => pb::QueueName::Unschedulable,
                         QueueName::Gated => pb::QueueName::Gated,
                         QueueName::InFlight => pb::QueueName::InFlight,
+                        QueueName::Incomplete => pb::QueueName::Incomplete,
+                        QueueName::Pending => pb::QueueName::Pending,
                     } as i32,
                     priority: q.pod.priority,
                     scheduler_name: q.pod.scheduler_name.to_string(),

@@ -29,7 +29,9 @@ use super::cycle_state::CycleState;
 use super::events::ClusterEventWithHint;
 use super::runtime::Framework;
 use super::status::Status;
-use super::types::{NodeScore, NodeToStatus, PostFilterResult, PreFilterResult, QueuedPodInfo};
+use super::types::{
+    NodeScore, NodeToStatus, PostFilterResult, PreFilterResult, QueuedEntity, QueuedPodInfo,
+};
 use crate::cache::NodeInfo;
 use crate::model::PodInfo;
 
@@ -118,9 +120,16 @@ pub trait Plugin: Send + Sync + 'static {
 }
 
 /// Orders the active queue. Exactly one per profile, the same in all.
+/// The queue holds entities: pods, and (with `GenericWorkload`) PodGroups
+/// whose pods are scheduled together.
 pub trait QueueSortPlugin: Plugin {
     /// Whether `a` should be popped before `b`.
-    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool;
+    fn less(&self, a: QueuedEntity<'_>, b: QueuedEntity<'_>) -> bool;
+
+    /// [`QueueSortPlugin::less`] for two pods.
+    fn less_pods(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
+        self.less(QueuedEntity::Pod(a), QueuedEntity::Pod(b))
+    }
 }
 
 /// Holds pods out of the active queue until they are ready (scheduling

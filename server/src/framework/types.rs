@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::status::Status;
-use crate::model::PodRef;
+use crate::model::{GroupKey, PodGroupInfo, PodRef};
 
 /// The lowest score a Score plugin may give after normalization.
 pub const MIN_NODE_SCORE: i64 = 0;
@@ -69,6 +69,117 @@ impl QueuedPodInfo {
     /// Whether a PreEnqueue plugin holds the pod.
     pub fn gated(&self) -> bool {
         self.gating_plugin.is_some()
+    }
+}
+
+/// A PodGroup's pods in the scheduling queue, queued and scheduled as one
+/// entity (the `GenericWorkload` gate on): upstream's QueuedPodGroupInfo.
+/// The entity has its own history; each member keeps its own too.
+#[derive(Debug, Clone)]
+pub struct QueuedPodGroupInfo {
+    /// The group.
+    pub key: GroupKey,
+    /// The entity's key in the queue: `podgroup/<namespace>/<name>`.
+    pub entity_key: Arc<str>,
+    /// The PodGroup as the queue last saw it (`None`: not observed yet).
+    pub pod_group: Option<Arc<PodGroupInfo>>,
+    /// The members waiting to be scheduled, in the order they joined.
+    pub pods: Vec<QueuedPodInfo>,
+    /// When the entity was created, or last failed: QueueSort's tie-break,
+    /// the backoff's base and the unschedulable stay's start.
+    pub timestamp: Instant,
+    /// Group cycles, counted at each pop.
+    pub attempts: u32,
+    /// Group cycles that ended unschedulable.
+    pub unschedulable_count: u32,
+    /// Group cycles in a row that ended with an error.
+    pub consecutive_errors_count: u32,
+    /// When the entity first entered activeQ.
+    pub initial_attempt_timestamp: Option<Instant>,
+    /// The PreEnqueue plugin holding the group out of activeQ, if any.
+    pub gating_plugin: Option<&'static str>,
+    /// When the entity's backoff ends.
+    pub backoff_expiration: Option<Instant>,
+    /// When the entity last entered the unschedulable entities by a flush.
+    pub flush_timestamp: Option<Instant>,
+}
+
+impl QueuedPodGroupInfo {
+    /// A new entity for the group `key`, empty.
+    pub fn new(key: GroupKey, pod_group: Option<Arc<PodGroupInfo>>, now: Instant) -> Self {
+        Self {
+            entity_key: Arc::from(format!("podgroup/{key}").as_str()),
+            key,
+            pod_group,
+            pods: Vec::new(),
+            timestamp: now,
+            attempts: 0,
+            unschedulable_count: 0,
+            consecutive_errors_count: 0,
+            initial_attempt_timestamp: None,
+            gating_plugin: None,
+            backoff_expiration: None,
+            flush_timestamp: None,
+        }
+    }
+
+    /// The group's priority: the PodGroup's `spec.priority` (0 unset), or
+    /// before it is observed its first member's.
+    pub fn priority(&self) -> i32 {
+        match &self.pod_group {
+            Some(g) => g.priority,
+            None => self.pods.first().map_or(0, |p| p.pod.priority),
+        }
+    }
+
+    /// Whether a PreEnqueue plugin holds the group.
+    pub fn gated(&self) -> bool {
+        self.gating_plugin.is_some()
+    }
+}
+
+/// One entity of the scheduling queue, as QueueSort compares them:
+/// upstream's QueuedEntityInfo.
+#[derive(Debug, Clone, Copy)]
+pub enum QueuedEntity<'a> {
+    /// A pod scheduled alone.
+    Pod(&'a QueuedPodInfo),
+    /// A PodGroup's pods, scheduled together.
+    Group(&'a QueuedPodGroupInfo),
+}
+
+impl<'a> QueuedEntity<'a> {
+    /// The priority: the pod's, or the PodGroup's.
+    pub fn priority(&self) -> i32 {
+        match self {
+            Self::Pod(q) => q.pod.priority,
+            Self::Group(g) => g.priority(),
+        }
+    }
+
+    /// The entity's timestamp (entered the queue, or last failed).
+    pub fn timestamp(&self) -> Instant {
+        match self {
+            Self::Pod(q) => q.timestamp,
+            Self::Group(g) => g.timestamp,
+        }
+    }
+
+    /// When the entity first entered activeQ.
+    pub fn initial_attempt_timestamp(&self) -> Option<Instant> {
+        match self {
+            Self::Pod(q) => q.initial_attempt_timestamp,
+            Self::Group(g) => g.initial_attempt_timestamp,
+        }
+    }
+
+    /// The pod, or the group's first member (for plugins that sort by a
+    /// pod's labels); `None` for a group without members.
+    pub fn pod(&self) -> Option<&'a PodRef> {
+        match self {
+            Self::Pod(q) => Some(&q.pod),
+            Self::Group(g) => g.pods.first().map(|q| &q.pod),
+        }
     }
 }
 

@@ -1,40 +1,72 @@
-//! A binary heap of queued pods, keyed by UID, with an external ordering.
+//! A binary heap of queued entities (pods, or pod groups), keyed, with an
+//! external ordering.
 //!
 //! The ordering comes from the profile's QueueSort plugin (activeQ) or the
-//! backoff expiry (backoffQ), so it is passed to each operation. Pods can be
-//! updated or removed in place by UID.
+//! backoff expiry (backoffQ), so it is passed to each operation. Items can
+//! be updated or removed in place by key.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::framework::QueuedPodInfo;
+use crate::framework::{QueuedPodGroupInfo, QueuedPodInfo};
+
+/// What a heap holds: an item with a key unique among the heap's items.
+pub(crate) trait Keyed {
+    /// The key: a pod's UID, a group's entity key.
+    fn key(&self) -> &Arc<str>;
+}
+
+impl Keyed for QueuedPodInfo {
+    fn key(&self) -> &Arc<str> {
+        &self.pod.uid
+    }
+}
+
+impl Keyed for QueuedPodGroupInfo {
+    fn key(&self) -> &Arc<str> {
+        &self.entity_key
+    }
+}
 
 /// `less(a, b)`: whether `a` comes out before `b`.
-pub(crate) type Less<'a> = &'a dyn Fn(&QueuedPodInfo, &QueuedPodInfo) -> bool;
+pub(crate) type Less<'a, T = QueuedPodInfo> = &'a dyn Fn(&T, &T) -> bool;
 
-#[derive(Debug, Default)]
-pub(crate) struct KeyedHeap {
-    items: Vec<QueuedPodInfo>,
+#[derive(Debug)]
+pub(crate) struct KeyedHeap<T = QueuedPodInfo> {
+    items: Vec<T>,
     /// Each item's place. Every swap of a sift updates two entries, so the
     /// hash is foldhash's (several times SipHash's speed on a UID; seeded
     /// at random per heap all the same).
     index: HashMap<Arc<str>, usize, foldhash::fast::RandomState>,
 }
 
-impl KeyedHeap {
+impl<T> Default for KeyedHeap<T> {
+    fn default() -> Self {
+        Self {
+            items: Vec::new(),
+            index: HashMap::default(),
+        }
+    }
+}
+
+impl<T: Keyed> KeyedHeap<T> {
     pub fn len(&self) -> usize {
         self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
     }
 
     pub fn contains(&self, uid: &str) -> bool {
         self.index.contains_key(uid)
     }
 
-    pub fn get(&self, uid: &str) -> Option<&QueuedPodInfo> {
+    pub fn get(&self, uid: &str) -> Option<&T> {
         self.index.get(uid).map(|&i| &self.items[i])
     }
 
-    pub fn peek(&self) -> Option<&QueuedPodInfo> {
+    pub fn peek(&self) -> Option<&T> {
         self.items.first()
     }
 
@@ -42,7 +74,7 @@ impl KeyedHeap {
     /// without taking them: `pop` is played over the positions it would
     /// change (each moves the last item to the root and sifts it down),
     /// the heap untouched.
-    pub fn first(&self, k: usize, less: Less<'_>) -> Vec<&QueuedPodInfo> {
+    pub fn first(&self, k: usize, less: Less<'_, T>) -> Vec<&T> {
         let mut out = Vec::with_capacity(k.min(self.items.len()));
         // Position -> index in `items`, where a played pop changed it.
         let mut moved: HashMap<usize, usize, foldhash::fast::FixedState> = HashMap::default();
@@ -79,40 +111,40 @@ impl KeyedHeap {
         out
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &QueuedPodInfo> {
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
         self.items.iter()
     }
 
     /// Adds `item`, or replaces the item with the same UID.
-    pub fn push(&mut self, item: QueuedPodInfo, less: Less<'_>) {
-        if let Some(&i) = self.index.get(&item.pod.uid) {
+    pub fn push(&mut self, item: T, less: Less<'_, T>) {
+        if let Some(&i) = self.index.get(item.key()) {
             self.items[i] = item;
             self.fix(i, less);
             return;
         }
         let i = self.items.len();
-        self.index.insert(item.pod.uid.clone(), i);
+        self.index.insert(item.key().clone(), i);
         self.items.push(item);
         self.up(i, less);
     }
 
-    pub fn pop(&mut self, less: Less<'_>) -> Option<QueuedPodInfo> {
+    pub fn pop(&mut self, less: Less<'_, T>) -> Option<T> {
         if self.items.is_empty() {
             return None;
         }
         Some(self.remove_at(0, less))
     }
 
-    pub fn remove(&mut self, uid: &str, less: Less<'_>) -> Option<QueuedPodInfo> {
+    pub fn remove(&mut self, uid: &str, less: Less<'_, T>) -> Option<T> {
         let i = *self.index.get(uid)?;
         Some(self.remove_at(i, less))
     }
 
-    fn remove_at(&mut self, i: usize, less: Less<'_>) -> QueuedPodInfo {
+    fn remove_at(&mut self, i: usize, less: Less<'_, T>) -> T {
         let last = self.items.len() - 1;
         self.swap(i, last);
         let item = self.items.pop().expect("non-empty");
-        self.index.remove(&item.pod.uid);
+        self.index.remove(item.key());
         if i < self.items.len() {
             self.fix(i, less);
         }
@@ -124,17 +156,17 @@ impl KeyedHeap {
             return;
         }
         self.items.swap(a, b);
-        *self.index.get_mut(&self.items[a].pod.uid).expect("indexed") = a;
-        *self.index.get_mut(&self.items[b].pod.uid).expect("indexed") = b;
+        *self.index.get_mut(self.items[a].key()).expect("indexed") = a;
+        *self.index.get_mut(self.items[b].key()).expect("indexed") = b;
     }
 
-    fn fix(&mut self, i: usize, less: Less<'_>) {
+    fn fix(&mut self, i: usize, less: Less<'_, T>) {
         if !self.up(i, less) {
             self.down(i, less);
         }
     }
 
-    fn up(&mut self, mut i: usize, less: Less<'_>) -> bool {
+    fn up(&mut self, mut i: usize, less: Less<'_, T>) -> bool {
         let start = i;
         while i > 0 {
             let parent = (i - 1) / 2;
@@ -147,7 +179,7 @@ impl KeyedHeap {
         i != start
     }
 
-    fn down(&mut self, mut i: usize, less: Less<'_>) {
+    fn down(&mut self, mut i: usize, less: Less<'_, T>) {
         let n = self.items.len();
         loop {
             let l = 2 * i + 1;
@@ -183,7 +215,7 @@ mod tests {
     #[test]
     fn orders_updates_and_removes() {
         let less = |a: &QueuedPodInfo, b: &QueuedPodInfo| a.pod.priority > b.pod.priority;
-        let mut h = KeyedHeap::default();
+        let mut h: KeyedHeap = KeyedHeap::default();
         for (i, p) in [5, 1, 9, 3, 7, 2, 8].into_iter().enumerate() {
             h.push(item(&format!("p{i}"), p), &less);
         }
@@ -202,7 +234,7 @@ mod tests {
     fn first_k_are_what_pop_takes_next() {
         let less = |a: &QueuedPodInfo, b: &QueuedPodInfo| a.pod.priority > b.pod.priority;
         let prios = [5, 1, 9, 3, 7, 2, 8, 6, 4, 11, 0, 10];
-        let mut h = KeyedHeap::default();
+        let mut h: KeyedHeap = KeyedHeap::default();
         for (i, p) in prios.into_iter().enumerate() {
             h.push(item(&format!("p{i}"), p), &less);
         }
@@ -213,10 +245,14 @@ mod tests {
             sorted.truncate(k);
             assert_eq!(first, sorted, "k = {k}");
         }
-        assert!(KeyedHeap::default().first(3, &less).is_empty());
+        assert!(
+            KeyedHeap::<QueuedPodInfo>::default()
+                .first(3, &less)
+                .is_empty()
+        );
         // Ties come out in the order pop takes them, which the heap's shape
         // decides: priorities in three ties, after updates and a removal.
-        let mut h = KeyedHeap::default();
+        let mut h: KeyedHeap = KeyedHeap::default();
         for i in 0..40 {
             h.push(item(&format!("t{i}"), i % 3), &less);
         }

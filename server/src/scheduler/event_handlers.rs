@@ -148,8 +148,11 @@ fn on_node(shared: &Shared, e: WatchEvent<Arc<Node>>, feed_id: u32) {
 /// Other objects go into the handle's object store; changes to the kinds
 /// plugins register for move the pods they may help.
 fn on_object(shared: &Shared, e: WatchEvent<KubeObject>) {
-    if let Some(groups) = &shared.pod_groups {
-        pod_group_changed(groups, &e);
+    if let Some(groups) = &shared.pod_groups
+        && let Some(key) = pod_group_changed(groups, &e)
+    {
+        // Members that waited for it join a group entity.
+        shared.queue.pod_group_observed(&key);
     }
     let store = shared.handle.objects();
     let (action, old, new) = match &e {
@@ -179,17 +182,26 @@ fn on_object(shared: &Shared, e: WatchEvent<KubeObject>) {
 
 /// A PodGroup changed: the manager holds it pre-parsed (an invalid one,
 /// which an API server would not have stored, is logged and left out).
-fn pod_group_changed(groups: &crate::cache::PodGroupManager, e: &WatchEvent<KubeObject>) {
+/// Returns the key of a PodGroup now observed.
+fn pod_group_changed(
+    groups: &crate::cache::PodGroupManager,
+    e: &WatchEvent<KubeObject>,
+) -> Option<GroupKey> {
     match e {
         WatchEvent::Added(KubeObject::PodGroup(pg))
         | WatchEvent::Modified {
             new: KubeObject::PodGroup(pg),
             ..
         } => match PodGroupInfo::new(pg.clone()) {
-            Ok(info) => groups.set_pod_group(Arc::new(info)),
+            Ok(info) => {
+                let key = info.key.clone();
+                groups.set_pod_group(Arc::new(info));
+                Some(key)
+            }
             Err(e) => {
                 let name = pg.metadata.name.as_deref().unwrap_or("<unnamed>");
                 tracing::error!(podgroup = name, error = %e, "ignoring invalid PodGroup");
+                None
             }
         },
         WatchEvent::Deleted(KubeObject::PodGroup(pg)) => {
@@ -197,8 +209,9 @@ fn pod_group_changed(groups: &crate::cache::PodGroupManager, e: &WatchEvent<Kube
                 pg.metadata.namespace.as_deref().unwrap_or("default"),
                 pg.metadata.name.as_deref().unwrap_or(""),
             ));
+            None
         }
-        _ => {}
+        _ => None,
     }
 }
 

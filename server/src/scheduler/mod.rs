@@ -398,6 +398,10 @@ impl Scheduler {
             },
             profiles.clone(),
         );
+        let queue = match features.enable_generic_workload {
+            true => queue.with_pod_groups(handle.pod_groups().clone()),
+            false => queue,
+        };
         handle.set_nominator(queue.clone());
         // GenericWorkload, read once: PodGroups are tracked, and their pods
         // scheduled as groups, only with the gate on.

@@ -1046,8 +1046,8 @@ fn profiles_must_share_their_queue_sort() {
     impl crate::framework::QueueSortPlugin for OtherSort {
         fn less(
             &self,
-            _: &crate::framework::QueuedPodInfo,
-            _: &crate::framework::QueuedPodInfo,
+            _: crate::framework::QueuedEntity<'_>,
+            _: crate::framework::QueuedEntity<'_>,
         ) -> bool {
             false
         }

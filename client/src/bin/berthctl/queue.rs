@@ -28,6 +28,8 @@ fn queue_name(q: i32) -> &'static str {
         QueueName::Unschedulable => "unschedulable",
         QueueName::Gated => "gated",
         QueueName::InFlight => "in-flight",
+        QueueName::Incomplete => "incomplete",
+        QueueName::Pending => "pending",
         QueueName::Unspecified => "?",
     }
 }

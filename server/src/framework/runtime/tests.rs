@@ -281,8 +281,8 @@ impl Plugin for Sort {
 impl QueueSortPlugin for Sort {
     fn less(
         &self,
-        _: &crate::framework::QueuedPodInfo,
-        _: &crate::framework::QueuedPodInfo,
+        _: crate::framework::QueuedEntity<'_>,
+        _: crate::framework::QueuedEntity<'_>,
     ) -> bool {
         false
     }

@@ -43,7 +43,7 @@ use crate::config::{ConfigError, join_path};
 use crate::extension_points;
 use crate::framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EventResource, Handle,
-    PermitPlugin, Plugin, PluginArgs, PreEnqueuePlugin, QueueSortPlugin, QueuedPodInfo,
+    PermitPlugin, Plugin, PluginArgs, PreEnqueuePlugin, QueueSortPlugin, QueuedEntity,
     QueueingHint, ReservePlugin, Status, ValidateArgs, parse_args,
 };
 use crate::model::PodInfo;
@@ -133,11 +133,11 @@ impl Coscheduling {
         }
     }
 
-    /// The time a pod sorts by: its group's first sighting, or its own first
-    /// attempt.
-    fn sort_time(&self, q: &QueuedPodInfo) -> Instant {
-        let own = q.initial_attempt_timestamp.unwrap_or(q.timestamp);
-        match group_key(&q.pod) {
+    /// The time an entity sorts by: its group's first sighting, or its own
+    /// first attempt.
+    fn sort_time(&self, q: QueuedEntity<'_>) -> Instant {
+        let own = q.initial_attempt_timestamp().unwrap_or(q.timestamp());
+        match q.pod().and_then(|p| group_key(p)) {
             Some(g) => self
                 .first_seen
                 .read()
@@ -201,19 +201,23 @@ impl Plugin for Coscheduling {
 }
 
 impl QueueSortPlugin for Coscheduling {
-    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
-        if a.pod.priority != b.pod.priority {
-            return a.pod.priority > b.pod.priority;
+    /// A PodGroup entity (GenericWorkload) sorts as its first member.
+    fn less(&self, a: QueuedEntity<'_>, b: QueuedEntity<'_>) -> bool {
+        if a.priority() != b.priority() {
+            return a.priority() > b.priority();
         }
         let (ta, tb) = (self.sort_time(a), self.sort_time(b));
         if ta != tb {
             return ta < tb;
         }
-        let (ga, gb) = (group_key(&a.pod), group_key(&b.pod));
+        let (ga, gb) = (
+            a.pod().and_then(|p| group_key(p)),
+            b.pod().and_then(|p| group_key(p)),
+        );
         if ga != gb {
             return ga < gb;
         }
-        a.timestamp < b.timestamp
+        a.timestamp() < b.timestamp()
     }
 }
 

@@ -1,5 +1,6 @@
 //! Gang scheduling end to end on the embedded cluster, paused time.
 
+use crate::framework::QueuedPodInfo;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -181,12 +182,12 @@ fn queue_sort_keeps_a_group_together() {
     let a = q(make_pod("a").label(LABEL_POD_GROUP, "g"), 0);
     let solo = q(make_pod("solo"), 1);
     let b = q(make_pod("b").label(LABEL_POD_GROUP, "g"), 2);
-    assert!(plugin.less(&a, &solo));
-    assert!(plugin.less(&b, &solo), "b sorts with its group");
-    assert!(plugin.less(&a, &b));
+    assert!(plugin.less_pods(&a, &solo));
+    assert!(plugin.less_pods(&b, &solo), "b sorts with its group");
+    assert!(plugin.less_pods(&a, &b));
     // Priority still comes first.
     let urgent = q(make_pod("urgent").priority(10), 5);
-    assert!(plugin.less(&urgent, &a));
+    assert!(plugin.less_pods(&urgent, &a));
 }
 
 #[test]

@@ -1,8 +1,9 @@
-//! PrioritySort: pods with higher `spec.priority` first; among equals, the
-//! one that entered the queue (or last failed) first.
+//! PrioritySort: entities with higher priority first (a pod's
+//! `spec.priority`, a PodGroup's); among equals, the one that entered the
+//! queue (or last failed) first.
 
 use crate::extension_points;
-use crate::framework::{NoArgs, Plugin, QueueSortPlugin, QueuedPodInfo};
+use crate::framework::{NoArgs, Plugin, QueueSortPlugin, QueuedEntity};
 use crate::plugins::names::PRIORITY_SORT;
 
 /// The PrioritySort plugin.
@@ -27,15 +28,16 @@ impl Plugin for PrioritySort {
 }
 
 impl QueueSortPlugin for PrioritySort {
-    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
-        let (pa, pb) = (a.pod.priority, b.pod.priority);
-        pa > pb || (pa == pb && a.timestamp < b.timestamp)
+    fn less(&self, a: QueuedEntity<'_>, b: QueuedEntity<'_>) -> bool {
+        let (pa, pb) = (a.priority(), b.priority());
+        pa > pb || (pa == pb && a.timestamp() < b.timestamp())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::QueuedPodInfo;
     use crate::testing::make_pod;
     use std::sync::Arc;
     use std::time::Duration;
@@ -69,7 +71,7 @@ mod tests {
             ("identical is not less", q("a", 5, 1), q("b", 5, 1), false),
         ];
         for (name, a, b, want) in cases {
-            assert_eq!(sort.less(&a, &b), want, "{name}");
+            assert_eq!(sort.less_pods(&a, &b), want, "{name}");
         }
     }
 }

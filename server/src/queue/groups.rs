@@ -1,0 +1,729 @@
+//! PodGroup entities in the scheduling queue (`GenericWorkload` on), as
+//! kube-scheduler v1.37 queues them.
+//!
+//! A pod is a group member iff the gate is on and it names a PodGroup
+//! (`spec.schedulingGroup.podGroupName`). Every member of one group waits
+//! inside one entity, which is queued, popped and scheduled as a whole:
+//!
+//! ```text
+//!  member added ─┬─ PodGroup not observed ──▶ incomplete ── PodGroup added ──┐
+//!                ├─ its group is being scheduled ──▶ pending ── cycle ends ──┤
+//!                └─ joins the group's entity (or a new one) ◀────────────────┘
+//!                        │ PreEnqueue over every member
+//!                        ▼
+//!            activeQ / backoffQ / gated ── pop ──▶ group cycle
+//! ```
+//!
+//! * PreEnqueue runs for every member; any rejection gates the whole
+//!   entity, which then moves only on events its gating plugin registered
+//!   for (hints evaluated per member: the best wins) or after 5 minutes.
+//! * A member added to an entity already queued re-runs PreEnqueue on the
+//!   entity, which stays where it was (activeQ, or backoffQ while backing
+//!   off) unless PreEnqueue now holds it (or releases a gated one).
+//! * When the group's cycle ends ([`SchedulingQueue::add_attempted_pod_group`]),
+//!   the members left (failed in the cycle, or arrived meanwhile) become
+//!   the entity again: after a success straight into activeQ with the
+//!   entity's old timestamp; after a failure with its counters moved (an
+//!   error: consecutive errors; otherwise unschedulable attempts), a new
+//!   timestamp and its backoff, into backoffQ (activeQ once backed off).
+//!   Failed groups never wait among the unschedulable entities on the
+//!   strength of queueing hints (v1.37 relies on backoff alone); only
+//!   PreEnqueue parks them. With no member left the entity is gone.
+//! * Activating a member activates its group; deleting the last member
+//!   drops the entity.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::{
+    INCOMING_ACTIVE, INCOMING_BACKOFF, INCOMING_UNSCHEDULABLE, Inner, KeyedHeap, SchedulingQueue,
+    Strategy, backoff_duration,
+};
+use crate::framework::{
+    ClusterEvent, EventObject, QueuedEntity, QueuedPodGroupInfo, QueuedPodInfo, QueueingHint,
+    Status,
+};
+use crate::model::{GroupKey, PodInfo, PodRef};
+
+/// What [`SchedulingQueue::pop_entity`] takes.
+#[derive(Debug, Clone)]
+pub enum Popped {
+    /// A pod scheduled alone.
+    Pod(QueuedPodInfo),
+    /// A PodGroup's members, scheduled together.
+    Group(QueuedPodGroupInfo),
+}
+
+/// Where an entity was when it was taken out to change it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Active,
+    Backoff,
+    Unschedulable,
+}
+
+/// The queue's PodGroup side.
+#[derive(Debug, Default)]
+pub(super) struct Groups {
+    /// Where PodGroups are looked up; `None`: the gate is off and no pod
+    /// is a member.
+    pub manager: Option<Arc<crate::cache::PodGroupManager>>,
+    pub active: KeyedHeap<QueuedPodGroupInfo>,
+    /// Groups whose last cycle was rejected, backing off.
+    pub backoff: KeyedHeap<QueuedPodGroupInfo>,
+    /// Groups whose last cycle failed with an error, backing off (never
+    /// popped early).
+    pub error_backoff: KeyedHeap<QueuedPodGroupInfo>,
+    /// Gated groups, by entity key.
+    pub unschedulable: HashMap<Arc<str>, QueuedPodGroupInfo>,
+    /// Members whose PodGroup is not observed yet, by group.
+    pub incomplete: HashMap<GroupKey, Vec<QueuedPodInfo>>,
+    /// The group being scheduled, if any.
+    pub in_flight: Option<GroupKey>,
+    /// Members of the group being scheduled that came, or came back,
+    /// during its cycle.
+    pub pending: Vec<QueuedPodInfo>,
+    /// Each queued member's group (in any of the places above).
+    pub member_of: HashMap<Arc<str>, GroupKey>,
+    /// Entities that entered each queue, by queue and event.
+    pub incoming: HashMap<(u8, ClusterEvent), u64>,
+}
+
+impl Inner {
+    /// The group `pod` is a member of, when groups are on.
+    pub(super) fn group_of(&self, pod: &PodInfo) -> Option<GroupKey> {
+        self.groups.manager.as_ref()?;
+        pod.scheduling_group
+            .as_ref()
+            .map(|g| GroupKey::new(pod.namespace.clone(), g.clone()))
+    }
+
+    fn group_less(&self) -> impl Fn(&QueuedPodGroupInfo, &QueuedPodGroupInfo) -> bool + use<> {
+        let sort = self.sort.clone();
+        move |a, b| sort.less(QueuedEntity::Group(a), QueuedEntity::Group(b))
+    }
+
+    fn group_backoff_less(
+        &self,
+    ) -> impl Fn(&QueuedPodGroupInfo, &QueuedPodGroupInfo) -> bool + use<> {
+        let sort = self.sort.clone();
+        move |a, b| {
+            a.backoff_expiration < b.backoff_expiration
+                || (a.backoff_expiration == b.backoff_expiration
+                    && sort.less(QueuedEntity::Group(a), QueuedEntity::Group(b)))
+        }
+    }
+
+    fn count_group_incoming(&mut self, queue: u8, event: ClusterEvent) {
+        *self.groups.incoming.entry((queue, event)).or_default() += 1;
+    }
+
+    /// Takes the entity with `entity_key` out of wherever it waits.
+    fn take_group(&mut self, entity_key: &str) -> Option<(QueuedPodGroupInfo, Place)> {
+        let less = self.group_less();
+        if let Some(g) = self.groups.active.remove(entity_key, &less) {
+            return Some((g, Place::Active));
+        }
+        let bless = self.group_backoff_less();
+        if let Some(g) = self
+            .groups
+            .backoff
+            .remove(entity_key, &bless)
+            .or_else(|| self.groups.error_backoff.remove(entity_key, &bless))
+        {
+            return Some((g, Place::Backoff));
+        }
+        self.remove_group_unschedulable(entity_key)
+            .map(|g| (g, Place::Unschedulable))
+    }
+
+    fn insert_group_unschedulable(&mut self, g: QueuedPodGroupInfo) {
+        let since = g
+            .flush_timestamp
+            .map_or(g.timestamp, |f| f.max(g.timestamp));
+        let key = g.entity_key.clone();
+        self.remove_group_unschedulable(&key);
+        self.flush_at
+            .insert((since + self.cfg.max_in_unschedulable, key.clone()));
+        self.groups.unschedulable.insert(key, g);
+    }
+
+    pub(super) fn remove_group_unschedulable(
+        &mut self,
+        entity_key: &str,
+    ) -> Option<QueuedPodGroupInfo> {
+        let g = self.groups.unschedulable.remove(entity_key)?;
+        let since = g
+            .flush_timestamp
+            .map_or(g.timestamp, |f| f.max(g.timestamp));
+        self.flush_at
+            .remove(&(since + self.cfg.max_in_unschedulable, g.entity_key.clone()));
+        Some(g)
+    }
+
+    /// PreEnqueue over every member (each profile's plugins, the gating
+    /// plugin first); a rejection gates the entity and `None` is returned.
+    fn group_pre_enqueue(
+        &mut self,
+        mut g: QueuedPodGroupInfo,
+        event: ClusterEvent,
+    ) -> Option<QueuedPodGroupInfo> {
+        let mut rejected: Option<(usize, Status)> = None;
+        for (i, m) in g.pods.iter().enumerate() {
+            let Some(fw) = self.framework(&m.pod) else {
+                continue;
+            };
+            let s = fw.run_pre_enqueue(&m.pod, g.gating_plugin);
+            if !s.is_success() {
+                rejected = Some((i, s));
+                break;
+            }
+        }
+        let Some((i, s)) = rejected else {
+            g.gating_plugin = None;
+            return Some(g);
+        };
+        let plugin = s.plugin().unwrap_or("PreEnqueue");
+        g.gating_plugin = Some(plugin);
+        let message: Arc<str> = Arc::from(s.message());
+        tracing::debug!(group = %g.key, pod = %g.pods[i].pod.key(), plugin, "pod group gated: {message}");
+        for m in &mut g.pods {
+            m.last_failure = Some(message.clone());
+        }
+        self.insert_group_unschedulable(g);
+        self.count_group_incoming(INCOMING_UNSCHEDULABLE, event);
+        None
+    }
+
+    fn move_group_to_active(
+        &mut self,
+        g: QueuedPodGroupInfo,
+        now: Instant,
+        event: ClusterEvent,
+    ) -> bool {
+        let Some(mut g) = self.group_pre_enqueue(g, event) else {
+            return false;
+        };
+        self.count_group_incoming(INCOMING_ACTIVE, event);
+        g.initial_attempt_timestamp.get_or_insert(now);
+        let less = self.group_less();
+        self.groups.active.push(g, &less);
+        true
+    }
+
+    fn push_group_backoff(&mut self, g: QueuedPodGroupInfo) {
+        let less = self.group_backoff_less();
+        if g.consecutive_errors_count > 0 {
+            self.groups.error_backoff.push(g, &less);
+        } else {
+            self.groups.backoff.push(g, &less);
+        }
+    }
+
+    /// Requeues an entity: backoffQ while it backs off (unless
+    /// `Immediately`), activeQ otherwise, through PreEnqueue either way.
+    fn requeue_group(
+        &mut self,
+        g: QueuedPodGroupInfo,
+        strategy: Strategy,
+        now: Instant,
+        event: ClusterEvent,
+    ) -> bool {
+        let backing_off = g.backoff_expiration.is_some_and(|e| e > now);
+        match strategy {
+            Strategy::Skip => {
+                self.insert_group_unschedulable(g);
+                self.count_group_incoming(INCOMING_UNSCHEDULABLE, event);
+                false
+            }
+            Strategy::AfterBackoff if backing_off => match self.group_pre_enqueue(g, event) {
+                Some(g) => {
+                    self.push_group_backoff(g);
+                    self.count_group_incoming(INCOMING_BACKOFF, event);
+                    true
+                }
+                None => false,
+            },
+            _ => self.move_group_to_active(g, now, event),
+        }
+    }
+
+    /// Puts a member where its group is (see the module doc). Returns
+    /// whether an entity became poppable.
+    pub(super) fn add_group_member(
+        &mut self,
+        key: GroupKey,
+        q: QueuedPodInfo,
+        now: Instant,
+        event: ClusterEvent,
+    ) -> bool {
+        self.groups.member_of.insert(q.pod.uid.clone(), key.clone());
+        let manager = self.groups.manager.clone().expect("groups on");
+        let Some(pod_group) = manager.pod_group(&key) else {
+            self.groups.incomplete.entry(key).or_default().push(q);
+            return false;
+        };
+        if self.groups.in_flight.as_ref() == Some(&key) {
+            self.groups.pending.push(q);
+            return false;
+        }
+        let entity_key: Arc<str> = Arc::from(format!("podgroup/{key}").as_str());
+        match self.take_group(&entity_key) {
+            Some((mut g, place)) => {
+                g.pods.push(q);
+                g.pod_group = Some(pod_group);
+                let strategy = match place {
+                    Place::Active => Strategy::Immediately,
+                    Place::Backoff | Place::Unschedulable => Strategy::AfterBackoff,
+                };
+                self.requeue_group(g, strategy, now, event)
+            }
+            None => {
+                let mut g = QueuedPodGroupInfo::new(key, Some(pod_group), now);
+                g.pods.push(q);
+                self.move_group_to_active(g, now, event)
+            }
+        }
+    }
+
+    /// Removes a member from wherever it waits. Returns whether it was one.
+    pub(super) fn remove_group_member(&mut self, uid: &str) -> bool {
+        let Some(key) = self.groups.member_of.remove(uid) else {
+            return false;
+        };
+        if let Some(v) = self.groups.incomplete.get_mut(&key) {
+            v.retain(|q| &*q.pod.uid != uid);
+            if v.is_empty() {
+                self.groups.incomplete.remove(&key);
+            }
+        }
+        self.groups.pending.retain(|q| &*q.pod.uid != uid);
+        let entity_key = format!("podgroup/{key}");
+        if let Some((mut g, place)) = self.take_group(&entity_key) {
+            g.pods.retain(|q| &*q.pod.uid != uid);
+            if !g.pods.is_empty() {
+                // Back where it was, in its place (no PreEnqueue: a member
+                // fewer cannot release a gate it did not hold).
+                match place {
+                    Place::Active => {
+                        let less = self.group_less();
+                        self.groups.active.push(g, &less);
+                    }
+                    Place::Backoff => self.push_group_backoff(g),
+                    Place::Unschedulable => self.insert_group_unschedulable(g),
+                }
+            }
+        }
+        true
+    }
+
+    /// A member's pod changed: the new object replaces the old wherever
+    /// it waits; a gated entity moves if the gate's hint says the change
+    /// may release it. Returns whether an entity became poppable, or
+    /// `None` if the pod is not a queued member.
+    pub(super) fn update_group_member(
+        &mut self,
+        old: &PodRef,
+        new: &PodRef,
+        events: &[ClusterEvent],
+        now: Instant,
+    ) -> Option<bool> {
+        let key = self.groups.member_of.get(&new.uid)?.clone();
+        let replace = |v: &mut Vec<QueuedPodInfo>| {
+            for q in v.iter_mut().filter(|q| q.pod.uid == new.uid) {
+                q.pod = new.clone();
+            }
+        };
+        if let Some(v) = self.groups.incomplete.get_mut(&key) {
+            replace(v);
+        }
+        replace(&mut self.groups.pending);
+        let entity_key = format!("podgroup/{key}");
+        let Some((mut g, place)) = self.take_group(&entity_key) else {
+            return Some(false);
+        };
+        replace(&mut g.pods);
+        match place {
+            Place::Active => {
+                let less = self.group_less();
+                self.groups.active.push(g, &less);
+                Some(false)
+            }
+            Place::Backoff => {
+                self.push_group_backoff(g);
+                Some(false)
+            }
+            Place::Unschedulable => {
+                let old_obj = EventObject::Pod(old.clone());
+                let new_obj = EventObject::Pod(new.clone());
+                let mut best = Strategy::Skip;
+                let mut why = super::POD_UPDATE;
+                for e in events {
+                    best = self.group_worth_requeuing(&g, e, Some(&old_obj), Some(&new_obj));
+                    if best != Strategy::Skip {
+                        why = *e;
+                        break;
+                    }
+                }
+                if best == Strategy::Skip {
+                    self.insert_group_unschedulable(g);
+                    Some(false)
+                } else {
+                    Some(self.requeue_group(g, best, now, why))
+                }
+            }
+        }
+    }
+
+    /// Whether `event` may release a gated entity: the gating plugin's
+    /// registrations and hints, evaluated for each member (the best
+    /// answer wins, as upstream's isEntityWorthRequeuing).
+    pub(super) fn group_worth_requeuing(
+        &self,
+        g: &QueuedPodGroupInfo,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> Strategy {
+        let Some(gate) = g.gating_plugin else {
+            return Strategy::AfterBackoff;
+        };
+        if event.is_wildcard() {
+            return match new {
+                Some(EventObject::Pod(p)) if !g.pods.iter().any(|m| m.pod.uid == p.uid) => {
+                    Strategy::Skip
+                }
+                Some(EventObject::Node(_) | EventObject::Object(_)) => Strategy::Skip,
+                _ => Strategy::AfterBackoff,
+            };
+        }
+        let Some(fw) = g.pods.first().and_then(|m| self.framework(&m.pod)) else {
+            return Strategy::AfterBackoff;
+        };
+        for pe in fw.events().iter().filter(|pe| pe.plugin == gate) {
+            for reg in pe.events.iter().filter(|r| r.event.matches(event)) {
+                for m in &g.pods {
+                    let hint = match &reg.hint {
+                        None => QueueingHint::Queue,
+                        Some(f) => f(&m.pod, old, new).unwrap_or_else(|e| {
+                            tracing::warn!(plugin = pe.plugin, pod = %m.pod.key(), error = %e,
+                                "queueing hint failed; requeueing the pod group");
+                            QueueingHint::Queue
+                        }),
+                    };
+                    if hint == QueueingHint::Queue {
+                        return Strategy::AfterBackoff;
+                    }
+                }
+            }
+        }
+        Strategy::Skip
+    }
+
+    /// Moves the gated entities `event` may release.
+    pub(super) fn move_all_groups(
+        &mut self,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+        pre_check: Option<&dyn Fn(&PodInfo) -> bool>,
+        now: Instant,
+    ) -> bool {
+        let mut moves = Vec::new();
+        for (key, g) in &self.groups.unschedulable {
+            if pre_check.is_some_and(|f| !g.pods.iter().any(|m| f(&m.pod))) {
+                continue;
+            }
+            let strategy = self.group_worth_requeuing(g, event, old, new);
+            if strategy != Strategy::Skip {
+                moves.push((key.clone(), strategy));
+            }
+        }
+        let mut activated = false;
+        for (key, strategy) in moves {
+            if let Some(g) = self.remove_group_unschedulable(&key) {
+                activated |= self.requeue_group(g, strategy, now, *event);
+            }
+        }
+        activated
+    }
+
+    /// The PodGroup `key` was observed: its incomplete members join an
+    /// entity together (so all the pods created before it are tried in
+    /// one cycle), and queued entities carry the new object.
+    pub(super) fn pod_group_observed(&mut self, key: &GroupKey, now: Instant) -> bool {
+        let mut activated = false;
+        if let Some(pods) = self.groups.incomplete.remove(key) {
+            let event = ClusterEvent::new(
+                crate::framework::EventResource::PodGroup,
+                crate::framework::ActionType::ADD,
+            );
+            for q in pods {
+                activated |= self.add_group_member(key.clone(), q, now, event);
+            }
+        }
+        activated
+    }
+
+    /// Activates the entity of the group `key` (a member was activated).
+    pub(super) fn activate_group(&mut self, key: &GroupKey, now: Instant) -> bool {
+        if self.groups.in_flight.as_ref() == Some(key) {
+            return false;
+        }
+        let entity_key = format!("podgroup/{key}");
+        match self.take_group(&entity_key) {
+            Some((g, Place::Active)) => {
+                let less = self.group_less();
+                self.groups.active.push(g, &less);
+                false
+            }
+            Some((g, _)) => self.move_group_to_active(g, now, ClusterEvent::FORCE_ACTIVATE),
+            None => false,
+        }
+    }
+
+    /// Backoff expiries and 5-minute stays of group entities.
+    pub(super) fn flush_groups(&mut self, now: Instant) -> bool {
+        let mut activated = false;
+        let less = self.group_backoff_less();
+        loop {
+            let ready = |h: &KeyedHeap<QueuedPodGroupInfo>| {
+                h.peek()
+                    .is_some_and(|g| g.backoff_expiration.is_none_or(|e| e <= now))
+            };
+            let g = if ready(&self.groups.error_backoff) {
+                self.groups.error_backoff.pop(&less)
+            } else if ready(&self.groups.backoff) {
+                self.groups.backoff.pop(&less)
+            } else {
+                break;
+            };
+            let mut g = g.expect("peeked");
+            g.initial_attempt_timestamp.get_or_insert(now);
+            let active_less = self.group_less();
+            self.groups.active.push(g, &active_less);
+            self.count_group_incoming(INCOMING_ACTIVE, ClusterEvent::BACKOFF_COMPLETE);
+            activated = true;
+        }
+        activated
+    }
+
+    /// A due 5-minute stay of the gated entity `key`.
+    pub(super) fn flush_group(&mut self, key: &str, now: Instant) -> bool {
+        let Some(mut g) = self.remove_group_unschedulable(key) else {
+            return false;
+        };
+        g.flush_timestamp = Some(now);
+        let strategy =
+            self.group_worth_requeuing(&g, &ClusterEvent::UNSCHEDULABLE_TIMEOUT, None, None);
+        self.requeue_group(g, strategy, now, ClusterEvent::UNSCHEDULABLE_TIMEOUT)
+    }
+
+    pub(super) fn next_group_deadline(&self) -> Option<Instant> {
+        [
+            self.groups
+                .backoff
+                .peek()
+                .and_then(|g| g.backoff_expiration),
+            self.groups
+                .error_backoff
+                .peek()
+                .and_then(|g| g.backoff_expiration),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Whether the next pop takes a group (whose members the look-ahead
+    /// does not serve).
+    pub(super) fn group_ahead(&self) -> bool {
+        match (self.active.peek(), self.groups.active.peek()) {
+            (_, None) => {
+                self.active.is_empty()
+                    && self.groups.backoff.peek().is_some_and(|g| {
+                        self.backoff
+                            .peek()
+                            .is_none_or(|p| g.backoff_expiration < p.backoff_expiration)
+                    })
+            }
+            (None, Some(_)) => true,
+            (Some(p), Some(g)) => self.sort.less(QueuedEntity::Group(g), QueuedEntity::Pod(p)),
+        }
+    }
+
+    /// Takes the next entity: the head of activeQ (pods and groups compared
+    /// by QueueSort), else of backoffQ (earliest expiry first).
+    pub(super) fn pop_next(&mut self) -> Option<Popped> {
+        let sort = self.sort.clone();
+        let pod_first = match (self.active.peek(), self.groups.active.peek()) {
+            (None, None) => None,
+            (Some(_), None) => Some(true),
+            (None, Some(_)) => Some(false),
+            (Some(p), Some(g)) => Some(!sort.less(QueuedEntity::Group(g), QueuedEntity::Pod(p))),
+        };
+        match pod_first {
+            Some(true) => {
+                let less = |a: &QueuedPodInfo, b: &QueuedPodInfo| sort.less_pods(a, b);
+                return self.active.pop(&less).map(Popped::Pod);
+            }
+            Some(false) => {
+                let less = self.group_less();
+                return self.groups.active.pop(&less).map(Popped::Group);
+            }
+            None => {}
+        }
+        // Nothing else to do: no point waiting out a backoff (errors are
+        // never popped early).
+        let pod_first = match (self.backoff.peek(), self.groups.backoff.peek()) {
+            (None, None) => return None,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(p), Some(g)) => {
+                p.backoff_expiration < g.backoff_expiration
+                    || (p.backoff_expiration == g.backoff_expiration
+                        && !sort.less(QueuedEntity::Group(g), QueuedEntity::Pod(p)))
+            }
+        };
+        if pod_first {
+            self.backoff
+                .pop(&super::backoff_order(&self.sort))
+                .map(Popped::Pod)
+        } else {
+            let less = self.group_backoff_less();
+            self.groups.backoff.pop(&less).map(Popped::Group)
+        }
+    }
+
+    /// Marks a popped group in flight: its members each get a marker (the
+    /// same), so events seen meanwhile are recorded and each member's
+    /// `done` ends its own tracking.
+    pub(super) fn group_popped(&mut self, g: &mut QueuedPodGroupInfo) {
+        g.attempts += 1;
+        self.groups.in_flight = Some(g.key.clone());
+        let seq = self.record(super::Recorded::Marker);
+        for m in &mut g.pods {
+            m.attempts += 1;
+            self.groups.member_of.remove(&m.pod.uid);
+            self.in_flight.insert(m.pod.uid.clone(), (m.clone(), seq));
+        }
+    }
+
+    /// A member that failed returns: while its group is in flight it waits
+    /// for the cycle to end; otherwise it joins its group's entity.
+    pub(super) fn member_failed(
+        &mut self,
+        key: GroupKey,
+        mut q: QueuedPodInfo,
+        now: Instant,
+    ) -> bool {
+        if super::is_error(&q) {
+            q.consecutive_errors_count += 1;
+        } else {
+            q.unschedulable_count += 1;
+            q.consecutive_errors_count = 0;
+        }
+        q.timestamp = now;
+        q.backoff_expiration = Some(now + backoff_duration(&self.cfg, &q));
+        let uid = q.pod.uid.clone();
+        let activated = self.add_group_member(key, q, now, ClusterEvent::SCHEDULE_ATTEMPT_FAILURE);
+        self.done(&uid);
+        activated
+    }
+}
+
+impl SchedulingQueue {
+    /// Holds PodGroup members as group entities, looking their PodGroups
+    /// up in `manager`: the `GenericWorkload` gate on (read once, here).
+    pub fn with_pod_groups(
+        self: Arc<Self>,
+        manager: Arc<crate::cache::PodGroupManager>,
+    ) -> Arc<Self> {
+        self.inner.lock().groups.manager = Some(manager);
+        self
+    }
+
+    /// The PodGroup `key` was added (or changed): members waiting for it
+    /// join an entity.
+    pub fn pod_group_observed(&self, key: &GroupKey) {
+        let activated = {
+            let mut inner = self.inner.lock();
+            if inner.groups.manager.is_none() {
+                return;
+            }
+            inner.pod_group_observed(key, Instant::now())
+        };
+        self.wake(activated);
+    }
+
+    /// Ends the attempt of a popped group (upstream's
+    /// AddAttemptedPodGroupIfNeeded): its members left (failed in the
+    /// cycle, or arrived meanwhile) become its entity again, placed by
+    /// the attempt's `status` (see the module doc). Members bound or
+    /// assumed are not among them.
+    pub fn add_attempted_pod_group(&self, mut g: QueuedPodGroupInfo, status: &Status) {
+        let now = Instant::now();
+        let activated = {
+            let mut inner = self.inner.lock();
+            if inner.groups.in_flight.as_ref() == Some(&g.key) {
+                inner.groups.in_flight = None;
+            }
+            // Members assumed end their tracking in their binding cycles,
+            // the others as they were handed back or dropped.
+            let pending = std::mem::take(&mut inner.groups.pending);
+            if pending.is_empty() {
+                false
+            } else {
+                for m in &pending {
+                    inner
+                        .groups
+                        .member_of
+                        .insert(m.pod.uid.clone(), g.key.clone());
+                }
+                g.pods = pending;
+                if let Some(manager) = &inner.groups.manager
+                    && let Some(pg) = manager.pod_group(&g.key)
+                {
+                    g.pod_group = Some(pg);
+                }
+                if status.is_success() {
+                    // The rest of the group is tried at once, keeping its
+                    // place (#139613).
+                    inner.requeue_group(
+                        g,
+                        Strategy::Immediately,
+                        now,
+                        ClusterEvent::SCHEDULE_ATTEMPT_FAILURE,
+                    )
+                } else {
+                    if status.is_rejected() {
+                        g.unschedulable_count += 1;
+                        g.consecutive_errors_count = 0;
+                    } else {
+                        g.consecutive_errors_count += 1;
+                    }
+                    g.timestamp = now;
+                    g.flush_timestamp = None;
+                    let count = if g.consecutive_errors_count > 0 {
+                        g.consecutive_errors_count
+                    } else {
+                        g.unschedulable_count
+                    };
+                    g.backoff_expiration = Some(now + super::backoff_for(&inner.cfg, count));
+                    inner.requeue_group(
+                        g,
+                        Strategy::AfterBackoff,
+                        now,
+                        ClusterEvent::SCHEDULE_ATTEMPT_FAILURE,
+                    )
+                }
+            }
+        };
+        self.wake(activated);
+    }
+}
+
+#[cfg(test)]
+mod tests;
