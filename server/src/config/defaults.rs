@@ -9,7 +9,9 @@ use crate::features::{Feature, FeatureGates};
 /// NodeDeclaredFeatures (GA, locked on) appended, DynamicResources
 /// (DynamicResourceAllocation, GA, locked on) inserted before
 /// DefaultPreemption with weight 2, so that PostFilter deallocates an idle
-/// claim before preemption evicts anyone. Plugins not in the registry are
+/// claim before preemption evicts anyone. GangScheduling (GenericWorkload,
+/// beta, off by default) appended last, as upstream's applyFeatureGates
+/// does. Plugins not in the registry are
 /// left out of the default profile. [`default_multi_point`] gives the list
 /// for other gates.
 pub const DEFAULT_MULTI_POINT: &[(&str, Option<i32>)] = &[
@@ -33,6 +35,7 @@ pub const DEFAULT_MULTI_POINT: &[(&str, Option<i32>)] = &[
     ("ImageLocality", Some(1)),
     ("DefaultBinder", None),
     ("NodeDeclaredFeatures", None),
+    ("GangScheduling", None),
 ];
 
 /// The default `multiPoint.enabled` list under `gates`: the gated entries
@@ -43,6 +46,7 @@ pub fn default_multi_point(gates: &FeatureGates) -> Vec<(&'static str, Option<i3
         .filter(|(name, _)| match *name {
             "NodeDeclaredFeatures" => gates.enabled(Feature::NodeDeclaredFeatures),
             "DynamicResources" => gates.enabled(Feature::DynamicResourceAllocation),
+            "GangScheduling" => gates.enabled(Feature::GenericWorkload),
             _ => true,
         })
         .copied()

@@ -709,6 +709,7 @@ fn raw_set(plugins: &RawPlugins, point: Option<ExtensionPoint>) -> Option<&RawPl
         Some(PreBind) => plugins.pre_bind.as_ref(),
         Some(Bind) => plugins.bind.as_ref(),
         Some(PostBind) => plugins.post_bind.as_ref(),
+        Some(PodGroupPostFilter) => plugins.pod_group_post_filter.as_ref(),
     }
 }
 

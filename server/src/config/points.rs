@@ -28,11 +28,13 @@ pub enum ExtensionPoint {
     Bind,
     /// After binding.
     PostBind,
+    /// When a PodGroup's cycle does not fit (workload-aware preemption).
+    PodGroupPostFilter,
 }
 
 impl ExtensionPoint {
     /// Every point, in order.
-    pub const ALL: [ExtensionPoint; 12] = [
+    pub const ALL: [ExtensionPoint; 13] = [
         Self::PreEnqueue,
         Self::QueueSort,
         Self::PreFilter,
@@ -45,6 +47,7 @@ impl ExtensionPoint {
         Self::PreBind,
         Self::Bind,
         Self::PostBind,
+        Self::PodGroupPostFilter,
     ];
 
     /// The field name in a profile's `plugins`.
@@ -62,6 +65,7 @@ impl ExtensionPoint {
             Self::PreBind => "preBind",
             Self::Bind => "bind",
             Self::PostBind => "postBind",
+            Self::PodGroupPostFilter => "podGroupPostFilter",
         }
     }
 
@@ -80,6 +84,7 @@ impl ExtensionPoint {
             Self::PreBind => "PreBindPlugin",
             Self::Bind => "BindPlugin",
             Self::PostBind => "PostBindPlugin",
+            Self::PodGroupPostFilter => "PodGroupPostFilterPlugin",
         }
     }
 }

@@ -82,6 +82,7 @@ pub struct RawPlugins {
     pub pre_bind: Option<RawPluginSet>,
     pub bind: Option<RawPluginSet>,
     pub post_bind: Option<RawPluginSet>,
+    pub pod_group_post_filter: Option<RawPluginSet>,
     pub multi_point: Option<RawPluginSet>,
 }
 

@@ -754,7 +754,9 @@ fn proto_point(p: ExtensionPoint) -> pb::ExtensionPoint {
         ExtensionPoint::PreBind => P::PreBind,
         ExtensionPoint::Bind => P::Bind,
         ExtensionPoint::PostBind => P::PostBind,
-        ExtensionPoint::PreEnqueue | ExtensionPoint::QueueSort => P::Unspecified,
+        ExtensionPoint::PreEnqueue
+        | ExtensionPoint::QueueSort
+        | ExtensionPoint::PodGroupPostFilter => P::Unspecified,
     }
 }
 

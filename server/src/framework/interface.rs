@@ -12,7 +12,11 @@
 //! * binding cycle (concurrent tasks): waiting at Permit, PreBind, Bind,
 //!   PostBind;
 //! * Unreserve: from whichever side failed after Reserve;
-//! * QueueSort and PreEnqueue: from the queue, outside any cycle.
+//! * QueueSort and PreEnqueue: from the queue, outside any cycle;
+//! * group cycle (a PodGroup's pods, `GenericWorkload` on): PlacementFeasible
+//!   before the first pod and after each; PodGroupPostFilter once when the
+//!   group does not fit; GroupPermit (berth's) once when it does, before its
+//!   pods' own Reserve and Permit.
 //!
 //! Points a remote plugin may serve over the network are `async`; Filter
 //! and Score, called once per node on the CPU pool, are not. A plugin whose
@@ -30,9 +34,11 @@ use super::events::ClusterEventWithHint;
 use super::runtime::Framework;
 use super::status::Status;
 use super::types::{
-    NodeScore, NodeToStatus, PostFilterResult, PreFilterResult, QueuedEntity, QueuedPodInfo,
+    NodeScore, NodeToStatus, PlacementProgress, PodGroupCycleInfo, PodGroupPostFilterResult,
+    PostFilterResult, PreFilterResult, ProposedAssignment, QueuedEntity, QueuedPodInfo,
 };
 use crate::cache::NodeInfo;
+use crate::cache::Snapshot;
 use crate::model::PodInfo;
 
 /// Every plugin: a name and the extension points it serves.
@@ -98,6 +104,18 @@ pub trait Plugin: Send + Sync + 'static {
     }
     /// The plugin as a PostBind plugin.
     fn as_post_bind(self: Arc<Self>) -> Option<Arc<dyn PostBindPlugin>> {
+        None
+    }
+    /// The plugin as a PlacementFeasible plugin (group cycles).
+    fn as_placement_feasible(self: Arc<Self>) -> Option<Arc<dyn PlacementFeasiblePlugin>> {
+        None
+    }
+    /// The plugin as a PodGroupPostFilter plugin (group cycles).
+    fn as_pod_group_post_filter(self: Arc<Self>) -> Option<Arc<dyn PodGroupPostFilterPlugin>> {
+        None
+    }
+    /// The plugin as a GroupPermit plugin (group cycles; berth's point).
+    fn as_group_permit(self: Arc<Self>) -> Option<Arc<dyn GroupPermitPlugin>> {
         None
     }
 
@@ -517,6 +535,70 @@ pub trait PostBindPlugin: Plugin {
     async fn post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str);
 }
 
+/// Judges a PodGroup's placement as its group cycle goes (upstream's
+/// internal PlacementFeasible point; GangScheduling's `minCount`): called
+/// before the first pod is evaluated and after each.
+#[async_trait]
+pub trait PlacementFeasiblePlugin: Plugin {
+    /// `Success`: the group's constraints are met (the cycle may succeed);
+    /// `Wait`: not yet, but still possible (go on); `Unschedulable`: they
+    /// can no longer be met (the cycle stops); `Error`. `state` is the
+    /// group cycle's (one per cycle, its token naming the cycle).
+    async fn placement_feasible(
+        &self,
+        state: &CycleState,
+        group: &PodGroupCycleInfo,
+        progress: PlacementProgress,
+    ) -> Status;
+}
+
+/// Re-runs a PodGroup's algorithm on a changed snapshot, for
+/// PodGroupPostFilter plugins (upstream's PodGroupSchedulingFunc).
+#[async_trait]
+pub trait PodGroupSchedulingFunc: Send + Sync {
+    /// The group cycle's snapshot: plugins change a copy of it.
+    fn snapshot(&self) -> &Arc<Snapshot>;
+
+    /// The group's algorithm on `snapshot`, each pod with a fresh cycle
+    /// state: the pods it placed and the group's status. Nothing stays
+    /// assumed afterwards.
+    async fn schedule(&self, snapshot: Arc<Snapshot>) -> (Vec<ProposedAssignment>, Status);
+}
+
+/// Runs when a PodGroup's cycle ends `Unschedulable` (workload-aware
+/// preemption).
+#[async_trait]
+pub trait PodGroupPostFilterPlugin: Plugin {
+    /// Tries to make the group schedulable. `Success`: it can be (the
+    /// result nominates its pods; stops); `UnschedulableAndUnresolvable`:
+    /// stops; `Unschedulable`: the next plugin tries; `Error`. `profile`
+    /// is the framework running the cycle (to re-run Filter on what-if
+    /// node states), `schedule` re-runs the group's algorithm.
+    async fn pod_group_post_filter(
+        &self,
+        state: &CycleState,
+        group: &PodGroupCycleInfo,
+        schedule: &dyn PodGroupSchedulingFunc,
+        profile: &Framework,
+    ) -> (Option<PodGroupPostFilterResult>, Status);
+}
+
+/// berth's group-level Permit: approves or rejects a PodGroup's placement
+/// as a whole, once its cycle found one and before its pods are assumed
+/// (where each pod's own Permit runs). Upstream has no such point; it lets
+/// an extender see the whole gang at once.
+#[async_trait]
+pub trait GroupPermitPlugin: Plugin {
+    /// `Success` lets the placement go on; a rejection fails the group
+    /// (`Unschedulable`: as not fitting; `Error`).
+    async fn permit_group(
+        &self,
+        state: &CycleState,
+        group: &PodGroupCycleInfo,
+        placement: &[ProposedAssignment],
+    ) -> Status;
+}
+
 /// Implements [`Plugin`]'s `as_*` methods for the listed extension points:
 /// `extension_points!(pre_filter, filter, score);` inside `impl Plugin`.
 #[macro_export]
@@ -534,6 +616,9 @@ macro_rules! extension_points {
     (@one pre_bind) => { $crate::extension_points!(@fn as_pre_bind, PreBindPlugin); };
     (@one bind) => { $crate::extension_points!(@fn as_bind, BindPlugin); };
     (@one post_bind) => { $crate::extension_points!(@fn as_post_bind, PostBindPlugin); };
+    (@one placement_feasible) => { $crate::extension_points!(@fn as_placement_feasible, PlacementFeasiblePlugin); };
+    (@one pod_group_post_filter) => { $crate::extension_points!(@fn as_pod_group_post_filter, PodGroupPostFilterPlugin); };
+    (@one group_permit) => { $crate::extension_points!(@fn as_group_permit, GroupPermitPlugin); };
     (@fn $method:ident, $trait:ident) => {
         fn $method(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::framework::$trait>> {
             Some(self)

@@ -407,3 +407,54 @@ impl fmt::Display for FitError {
         Ok(())
     }
 }
+
+/// How far a group cycle got, as PlacementFeasible judges it: the group's
+/// pods still to evaluate in this cycle, and those scheduled (assumed or
+/// bound: before this cycle, plus those this cycle placed so far).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlacementProgress {
+    /// Queued pods not evaluated yet.
+    pub remaining: usize,
+    /// Pods of the group scheduled.
+    pub scheduled: usize,
+}
+
+/// A PodGroup in its scheduling cycle, as the group points see it
+/// (upstream's PodGroupInfo).
+#[derive(Debug, Clone)]
+pub struct PodGroupCycleInfo {
+    /// The PodGroup, as the cycle's snapshot holds it.
+    pub group: Arc<PodGroupInfo>,
+    /// Its queued pods, in the order the cycle evaluates them.
+    pub pods: Vec<PodRef>,
+    /// Its pods assumed or bound when the cycle started.
+    pub scheduled: Vec<PodRef>,
+}
+
+/// One pod of a group placed by the group algorithm (upstream's
+/// ProposedAssignment): the pod, its node, and its cycle state.
+pub struct ProposedAssignment {
+    /// The pod.
+    pub pod: PodRef,
+    /// The node the algorithm chose.
+    pub node: Arc<str>,
+    /// The pod's cycle state (PreFilter's data, for Filter re-runs).
+    pub state: super::cycle_state::CycleState,
+}
+
+impl fmt::Debug for ProposedAssignment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} -> {}", self.pod.key(), self.node)
+    }
+}
+
+/// What a PodGroupPostFilter plugin did for the group.
+#[derive(Debug, Default)]
+pub struct PodGroupPostFilterResult {
+    /// The node each pod (by UID) should be nominated to.
+    pub nominations: Vec<(Arc<str>, Arc<str>)>,
+    /// The pods to evict to make room.
+    pub victims: Vec<PodRef>,
+    /// Their eviction, run once the group's pods' statuses are written.
+    pub eviction: Option<Eviction>,
+}

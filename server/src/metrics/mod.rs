@@ -37,11 +37,13 @@ pub enum Point {
     Reserve,
     Unreserve,
     Permit,
+    PlacementFeasible,
+    PodGroupPostFilter,
 }
 
 impl Point {
     /// Every point, in slot order.
-    pub const ALL: [Point; 14] = [
+    pub const ALL: [Point; 16] = [
         Self::PreFilter,
         Self::Filter,
         Self::PreFilterExtensionAddPod,
@@ -56,6 +58,8 @@ impl Point {
         Self::Reserve,
         Self::Unreserve,
         Self::Permit,
+        Self::PlacementFeasible,
+        Self::PodGroupPostFilter,
     ];
 
     /// The label value.
@@ -75,6 +79,8 @@ impl Point {
             Self::Reserve => "Reserve",
             Self::Unreserve => "Unreserve",
             Self::Permit => "Permit",
+            Self::PlacementFeasible => "PlacementFeasible",
+            Self::PodGroupPostFilter => "PodGroupPostFilter",
         }
     }
 }

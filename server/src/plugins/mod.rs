@@ -4,6 +4,7 @@ pub mod coscheduling;
 pub mod default_binder;
 pub mod default_preemption;
 pub mod dynamic_resources;
+pub mod gang_scheduling;
 pub mod helper;
 pub mod image_locality;
 pub mod inter_pod_affinity;
@@ -57,6 +58,10 @@ pub fn in_tree_registry() -> Registry {
         names::COSCHEDULING,
         |a: coscheduling::CoschedulingArgs, h| Ok(coscheduling::Coscheduling::new(a, h)),
     )
+    .expect(ok);
+    r.register(names::GANG_SCHEDULING, |a: NoArgs, h| {
+        Ok(gang_scheduling::GangScheduling::new(a, h))
+    })
     .expect(ok);
     r.register(
         names::DEFAULT_PREEMPTION,

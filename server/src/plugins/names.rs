@@ -28,6 +28,9 @@ pub const DEFAULT_BINDER: &str = "DefaultBinder";
 pub const DEFAULT_PREEMPTION: &str = "DefaultPreemption";
 /// Gang scheduling (QueueSort, PreEnqueue, Reserve, Permit); not default.
 pub const COSCHEDULING: &str = "Coscheduling";
+/// PodGroups' `minCount` (PreEnqueue, Permit, PlacementFeasible);
+/// default with GenericWorkload.
+pub const GANG_SCHEDULING: &str = "GangScheduling";
 /// Filter and Score on inter-pod affinity and anti-affinity.
 pub const INTER_POD_AFFINITY: &str = "InterPodAffinity";
 /// Filter on inline disks and ReadWriteOncePod claims that cannot be shared.

@@ -361,6 +361,17 @@ impl Framework {
             post_bind: typed(ExtensionPoint::PostBind)
                 .map(|p| p.as_post_bind().expect("checked"))
                 .collect(),
+            placement_feasible: instances
+                .iter()
+                .filter_map(|(_, p)| p.clone().as_placement_feasible())
+                .collect(),
+            pod_group_post_filter: typed(ExtensionPoint::PodGroupPostFilter)
+                .map(|p| p.as_pod_group_post_filter().expect("checked"))
+                .collect(),
+            group_permit: instances
+                .iter()
+                .filter_map(|(_, p)| p.clone().as_group_permit())
+                .collect(),
             events,
             names,
             filter_cost: WorkCost::default(),
@@ -389,6 +400,7 @@ fn implements(p: &Arc<dyn Plugin>, point: ExtensionPoint) -> bool {
         ExtensionPoint::PreBind => p.as_pre_bind().is_some(),
         ExtensionPoint::Bind => p.as_bind().is_some(),
         ExtensionPoint::PostBind => p.as_post_bind().is_some(),
+        ExtensionPoint::PodGroupPostFilter => p.as_pod_group_post_filter().is_some(),
     }
 }
 

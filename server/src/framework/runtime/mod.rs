@@ -29,9 +29,20 @@
 //! * PreBind: in order until one fails. Bind: in order until one does not
 //!   `Skip`. PostBind: informational.
 //!
+//! * Group cycles (a PodGroup's pods together, `GenericWorkload` on):
+//!   PlacementFeasible runs before the first pod and after each, every
+//!   enabled plugin that judges placements in order: an error or an
+//!   `Unschedulable` decides, else any `Wait` does, else `Success` (also
+//!   with no plugin). PodGroupPostFilter runs once when the group ends
+//!   exactly `Unschedulable`: in order, until one succeeds, says the group
+//!   is unresolvable or fails; the others' messages are collected.
+//!   GroupPermit (berth's) runs once when the group fits, before its pods
+//!   are assumed: the first that does not succeed rejects the placement.
+//!
 //! The runners live by family: [`build`] (instantiating and placing the
 //! plugins), `filtering` (PreFilter, Filter, PostFilter), `scoring`
-//! (PreScore, Score), `binding` (Reserve, Permit, PreBind, Bind, PostBind).
+//! (PreScore, Score), `binding` (Reserve, Permit, PreBind, Bind, PostBind),
+//! `group` (PlacementFeasible, PodGroupPostFilter, GroupPermit).
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
@@ -168,6 +179,12 @@ pub struct Framework {
     pre_bind: Vec<Arc<dyn PreBindPlugin>>,
     bind: Vec<Arc<dyn BindPlugin>>,
     post_bind: Vec<Arc<dyn PostBindPlugin>>,
+    /// Group cycles: every enabled plugin that judges placements (in
+    /// v1.37 only GangScheduling does), in the order they were enabled.
+    placement_feasible: Vec<Arc<dyn PlacementFeasiblePlugin>>,
+    pod_group_post_filter: Vec<Arc<dyn PodGroupPostFilterPlugin>>,
+    /// Enabled plugins that serve berth's GroupPermit.
+    group_permit: Vec<Arc<dyn GroupPermitPlugin>>,
     events: Vec<PluginEvents>,
     names: Vec<(ExtensionPoint, Vec<&'static str>)>,
     /// What filtering one node costs, to decide whether to fan out.
@@ -194,6 +211,7 @@ mod build;
 #[cfg(test)]
 use build::check_weight;
 mod filtering;
+mod group;
 mod scoring;
 
 impl Framework {
@@ -205,8 +223,9 @@ impl Framework {
     /// Resolves this profile's label sets in `metrics` and records there
     /// from now on (once; later calls are ignored).
     pub fn attach_metrics(&self, metrics: &Arc<Metrics>) {
-        let m = metrics.attach(self.profile_name(), &|p| {
-            self.plugin_names(metric_point_plugins(p)).to_vec()
+        let m = metrics.attach(self.profile_name(), &|p| match p {
+            Point::PlacementFeasible => self.placement_feasible.iter().map(|p| p.name()).collect(),
+            _ => self.plugin_names(metric_point_plugins(p)).to_vec(),
         });
         self.set_metrics(m);
     }
@@ -359,6 +378,9 @@ fn metric_point_plugins(p: Point) -> ExtensionPoint {
         Point::PostBind => ExtensionPoint::PostBind,
         Point::Reserve | Point::Unreserve => ExtensionPoint::Reserve,
         Point::Permit => ExtensionPoint::Permit,
+        Point::PodGroupPostFilter => ExtensionPoint::PodGroupPostFilter,
+        // Not a configured point: its plugins are listed apart.
+        Point::PlacementFeasible => ExtensionPoint::PodGroupPostFilter,
     }
 }
 
