@@ -403,6 +403,8 @@ async fn run(args: Args) -> Result<()> {
                 config,
                 KubeOptions {
                     client: client_options.clone(),
+                    watch_pod_groups: gates
+                        .enabled(berth_server::features::Feature::GenericWorkload),
                     ..KubeOptions::default()
                 },
             )?;

@@ -274,8 +274,8 @@ pub static GATES: &[GateDef] = &[
         "GenericWorkload",
         &[s(35, false, Alpha), s(37, false, Beta)],
         &[],
-        DefaultOnly,
-        "Workload and PodGroup (scheduling.k8s.io) gang scheduling; not implemented in berth yet",
+        Both,
+        "PodGroups (scheduling.k8s.io/v1beta1) scheduled as groups: the queue's group entities, the PodGroup cycle, GangScheduling, PodGroupPostFilter, the PodGroup metrics",
     ),
     g(
         F::InPlacePodLevelResourcesVerticalScaling,

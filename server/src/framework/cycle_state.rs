@@ -267,6 +267,12 @@ impl CycleState {
         self.snapshot = Arc::default();
     }
 
+    /// Points this state at `snapshot` (a group cycle's, after it placed
+    /// the pods before this one).
+    pub fn set_snapshot(&mut self, snapshot: Arc<Snapshot>) {
+        self.snapshot = snapshot;
+    }
+
     /// Stores `value` under `key`, replacing any previous value.
     pub fn write<T: Any + Clone + Send + Sync>(&mut self, key: &StateKey<T>, value: T) {
         match self.entries.iter_mut().find(|(k, _)| *k == key.name) {

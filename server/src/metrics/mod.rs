@@ -15,6 +15,9 @@ use std::time::Duration;
 
 use crate::prom::{Counter, Exposition, Gauge, Histogram, exponential_buckets};
 
+pub mod pod_groups;
+pub use pod_groups::{GroupResult, PodGroupMetrics};
+
 /// Upstream samples plugin execution times in this share of scheduling
 /// cycles (pluginMetricsSamplePercent); berth samples every tenth cycle.
 pub const PLUGIN_METRICS_SAMPLE_EVERY: u64 = 10;
@@ -224,6 +227,8 @@ pub struct Metrics {
     /// scheduler_pod_scheduling_sli_duration_seconds, by attempts
     /// (1..=SLI_ATTEMPT_LABELS; more are counted in the last).
     sli_duration: Box<[Histogram]>,
+    /// The PodGroup families, registered with GenericWorkload on.
+    pod_groups: std::sync::OnceLock<PodGroupMetrics>,
 }
 
 /// Distinct `attempts` label values kept for the SLI histogram; pods that
@@ -244,6 +249,7 @@ impl Default for Metrics {
             sli_duration: (0..SLI_ATTEMPT_LABELS)
                 .map(|_| Histogram::seconds(&sli))
                 .collect(),
+            pod_groups: std::sync::OnceLock::new(),
         }
     }
 }
@@ -302,6 +308,16 @@ impl Metrics {
         }
     }
 
+    /// Registers the PodGroup families (GenericWorkload on; once).
+    pub fn register_pod_groups(&self) {
+        let _ = self.pod_groups.set(PodGroupMetrics::default());
+    }
+
+    /// The PodGroup families, when registered.
+    pub fn pod_groups(&self) -> Option<&PodGroupMetrics> {
+        self.pod_groups.get()
+    }
+
     /// Whether this scheduling cycle records plugin execution times.
     #[inline]
     pub fn sample_cycle(&self) -> bool {
@@ -330,6 +346,9 @@ impl Metrics {
     /// Writes every family. Vector families show only the label sets that
     /// were recorded, except attempts_total, which shows each result.
     pub fn render(&self, e: &mut Exposition) {
+        if let Some(g) = self.pod_groups.get() {
+            g.render(e);
+        }
         let profiles = self.profiles.read().clone();
         e.family(
             "scheduler_schedule_attempts_total",

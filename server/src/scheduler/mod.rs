@@ -8,11 +8,15 @@ mod batch_judge;
 mod batching;
 mod event_handlers;
 mod explain;
+#[cfg(test)]
+mod group_tests;
 mod idle;
 #[cfg(test)]
 mod look_ahead_tests;
 pub mod metrics;
+mod pod_group_cycle;
 mod schedule_one;
+mod schedule_one_podgroup;
 #[cfg(test)]
 mod tests;
 
@@ -259,6 +263,9 @@ pub(crate) struct Shared {
     /// The PodGroups, when the `GenericWorkload` gate is on (`None`: pods
     /// naming a group are scheduled alone, as upstream with the gate off).
     pub pod_groups: Option<Arc<crate::cache::PodGroupManager>>,
+    /// PodGroupPreemptionPolicy: a group's pods must share its preemption
+    /// policy (off: they must share one).
+    pub pod_group_preemption_policy: bool,
     pub cache: Mutex<Cache>,
     pub queue: Arc<SchedulingQueue>,
     pub cluster: Arc<dyn ClusterSource>,
@@ -387,6 +394,9 @@ impl Scheduler {
         http_extenders.register(&mut registry, &handle)?;
         let profiles = build_profiles(config, &registry, &handle)?;
         let prom = Arc::new(crate::metrics::Metrics::default());
+        if features.enable_generic_workload {
+            prom.register_pod_groups();
+        }
         for fw in profiles.values() {
             fw.attach_metrics(&prom);
         }
@@ -415,6 +425,9 @@ impl Scheduler {
         let shared = Arc::new(Shared {
             profiles,
             pod_groups,
+            pod_group_preemption_policy: config
+                .feature_gates
+                .enabled(crate::features::Feature::PodGroupPreemptionPolicy),
             cache: Mutex::new(cache),
             queue: queue.clone(),
             cluster: cluster.clone(),

@@ -22,6 +22,7 @@ use crate::framework::{
 };
 use crate::metrics::AttemptResult;
 use crate::model::{PodInfo, PodRef};
+use crate::queue::Popped;
 
 /// How many binding cycles past Permit may run at once before the loop
 /// waits for one to finish. Upstream has no bound, and needs none: it
@@ -33,19 +34,19 @@ use crate::model::{PodInfo, PodRef};
 pub(super) const MAX_BINDINGS_IN_FLIGHT: usize = 64;
 
 /// Why an attempt failed, with what the requeue and the messages need.
-struct Failure {
-    status: Status,
+pub(super) struct Failure {
+    pub status: Status,
     /// The full message (a FitError's wording, or the status message).
-    message: String,
-    diagnosis: Option<Diagnosis>,
-    nominating: Option<NominatingInfo>,
+    pub message: String,
+    pub diagnosis: Option<Diagnosis>,
+    pub nominating: Option<NominatingInfo>,
     /// Preemption's eviction of victims, to run once the pod's nomination
     /// is written.
-    eviction: Option<Eviction>,
+    pub eviction: Option<Eviction>,
 }
 
 impl Failure {
-    fn from_status(status: Status) -> Self {
+    pub fn from_status(status: Status) -> Self {
         Self {
             message: status.message(),
             status,
@@ -57,7 +58,7 @@ impl Failure {
 
     /// A rejection on the one node chosen (at Reserve, Permit or while
     /// waiting): worded as a fit error over one node.
-    fn rejected_on(node: &Arc<str>, status: Status) -> Self {
+    pub fn rejected_on(node: &Arc<str>, status: Status) -> Self {
         let mut diagnosis = Diagnosis::default();
         diagnosis.add_plugin_status(&status);
         if let Some(p) = status.plugin() {
@@ -80,9 +81,9 @@ impl Failure {
 
 /// The scheduling loop: owns the snapshot and the search state.
 pub(crate) struct Loop {
-    shared: Arc<Shared>,
-    algorithm: Algorithm,
-    snapshot: Arc<Snapshot>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) algorithm: Algorithm,
+    pub(super) snapshot: Arc<Snapshot>,
 }
 
 impl Loop {
@@ -126,7 +127,7 @@ impl Loop {
                 self.algorithm.drop_look_ahead();
             }
             let popped = match leader.as_mut() {
-                None => self.shared.queue.pop().await,
+                None => self.shared.queue.pop_entity().await,
                 Some(l) => {
                     if !*l.borrow_and_update() {
                         tracing::info!("not the leader: scheduling waits for leadership");
@@ -146,14 +147,30 @@ impl Loop {
                             tracing::warn!("leadership lost: scheduling stops popping pods");
                             continue;
                         }
-                        q = self.shared.queue.pop() => q,
+                        q = self.shared.queue.pop_entity() => q,
                     }
                 }
             };
-            let Some(q) = popped else {
-                self.algorithm.drop_look_ahead();
-                tracing::info!("scheduling queue closed; scheduling loop stops");
-                return;
+            let q = match popped {
+                Some(Popped::Pod(q)) => q,
+                Some(Popped::Group(g)) => {
+                    let shared = self.shared.clone();
+                    let _cycle = shared.cycle.lock().await;
+                    if shared.queue.is_closed() {
+                        tracing::info!("scheduling queue closed; scheduling loop stops");
+                        return;
+                    }
+                    self.schedule_one_pod_group(g).await;
+                    drop(_cycle);
+                    self.wait_for_binding_room().await;
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                None => {
+                    self.algorithm.drop_look_ahead();
+                    tracing::info!("scheduling queue closed; scheduling loop stops");
+                    return;
+                }
             };
             let shared = self.shared.clone();
             let _cycle = shared.cycle.lock().await;
@@ -272,29 +289,7 @@ impl Loop {
             .await
         {
             Ok(assumed) => {
-                state.release_snapshot();
-                shared.metrics.record_cycle_found_node(start.elapsed());
-                shared.bindings_in_flight.fetch_add(1, Ordering::SeqCst);
-                let shared = shared.clone();
-                span.record("node", &*result.suggested_host);
-                let binding = tracing::info_span!(
-                    target: TRACE_TARGET,
-                    parent: &span,
-                    "binding_cycle",
-                    node = %result.suggested_host,
-                    result = Empty,
-                );
-                tokio::spawn(async move {
-                    let outcome = binding_cycle(&shared, &fw, state, q, assumed, result, start)
-                        .instrument(binding.clone())
-                        .await;
-                    binding.record("result", outcome);
-                    span.record("result", outcome);
-                    drop((binding, span));
-                    shared.bindings_in_flight.fetch_sub(1, Ordering::SeqCst);
-                    shared.binding_done.notify_waiters();
-                    maybe_report_idle(&shared);
-                });
+                spawn_binding(&shared, fw, state, q, assumed, result, start, span);
             }
             Err(failure) => {
                 failure_handler(&shared, &fw, q, failure, start).await;
@@ -347,43 +342,91 @@ impl Loop {
         pod: &PodRef,
         result: &ScheduleResult,
     ) -> Result<PodRef, Failure> {
-        let shared = &self.shared;
-        let host = &result.suggested_host;
-        let assumed = Arc::new(pod.assumed_on(host));
-        if let Err(e) = shared.cache.lock().assume_pod(assumed.clone()) {
-            return Err(Failure::from_status(Status::error(e.to_string())));
-        }
-        shared.queue.delete_nominated_pod_if_exists(&pod.uid);
-
-        let s = fw.run_reserve(state, &assumed, host).await;
-        if !s.is_success() {
-            fw.run_unreserve(state, &assumed, host).await;
-            forget(shared, &assumed, host);
-            return Err(if s.is_rejected() {
-                Failure::rejected_on(host, s)
-            } else {
-                Failure::from_status(s)
-            });
-        }
-        let s = fw.run_permit(state, &assumed, host).await;
-        if !s.is_success() && !s.is_wait() {
-            fw.run_unreserve(state, &assumed, host).await;
-            forget(shared, &assumed, host);
-            return Err(if s.is_rejected() {
-                Failure::rejected_on(host, s)
-            } else {
-                Failure::from_status(s)
-            });
-        }
-        if s.is_wait() {
-            tracing::debug!(pod = %pod.key(), node = %host, "waiting at Permit");
-            let mut event = SchedulingEvent::new(EventKind::Waiting, pod);
-            event.node = Some(host.clone());
-            event.message = s.message();
-            let _ = shared.events.send(event);
-        }
-        Ok(assumed)
+        reserve_and_permit(&self.shared, fw, state, pod, result).await
     }
+}
+
+/// Assume, Reserve, Permit. On success the pod counts against its node
+/// and its binding may start.
+pub(super) async fn reserve_and_permit(
+    shared: &Arc<Shared>,
+    fw: &Framework,
+    state: &mut CycleState,
+    pod: &PodRef,
+    result: &ScheduleResult,
+) -> Result<PodRef, Failure> {
+    let host = &result.suggested_host;
+    let assumed = Arc::new(pod.assumed_on(host));
+    if let Err(e) = shared.cache.lock().assume_pod(assumed.clone()) {
+        return Err(Failure::from_status(Status::error(e.to_string())));
+    }
+    shared.queue.delete_nominated_pod_if_exists(&pod.uid);
+
+    let s = fw.run_reserve(state, &assumed, host).await;
+    if !s.is_success() {
+        fw.run_unreserve(state, &assumed, host).await;
+        forget(shared, &assumed, host);
+        return Err(if s.is_rejected() {
+            Failure::rejected_on(host, s)
+        } else {
+            Failure::from_status(s)
+        });
+    }
+    let s = fw.run_permit(state, &assumed, host).await;
+    if !s.is_success() && !s.is_wait() {
+        fw.run_unreserve(state, &assumed, host).await;
+        forget(shared, &assumed, host);
+        return Err(if s.is_rejected() {
+            Failure::rejected_on(host, s)
+        } else {
+            Failure::from_status(s)
+        });
+    }
+    if s.is_wait() {
+        tracing::debug!(pod = %pod.key(), node = %host, "waiting at Permit");
+        let mut event = SchedulingEvent::new(EventKind::Waiting, pod);
+        event.node = Some(host.clone());
+        event.message = s.message();
+        let _ = shared.events.send(event);
+    }
+    Ok(assumed)
+}
+
+/// Starts the binding cycle of a pod past Permit (or waiting at it).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn spawn_binding(
+    shared: &Arc<Shared>,
+    fw: Arc<Framework>,
+    mut state: CycleState,
+    q: QueuedPodInfo,
+    assumed: PodRef,
+    result: ScheduleResult,
+    start: Instant,
+    span: tracing::Span,
+) {
+    state.release_snapshot();
+    shared.metrics.record_cycle_found_node(start.elapsed());
+    shared.bindings_in_flight.fetch_add(1, Ordering::SeqCst);
+    let shared = shared.clone();
+    span.record("node", &*result.suggested_host);
+    let binding = tracing::info_span!(
+        target: TRACE_TARGET,
+        parent: &span,
+        "binding_cycle",
+        node = %result.suggested_host,
+        result = Empty,
+    );
+    tokio::spawn(async move {
+        let outcome = binding_cycle(&shared, &fw, state, q, assumed, result, start)
+            .instrument(binding.clone())
+            .await;
+        binding.record("result", outcome);
+        span.record("result", outcome);
+        drop((binding, span));
+        shared.bindings_in_flight.fetch_sub(1, Ordering::SeqCst);
+        shared.binding_done.notify_waiters();
+        maybe_report_idle(&shared);
+    });
 }
 
 fn forget(shared: &Shared, assumed: &PodInfo, node: &str) {
@@ -392,7 +435,7 @@ fn forget(shared: &Shared, assumed: &PodInfo, node: &str) {
     }
 }
 
-fn record(
+pub(super) fn record(
     fw: &Framework,
     pod: &PodRef,
     t: EventType,
@@ -558,7 +601,7 @@ async fn binding_failure(
 
 /// Requeues a pod whose attempt failed, records the FailedScheduling event
 /// and sets its PodScheduled=False condition, as upstream does.
-async fn failure_handler(
+pub(super) async fn failure_handler(
     shared: &Arc<Shared>,
     fw: &Arc<Framework>,
     mut q: QueuedPodInfo,
