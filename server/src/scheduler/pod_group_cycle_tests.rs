@@ -333,6 +333,16 @@ fn group_with(priority: i32, never: bool) -> Arc<PodGroupInfo> {
     Arc::new(PodGroupInfo::new(Arc::new(obj)).unwrap())
 }
 
+/// (name, queued, scheduled, group, PodGroupPreemptionPolicy, want error)
+type ValidateCase = (
+    &'static str,
+    Vec<PodRef>,
+    Vec<PodRef>,
+    Arc<PodGroupInfo>,
+    bool,
+    Option<&'static str>,
+);
+
 /// Upstream's TestValidatePodGroup, transposed.
 #[test]
 fn validate_pod_group_as_upstream_tests_it() {
@@ -341,14 +351,7 @@ fn validate_pod_group_as_upstream_tests_it() {
     let profiles = crate::testing::default_profiles(&handle);
     const D: &str = "default-scheduler";
     // (name, queued, scheduled, group, gate, want error)
-    let cases: Vec<(
-        &str,
-        Vec<PodRef>,
-        Vec<PodRef>,
-        Arc<PodGroupInfo>,
-        bool,
-        Option<&str>,
-    )> = vec![
+    let cases: Vec<ValidateCase> = vec![
         (
             "same scheduler names",
             vec![pod("a", D, 0, false), pod("b", D, 0, false)],
