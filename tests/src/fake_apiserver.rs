@@ -23,6 +23,10 @@
 //!   `pods/binding` (201, 409 already assigned or stale UID, 404);
 //! * Leases like any other object (create, get, replace with conflicts);
 //! * `metadata.generateName` on create (a deterministic suffix);
+//! * `scheduling.k8s.io/v1beta1` PodGroups as v1.37 creates them (status
+//!   `{}`, `disruptionMode` defaulted to `single`, the protection
+//!   finalizer), their `status` patched by strategic merge (conditions by
+//!   type, `$` directives ignored);
 //! * `resource.k8s.io/v1` objects: a ResourceClaim's `PUT` keeps its
 //!   status and a `PUT` of its `status` keeps the rest, and strategic merge
 //!   patches of `reservedFor` merge by UID (`$patch: delete` removes one),
@@ -276,6 +280,8 @@ fn kind_of(plural: &str) -> String {
         "resourceclaims" => "ResourceClaim",
         "resourceclaimtemplates" => "ResourceClaimTemplate",
         "resourceslices" => "ResourceSlice",
+        "podgroups" => "PodGroup",
+        "workloads" => "Workload",
         other => return other.trim_end_matches('s').to_string(),
     }
     .to_string()
@@ -378,6 +384,11 @@ fn merge_patch(target: &mut Value, patch: &Value, strategic: bool) {
         *target = json!({});
     }
     for (k, v) in p {
+        // Directives (`$setElementOrder/...`) order lists; the stand-in
+        // keeps the stored order.
+        if strategic && k.starts_with('$') {
+            continue;
+        }
         if v.is_null() {
             if let Some(o) = target.as_object_mut() {
                 o.remove(k);
@@ -545,6 +556,16 @@ impl State {
             // Pods have a generation since v1.33 (the PodScheduled
             // condition's observedGeneration refers to it).
             obj["metadata"]["generation"] = json!(1);
+        }
+        if t.plural == "podgroups" {
+            // As v1.37's PodGroup strategy and defaults: the status starts
+            // empty, disruptionMode defaults to single, and the protection
+            // finalizer is added (no metadata.generation, as recorded).
+            obj["status"] = json!({});
+            if obj["spec"]["disruptionMode"].is_null() {
+                obj["spec"]["disruptionMode"] = json!({"single": {}});
+            }
+            obj["metadata"]["finalizers"] = json!(["scheduling.k8s.io/podgroup-protection"]);
         }
         self.objects.insert(key, obj.clone());
         self.record_change(t, "ADDED", obj.clone(), None);

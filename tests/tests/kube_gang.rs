@@ -1,0 +1,267 @@
+//! PodGroup gangs in kube mode (`--feature-gates=GenericWorkload=true`)
+//! against the stand-in API server: berthd watches PodGroups, binds a
+//! gang's pods together, and writes `PodGroupInitiallyScheduled` as
+//! kube-scheduler does, a strategic merge patch of the `status`
+//! subresource shaped as the recorded one (v1.36 named the condition
+//! `PodGroupScheduled` and served v1alpha2; v1.37 serves v1beta1).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, ensure};
+use berth_e2e::fake_apiserver::{FakeApiServer, Recorded, recording};
+use berth_e2e::{Berthd, message};
+use serde_json::{Value, json};
+
+const PODS: &str = "/api/v1/namespaces/default/pods";
+const PODGROUPS: &str = "/apis/scheduling.k8s.io/v1beta1/namespaces/default/podgroups";
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn node(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {},
+        "status": {
+            "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+            "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}],
+        },
+    })
+}
+
+fn member(name: &str, group: &str, cpu: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "schedulingGroup": {"podGroupName": group},
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}],
+        },
+    })
+}
+
+fn gang(name: &str, min: i32) -> Value {
+    json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min}}},
+    })
+}
+
+async fn start(
+    tag: &str,
+    groups: &[Value],
+    pods: &[Value],
+    gates: &str,
+) -> Result<(FakeApiServer, Berthd, TempDir)> {
+    let fake = FakeApiServer::start().await?;
+    for i in 0..4 {
+        fake.create("/api/v1/nodes", node(&format!("g-{i}")))?;
+    }
+    fake.create(
+        "/api/v1/namespaces",
+        json!({"metadata": {"name": "default"}}),
+    )?;
+    for g in groups {
+        fake.create(PODGROUPS, g.clone())?;
+    }
+    for p in pods {
+        fake.create(PODS, p.clone())?;
+    }
+    let dir = std::env::temp_dir().join(format!("berth-kube-gang-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let dir = TempDir(dir);
+    let kubeconfig = dir.0.join("kubeconfig");
+    fake.write_kubeconfig(&kubeconfig)?;
+    let path = kubeconfig.display().to_string();
+    let args = [
+        "--kubeconfig",
+        &path,
+        "--seed",
+        "1",
+        "--feature-gates",
+        gates,
+    ];
+    let mut berthd = Berthd::start(&args).await?;
+    berthd
+        .wait_for(|l| message(l).starts_with("cache synced with the kube cluster"))
+        .await?;
+    Ok((fake, berthd, dir))
+}
+
+fn keys(v: &Value) -> BTreeSet<String> {
+    v.as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+fn is_group_status(r: &Recorded, name: &str) -> bool {
+    r.method == "PATCH" && r.path == format!("{PODGROUPS}/{name}/status")
+}
+
+/// The recorded condition patch's shape: the same keys, the condition as
+/// v1.37 names it.
+fn check_patch(patch: &Recorded, recorded: &str) -> Result<Value> {
+    let rec = recording(recorded)?;
+    ensure!(patch.content_type.as_deref() == rec["request"]["contentType"].as_str());
+    let cond = patch.body["status"]["conditions"][0].clone();
+    let rec_cond = &rec["request"]["body"]["status"]["conditions"][0];
+    ensure!(
+        keys(&patch.body["status"]) == keys(&rec["request"]["body"]["status"]),
+        "{} vs {}",
+        patch.body,
+        rec["request"]["body"]
+    );
+    ensure!(
+        keys(&cond) == keys(rec_cond),
+        "condition {cond} vs recorded {rec_cond}"
+    );
+    ensure!(cond["type"] == "PodGroupInitiallyScheduled", "{cond}");
+    Ok(cond)
+}
+
+#[tokio::test]
+async fn a_gang_binds_only_once_its_last_pod_arrives_and_its_status_is_patched_as_upstream()
+-> Result<()> {
+    let pods: Vec<Value> = (0..3)
+        .map(|i| member(&format!("train-{i}"), "train", "1"))
+        .collect();
+    let (fake, mut berthd, _dir) =
+        start("late", &[gang("train", 4)], &pods, "GenericWorkload=true").await?;
+    // The pods were listed before the cache synced: the gang is queued,
+    // held by GangScheduling's PreEnqueue.
+    let queue = berthd.client().await?.get_queue("default").await?;
+    ensure!(queue.len() == 3, "{queue:?}");
+    for p in &queue {
+        ensure!(p.queue() == berth_client::QueueName::Gated, "{p:?}");
+        ensure!(
+            p.last_failure == "waiting for minCount pods from a gang to appear in scheduling queue",
+            "{p:?}"
+        );
+    }
+    ensure!(
+        fake.requests_to("POST", "/binding").is_empty(),
+        "three of four: nothing bound"
+    );
+    ensure!(
+        !fake.requests().iter().any(|r| is_group_status(r, "train")),
+        "gated groups write nothing"
+    );
+    let stored = fake
+        .get(&format!("{PODGROUPS}/train"))
+        .context("podgroup")?;
+    ensure!(stored["status"] == json!({}), "{stored}");
+
+    fake.create(PODS, member("train-3", "train", "1"))?;
+    let patch = fake
+        .wait_for_request(|r| is_group_status(r, "train"))
+        .await?;
+    let bindings = fake
+        .wait_for_requests(4, |r| {
+            r.method == "POST" && r.path.ends_with("/binding") && r.status == 201
+        })
+        .await?;
+    ensure!(bindings.len() == 4);
+    let cond = check_patch(&patch, "gang-podgroup-status-scheduled")?;
+    ensure!(cond["status"] == "True" && cond["reason"] == "Scheduled" && cond["message"] == "");
+    ensure!(
+        cond.get("observedGeneration").is_none(),
+        "no generation on the PodGroup, none observed: {cond}"
+    );
+    let stored = fake
+        .get(&format!("{PODGROUPS}/train"))
+        .context("podgroup")?;
+    ensure!(
+        stored["status"]["conditions"][0]["reason"] == "Scheduled",
+        "{stored}"
+    );
+    berthd.wait_idle().await?;
+    ensure!(
+        fake.requests()
+            .iter()
+            .filter(|r| is_group_status(r, "train"))
+            .count()
+            == 1,
+        "written once"
+    );
+    berthd.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_gang_that_cannot_fit_is_left_unbound_with_upstreams_messages() -> Result<()> {
+    let pods: Vec<Value> = (0..5)
+        .map(|i| member(&format!("huge-{i}"), "huge", "3500m"))
+        .collect();
+    let (fake, berthd, _dir) =
+        start("nofit", &[gang("huge", 5)], &pods, "GenericWorkload=true").await?;
+    let patch = fake
+        .wait_for_request(|r| is_group_status(r, "huge"))
+        .await?;
+    let cond = check_patch(&patch, "gang-podgroup-status-unschedulable")?;
+    ensure!(
+        cond["status"] == "False" && cond["reason"] == "Unschedulable",
+        "{cond}"
+    );
+    ensure!(
+        cond["message"] == "minCount (5) cannot be satisfied: 4 scheduled, 0 remaining",
+        "{cond}"
+    );
+    let statuses = fake
+        .wait_for_requests(5, |r| {
+            r.method == "PATCH" && r.path.starts_with(PODS) && r.path.ends_with("/status")
+        })
+        .await?;
+    let messages: BTreeSet<String> = statuses
+        .iter()
+        .map(|r| {
+            r.body["status"]["conditions"][0]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    let want: BTreeSet<String> = [
+        "pod group is unschedulable, minCount (5) cannot be satisfied: 4 scheduled, 0 remaining",
+        "0/4 nodes are available: 4 Insufficient cpu.",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    ensure!(messages == want, "{messages:?}");
+    ensure!(fake.requests_to("POST", "/binding").is_empty());
+    berthd.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn with_generic_workload_off_pod_groups_are_not_watched() -> Result<()> {
+    let pods: Vec<Value> = (0..2)
+        .map(|i| member(&format!("t-{i}"), "train", "1"))
+        .collect();
+    let (fake, mut berthd, _dir) =
+        start("off", &[gang("train", 4)], &pods, "GenericWorkload=false").await?;
+    berthd.wait_idle().await?;
+    ensure!(
+        fake.requests_to("POST", "/binding").len() == 2,
+        "scheduled alone"
+    );
+    ensure!(
+        !fake
+            .requests()
+            .iter()
+            .any(|r| r.path.starts_with("/apis/scheduling.k8s.io")),
+        "no PodGroup watch, no PodGroup write"
+    );
+    berthd.stop().await?;
+    Ok(())
+}
