@@ -48,13 +48,62 @@ pub fn render(scheduler: &Scheduler) -> String {
         "gauge",
         "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated.",
     );
-    for (q, n) in [
+    let groups = scheduler.prometheus().pod_groups().is_some();
+    let mut queues = vec![
         ("active", c.active),
         ("backoff", c.backoff),
         ("gated", c.gated),
         ("unschedulable", c.unschedulable),
-    ] {
+    ];
+    if groups {
+        // GenericWorkload: PodGroup members waiting for their PodGroup,
+        // and for their group's cycle to end.
+        queues.extend([("incomplete", c.incomplete), ("pending", c.pending)]);
+        queues.sort();
+    }
+    for (q, n) in queues {
         e.sample("scheduler_pending_pods", &[("queue", q)], n as u64);
+    }
+    if groups {
+        let ec = scheduler.queue().entity_counts();
+        e.family(
+            "scheduler_queued_entities",
+            "gauge",
+            "Number of queued entities (pods and pod groups), by the queue type and the entity type.",
+        );
+        for (q, (pods, groups)) in [
+            ("active", ec.active),
+            ("backoff", ec.backoff),
+            ("gated", ec.gated),
+            ("unschedulable", ec.unschedulable),
+        ] {
+            e.sample(
+                "scheduler_queued_entities",
+                &[("queue", q), ("type", "pod")],
+                pods as u64,
+            );
+            e.sample(
+                "scheduler_queued_entities",
+                &[("queue", q), ("type", "podgroup")],
+                groups as u64,
+            );
+        }
+        e.family(
+            "scheduler_queue_incoming_entities_total",
+            "counter",
+            "Number of entities (pods and pod groups) added to scheduling queues by event, queue and entity type.",
+        );
+        let pods = scheduler.queue().incoming_counts();
+        let groups = scheduler.queue().incoming_group_counts();
+        for (kind, list) in [("pod", pods), ("podgroup", groups)] {
+            for (q, event, n) in list {
+                e.sample(
+                    "scheduler_queue_incoming_entities_total",
+                    &[("event", &event), ("queue", q), ("type", kind)],
+                    n,
+                );
+            }
+        }
     }
     e.family(
         "scheduler_queue_incoming_pods_total",

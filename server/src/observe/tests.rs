@@ -139,3 +139,109 @@ async fn a_scheduler_exposes_upstream_families_with_its_counts() {
     }
     scheduler.stop();
 }
+
+/// The PodGroup families (GenericWorkload on): upstream's names, labels,
+/// buckets and help, and the queue's entity gauges.
+#[tokio::test]
+async fn pod_group_families_appear_with_generic_workload() {
+    use crate::features::{Feature, FeatureGates};
+    let cluster = EmbeddedCluster::new();
+    cluster
+        .apply_node(make_node("n1").cpu("4").memory("4Gi").pods(10).object())
+        .unwrap();
+    for (name, min) in [("fits", 2), ("short", 3)] {
+        cluster
+            .apply(serde_json::json!({
+                "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": min}}},
+            }))
+            .unwrap();
+    }
+    for (p, g) in [("a", "fits"), ("b", "fits"), ("c", "short")] {
+        cluster
+            .apply_pod(make_pod(p).req_cpu("1").group(g).object())
+            .unwrap();
+    }
+    cluster
+        .apply_pod(make_pod("orphan").req_cpu("1").group("missing").object())
+        .unwrap();
+    let registry = in_tree_registry();
+    let gates = FeatureGates::default().with(Feature::GenericWorkload, true);
+    let cfg = config::default_config_gated(&|n| registry.contains(n), &gates);
+    let scheduler = Scheduler::start(
+        &cfg,
+        &registry,
+        cluster.clone(),
+        Options {
+            seed: Some(1),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    loop {
+        let changed = scheduler.metrics().changed();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if scheduler.metrics().snapshot().scheduled == 2 && scheduler.is_idle() {
+            break;
+        }
+        changed.await;
+    }
+    let text = super::render(&scheduler);
+    let lines: BTreeSet<&str> = text.lines().collect();
+    for want in [
+        "# HELP scheduler_podgroup_schedule_attempts_total Number of attempts to schedule pod group, by the result. 'unschedulable' means a pod group could not be scheduled, while 'error' means an internal scheduler problem.",
+        "# TYPE scheduler_podgroup_schedule_attempts_total counter",
+        r#"scheduler_podgroup_schedule_attempts_total{profile="default-scheduler",result="scheduled"} 1"#,
+        r#"scheduler_podgroup_schedule_attempts_total{profile="default-scheduler",result="waiting_on_preemption"} 0"#,
+        r#"scheduler_podgroup_schedule_attempts_total{profile="default-scheduler",result="unschedulable"} 0"#,
+        r#"scheduler_podgroup_schedule_attempts_total{profile="default-scheduler",result="error"} 0"#,
+        "# TYPE scheduler_podgroup_scheduling_attempt_duration_seconds histogram",
+        r#"scheduler_podgroup_scheduling_attempt_duration_seconds_count{profile="default-scheduler",result="scheduled"} 1"#,
+        "# HELP scheduler_podgroup_scheduling_algorithm_duration_seconds Pod group scheduling algorithm latency in seconds",
+        "scheduler_podgroup_scheduling_algorithm_duration_seconds_count 1",
+        "# TYPE scheduler_workload_preemption_attempts_total counter",
+        "# TYPE scheduler_workload_preemption_victims histogram",
+        r#"scheduler_pending_pods{queue="gated"} 1"#,
+        r#"scheduler_pending_pods{queue="incomplete"} 1"#,
+        r#"scheduler_pending_pods{queue="pending"} 0"#,
+        r#"scheduler_queued_entities{queue="gated",type="podgroup"} 1"#,
+        r#"scheduler_queued_entities{queue="active",type="pod"} 0"#,
+        r#"scheduler_framework_extension_point_duration_seconds_count{extension_point="PlacementFeasible",profile="default-scheduler",status="Success"} 1"#,
+    ] {
+        assert!(lines.contains(want), "missing {want:?} in:\n{text}");
+    }
+    // Buckets: exponential(0.001, 2, 15) for the durations, (1, 2, 11) for
+    // victims.
+    for want in [
+        r#"scheduler_podgroup_scheduling_algorithm_duration_seconds_bucket{le="0.001"}"#,
+        r#"scheduler_podgroup_scheduling_algorithm_duration_seconds_bucket{le="16.384"}"#,
+        r#"scheduler_workload_preemption_victims_bucket{le="1024"} 0"#,
+    ] {
+        assert!(text.contains(want), "missing {want:?}");
+    }
+    assert!(
+        !text.contains(
+            r#"scheduler_podgroup_scheduling_algorithm_duration_seconds_bucket{le="32.768"}"#
+        ),
+        "15 buckets"
+    );
+}
+
+#[tokio::test]
+async fn pod_group_families_are_absent_without_the_gate() {
+    let cluster = EmbeddedCluster::new();
+    let registry = in_tree_registry();
+    let cfg = config::default_config(&|n| registry.contains(n));
+    let scheduler = Scheduler::start(&cfg, &registry, cluster, Options::default()).unwrap();
+    let text = super::render(&scheduler);
+    for name in [
+        "podgroup",
+        "workload_preemption",
+        "queued_entities",
+        "incomplete",
+    ] {
+        assert!(!text.contains(name), "{name} without GenericWorkload");
+    }
+}
