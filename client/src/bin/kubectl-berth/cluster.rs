@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 use berth_client::Client;
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -111,12 +113,16 @@ impl Cluster {
         service: &ObjectName,
         port_name: &str,
         lease: &ObjectName,
-    ) -> Result<Client> {
+    ) -> Result<(Client, Forward)> {
         let target = self.forward_target(service, port_name, lease).await?;
-        let failure = Arc::new(Mutex::new(None::<String>));
+        let forward = Forward {
+            pod: format!("{}/{}", service.namespace, target.pod),
+            port: target.port,
+            errors: Arc::default(),
+        };
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &service.namespace);
         let (pod, port) = (target.pod.clone(), target.port);
-        let seen = failure.clone();
+        let seen = forward.errors.clone();
         // Every connection tonic makes is a port-forward of its own, as
         // every connection to `kubectl port-forward`'s local port is.
         let connector = tower::service_fn(move |_: http::Uri| {
@@ -129,14 +135,10 @@ impl Cluster {
                     .take_stream(port)
                     .ok_or_else(|| std::io::Error::other("port-forward: no stream for the port"))?;
                 // The kubelet reports on the error channel why a forward
-                // failed (nothing listening, ...): keep it for the error
-                // the call will end with.
+                // failed (nothing listening, ...): kept for the error the
+                // call will end with.
                 if let Some(error) = forwarder.take_error(port) {
-                    tokio::spawn(async move {
-                        if let Some(message) = error.await {
-                            *seen.lock() = Some(message);
-                        }
-                    });
+                    seen.lock().push(error.boxed());
                 }
                 Ok::<_, std::io::Error>(TokioIo::new(stream))
             }
@@ -148,17 +150,8 @@ impl Cluster {
             .context("the berth Service's name")?
             .connect_with_connector(connector)
             .await
-            .map_err(|e| {
-                let why = failure.lock().clone();
-                anyhow!(
-                    "cannot reach berthd through a port-forward to pod {}/{} port {port}{}: {}",
-                    service.namespace,
-                    target.pod,
-                    why.map(|w| format!(" ({w})")).unwrap_or_default(),
-                    error_chain(&e)
-                )
-            })?;
-        Ok(Client::from_channel(channel))
+            .map_err(|e| anyhow!("{}: {}", forward.failure(), error_chain(&e)))?;
+        Ok((Client::from_channel(channel), forward))
     }
 
     /// The pod and container port a port-forward to `service` reaches.
@@ -254,6 +247,34 @@ impl Cluster {
 struct Target {
     pod: String,
     port: u16,
+}
+
+/// The port-forward berthd is reached through, and what its error channels
+/// said.
+pub struct Forward {
+    pod: String,
+    port: u16,
+    errors: Arc<Mutex<Vec<BoxFuture<'static, Option<String>>>>>,
+}
+
+impl Forward {
+    /// What went wrong with the port-forward, for an error that ended a
+    /// call: the kubelet's words when it sent them. They are in hand by
+    /// then: the forwarder delivers a port's error before it closes the
+    /// port's stream, whose end is what fails the call.
+    pub fn failure(&self) -> String {
+        let said: Vec<String> = self
+            .errors
+            .lock()
+            .iter_mut()
+            .filter_map(|e| e.now_or_never().flatten())
+            .collect();
+        let mut s = format!("port-forward to pod {} port {}", self.pod, self.port);
+        if !said.is_empty() {
+            s.push_str(&format!(" failed: {}", said.join("; ")));
+        }
+        s
+    }
 }
 
 /// Running, Ready and not being deleted.

@@ -30,7 +30,7 @@ use cli::Rpc;
 use cli::output::{Output, StdoutClosed};
 use cli::tls::TlsArgs;
 use cli::{dryrun, files, queue, simulate, why};
-use cluster::{Access, Cluster, ObjectName};
+use cluster::{Access, Cluster, Forward, ObjectName};
 
 /// Output formats, as kubectl spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -169,6 +169,8 @@ struct Context {
 struct Lazy<'a> {
     args: &'a Args,
     cluster: Option<Cluster>,
+    /// The port-forward berthd is reached through, once made.
+    forward: Option<Forward>,
 }
 
 impl Lazy<'_> {
@@ -196,10 +198,13 @@ impl Lazy<'_> {
             Some(addr) => Client::connect_with(addr, &cx.berth_options).await.rpc(),
             None => {
                 let args = self.args;
-                self.get()
+                let (client, forward) = self
+                    .get()
                     .await?
                     .berthd(&args.berth_service, &args.berth_port, &args.berth_lease)
-                    .await
+                    .await?;
+                self.forward = Some(forward);
+                Ok(client)
             }
         }
     }
@@ -221,7 +226,7 @@ fn default_namespace(docs: &mut [files::Doc], namespace: &str) {
     }
 }
 
-async fn run(args: &Args) -> Result<Outcome> {
+async fn run(args: &Args, lazy: &mut Lazy<'_>) -> Result<Outcome> {
     let (format, wide) = match args.output {
         None => (Output::Table, false),
         Some(Format::Wide) => (Output::Table, true),
@@ -232,10 +237,6 @@ async fn run(args: &Args) -> Result<Outcome> {
         format,
         wide,
         berth_options: args.tls.options()?,
-    };
-    let mut lazy = Lazy {
-        args,
-        cluster: None,
     };
     match &args.command {
         Command::Why { pod, profile } => {
@@ -299,14 +300,24 @@ async fn main() -> ExitCode {
     } else {
         1
     };
-    match run(&args).await {
+    let mut lazy = Lazy {
+        args: &args,
+        cluster: None,
+        forward: None,
+    };
+    match run(&args, &mut lazy).await {
         Ok(Outcome::Done) => ExitCode::SUCCESS,
         Ok(Outcome::DoesNotFit) => ExitCode::from(1),
         Err(e) if e.is::<StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
-            let line = match (&args.berth, args.tls.options()) {
-                (Some(addr), Ok(options)) => {
+            let line = match (&args.berth, args.tls.options(), &lazy.forward) {
+                (Some(addr), Ok(options), _) => {
                     cli::tls::explain(&e, addr, &options, "kubectl berth").await
+                }
+                // A call that broke on the port-forward says what the
+                // forward reported.
+                (None, _, Some(f)) if e.downcast_ref::<cli::RpcError>().is_some() => {
+                    format!("{e:#} ({})", f.failure())
                 }
                 _ => format!("{e:#}"),
             };
