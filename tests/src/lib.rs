@@ -151,6 +151,15 @@ pub fn kubectl_berth_path() -> Result<PathBuf> {
         .map_err(|e| anyhow!(e))
 }
 
+/// The berth-bench binary (the benchmark harness), built once per test
+/// process like [`berthd_path`].
+pub fn bench_path() -> Result<PathBuf> {
+    static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PATH.get_or_init(|| build_binary("berth-bench", "berth-bench"))
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
 /// A running berthd.
 pub struct Berthd {
     child: Child,
