@@ -516,6 +516,9 @@ pub struct Features {
     pub enable_opportunistic_batching: bool,
     /// GenericWorkload: Workload and PodGroup scheduling.
     pub enable_generic_workload: bool,
+    /// PodGroupPreemptionPolicy: a PodGroup preempts by its own
+    /// `preemptionPolicy` (off: by its pods').
+    pub enable_pod_group_preemption_policy: bool,
 }
 
 impl Features {
@@ -528,6 +531,7 @@ impl Features {
             enable_dra_device_taints: gates.enabled(Feature::DRADeviceTaints),
             enable_opportunistic_batching: gates.enabled(Feature::OpportunisticBatching),
             enable_generic_workload: gates.enabled(Feature::GenericWorkload),
+            enable_pod_group_preemption_policy: gates.enabled(Feature::PodGroupPreemptionPolicy),
         }
     }
 }

@@ -455,6 +455,8 @@ pub struct PodGroupPostFilterResult {
     pub nominations: Vec<(Arc<str>, Arc<str>)>,
     /// The pods to evict to make room.
     pub victims: Vec<PodRef>,
+    /// How many units they are (a `disruptionMode: all` group counts one).
+    pub units: usize,
     /// Their eviction, run once the group's pods' statuses are written.
     pub eviction: Option<Eviction>,
 }

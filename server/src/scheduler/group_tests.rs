@@ -173,8 +173,9 @@ async fn a_gang_that_cannot_fit_leaves_every_pod_unbound() {
         .collect();
     let mut env = start(true, vec![gang("huge", 5)], pods).await;
     let got = env.decisions(5).await;
-    let placed_msg =
-        "pod group is unschedulable, minCount (5) cannot be satisfied: 4 scheduled, 0 remaining";
+    // Appendix B trace 2: DefaultPreemption's PodGroupPostFilter finds
+    // nothing of lower priority, and says so after the group's reason.
+    let placed_msg = "pod group is unschedulable, minCount (5) cannot be satisfied: 4 scheduled, 0 remaining, pod group preemption: No preemption victims found for incoming preemptor";
     let mut placed = 0;
     for d in &got {
         let Decision::Failed {
@@ -196,9 +197,16 @@ async fn a_gang_that_cannot_fit_leaves_every_pod_unbound() {
         Some((
             "False".into(),
             "Unschedulable".into(),
-            "minCount (5) cannot be satisfied: 4 scheduled, 0 remaining".into()
+            "minCount (5) cannot be satisfied: 4 scheduled, 0 remaining, pod group preemption: No preemption victims found for incoming preemptor".into()
         ))
     );
+    let m = env.scheduler.prometheus().pod_groups().unwrap();
+    assert_eq!(
+        m.preemption_attempts[2].get(),
+        1,
+        "UnschedulableAndUnresolvable"
+    );
+    assert_eq!(m.preemption_victims.count(), 0);
     // Nothing stayed assumed: a pod alone fits right after.
     env.cluster
         .apply_pod(make_pod("solo").req_cpu("3500m").object())
@@ -274,3 +282,7 @@ async fn with_generic_workload_off_members_are_scheduled_alone() {
     assert_eq!(env.condition("train"), None, "status untouched");
     assert!(env.scheduler.prometheus().pod_groups().is_none());
 }
+
+#[cfg(test)]
+#[path = "group_preemption_tests.rs"]
+mod preemption;

@@ -207,6 +207,13 @@ impl Loop {
             let (r, s) = fw
                 .run_pod_group_post_filter(&group_state, &info, &rerun)
                 .await;
+            if let Some(m) = shared.prom.pod_groups() {
+                m.preemption_attempt(s.code().as_str());
+                if let Some(r) = r.as_ref().filter(|r| !r.victims.is_empty()) {
+                    m.preemption_victims.observe(r.victims.len() as u64);
+                    m.workload_disruptions.observe(r.units as u64);
+                }
+            }
             if s.is_success() {
                 post.waiting_on_preemption = true;
                 if let Some(r) = r {

@@ -27,6 +27,7 @@
 //!   the node lose their nomination ([`Eviction`], run by the scheduler).
 
 mod args;
+mod group;
 
 use std::sync::Arc;
 
@@ -56,6 +57,9 @@ pub struct DefaultPreemption {
     args: DefaultPreemptionArgs,
     handle: Handle,
     rng: Mutex<FastRng>,
+    /// PodGroupPreemptionPolicy: a group preempts by its own policy (off:
+    /// `Never` when any of its pods says so). Read once, when built.
+    group_preemption_policy: bool,
 }
 
 /// A node where preemption works, with its victims (most important first).
@@ -232,6 +236,7 @@ impl DefaultPreemption {
             args,
             handle: handle.clone(),
             rng: Mutex::new(FastRng::from_entropy()),
+            group_preemption_policy: handle.features().enable_pod_group_preemption_policy,
         }
     }
 
@@ -578,7 +583,7 @@ impl Plugin for DefaultPreemption {
     fn name(&self) -> &'static str {
         DEFAULT_PREEMPTION
     }
-    extension_points!(post_filter);
+    extension_points!(post_filter, pod_group_post_filter);
 }
 
 #[async_trait]
