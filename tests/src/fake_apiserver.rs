@@ -28,6 +28,15 @@
 //!   patches of `reservedFor` merge by UID (`$patch: delete` removes one),
 //!   a UID in the patch's metadata being a precondition.
 //!
+//! With users added ([`FakeApiServer::add_user`]) it authenticates as the
+//! API server does (a bearer token it does not know, or none: 401
+//! `Unauthorized`) and authorizes as its RBAC authorizer does: each user's
+//! ClusterRole and Role rules (API groups, resources with subresources,
+//! verbs, `resourceNames`), refusals answered 403 `Forbidden` with the
+//! recorded message naming the user, verb, resource, group and namespace
+//! (a refused watch gets the `Status` as its whole answer). Discovery is
+//! open to every authenticated user, as `system:discovery` makes it.
+//!
 //! Tests can drop every watch connection and hold new ones back
 //! ([`FakeApiServer::hold_watches`]), change objects meanwhile, compact the
 //! history (so resuming watchers get 410 Gone and relist), then release
@@ -119,6 +128,156 @@ struct State {
     watchers: Vec<Watcher>,
     requests: Vec<Recorded>,
     before_binding: BTreeMap<(String, String), BeforeBinding>,
+    /// Users by bearer token; empty: no authentication or authorization.
+    users: BTreeMap<String, User>,
+}
+
+/// One rule of a Role or ClusterRole, as RBAC's `PolicyRule`.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRule {
+    /// API groups (`""` the core group, `*` all).
+    #[serde(default)]
+    pub api_groups: Vec<String>,
+    /// Resources, `pods/binding` for a subresource, `*` all.
+    #[serde(default)]
+    pub resources: Vec<String>,
+    /// Object names the rule is limited to (none: all).
+    #[serde(default)]
+    pub resource_names: Vec<String>,
+    /// Verbs, `*` all.
+    pub verbs: Vec<String>,
+}
+
+impl PolicyRule {
+    /// Rules from the `rules` of a Role or ClusterRole (as JSON).
+    pub fn from_role(role: &Value) -> Result<Vec<Self>> {
+        Ok(serde_json::from_value(role["rules"].clone())?)
+    }
+
+    /// Whether this rule lets `verb` act on `resource` (`pods/binding`) of
+    /// `group`, for an object named `name` (none for create and list).
+    pub fn grants(&self, verb: &str, group: &str, resource: &str, name: Option<&str>) -> bool {
+        let any = |list: &[String], v: &str| list.iter().any(|x| x == "*" || x == v);
+        any(&self.api_groups, group)
+            && any(&self.resources, resource)
+            && any(&self.verbs, verb)
+            && (self.resource_names.is_empty()
+                || name.is_some_and(|n| self.resource_names.iter().any(|x| x == n)))
+    }
+}
+
+/// A user the server knows by token, with what RBAC grants it.
+#[derive(Debug, Clone)]
+struct User {
+    name: String,
+    /// ClusterRoles bound with ClusterRoleBindings: every namespace.
+    cluster: Vec<PolicyRule>,
+    /// Roles bound with RoleBindings: their namespace only.
+    namespaced: Vec<(String, Vec<PolicyRule>)>,
+}
+
+impl User {
+    fn allows(&self, verb: &str, t: &Target) -> bool {
+        let resource = match &t.subresource {
+            Some(sub) => format!("{}/{sub}", t.plural),
+            None => t.plural.clone(),
+        };
+        let name = t.name.as_deref();
+        self.cluster
+            .iter()
+            .any(|r| r.grants(verb, t.group(), &resource, name))
+            || t.namespace.as_ref().is_some_and(|ns| {
+                self.namespaced
+                    .iter()
+                    .filter(|(n, _)| n == ns)
+                    .flat_map(|(_, rules)| rules)
+                    .any(|r| r.grants(verb, t.group(), &resource, name))
+            })
+    }
+}
+
+/// The RBAC verb of a request.
+fn rbac_verb(method: &str, t: &Target, watching: bool) -> &'static str {
+    match (method, t.name.is_some()) {
+        ("GET", _) if watching => "watch",
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => "unknown",
+    }
+}
+
+/// The 403 the API server answers `user` for `verb` on `t`.
+fn forbidden(user: &str, verb: &str, t: &Target) -> Value {
+    let resource = match &t.subresource {
+        Some(sub) => format!("{}/{sub}", t.plural),
+        None => t.plural.clone(),
+    };
+    let subject = match &t.name {
+        Some(n) => format!("{} {n:?}", t.qualified()),
+        None => t.qualified(),
+    };
+    let scope = match &t.namespace {
+        Some(ns) => format!("in the namespace {ns:?}"),
+        None => "at the cluster scope".into(),
+    };
+    let mut d = serde_json::Map::new();
+    if let Some(n) = &t.name {
+        d.insert("name".into(), json!(n));
+    }
+    if !t.group().is_empty() {
+        d.insert("group".into(), json!(t.group()));
+    }
+    d.insert("kind".into(), json!(t.plural));
+    status_body(
+        403,
+        "Forbidden",
+        &format!(
+            "{subject} is forbidden: User {user:?} cannot {verb} resource {resource:?} in API group {:?} {scope}",
+            t.group()
+        ),
+        Value::Object(d),
+    )
+}
+
+impl State {
+    /// Authentication and authorization: `None` when the request may go
+    /// on, else the answer.
+    fn authorize(
+        &self,
+        method: &str,
+        path: &str,
+        watching: bool,
+        authorization: Option<&str>,
+    ) -> Option<(u16, Value)> {
+        if self.users.is_empty() {
+            return None;
+        }
+        let user = authorization
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .and_then(|token| self.users.get(token.trim()));
+        let Some(user) = user else {
+            return Some((
+                401,
+                status_body(401, "Unauthorized", "Unauthorized", Value::Null),
+            ));
+        };
+        // Discovery (`/version`, `/api`, `/apis/<group>/<version>`), which
+        // names no resource: open to every authenticated user
+        // (system:discovery).
+        let t = Target::parse(path)?;
+        let verb = rbac_verb(method, &t, watching);
+        if user.allows(verb, &t) {
+            None
+        } else {
+            Some((403, forbidden(&user.name, verb, &t)))
+        }
+    }
 }
 
 struct Shared {
@@ -293,7 +452,9 @@ fn status_body(code: u16, reason: &str, message: &str, details: Value) -> Value 
     if code >= 300 {
         v["message"] = json!(message);
         v["reason"] = json!(reason);
-        v["details"] = details;
+        if !details.is_null() {
+            v["details"] = details;
+        }
     }
     v
 }
@@ -887,6 +1048,11 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    let authorization = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => Bytes::new(),
@@ -902,6 +1068,15 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     };
     let watching =
         method == "GET" && matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
+    let refused = shared
+        .state
+        .lock()
+        .authorize(&method, &path, watching, authorization.as_deref());
+    if let Some((status, out)) = refused {
+        rec.status = status;
+        record(&shared, rec);
+        return Ok(json_response(status, &out));
+    }
     if watching {
         rec.status = 200;
         record(&shared, rec);
@@ -1168,6 +1343,44 @@ impl FakeApiServer {
         Ok(out)
     }
 
+    /// Authenticates requests by bearer token from now on and authorizes
+    /// those with `token` as RBAC authorizes `user` bound to ClusterRoles
+    /// with `cluster` rules and to Roles with `namespaced` rules (by
+    /// namespace). Requests with no token or an unknown one get 401.
+    pub fn add_user(
+        &self,
+        token: &str,
+        user: &str,
+        cluster: Vec<PolicyRule>,
+        namespaced: Vec<(String, Vec<PolicyRule>)>,
+    ) {
+        self.shared.state.lock().users.insert(
+            token.to_string(),
+            User {
+                name: user.to_string(),
+                cluster,
+                namespaced,
+            },
+        );
+    }
+
+    /// Writes a kubeconfig pointing at this server that authenticates with
+    /// the bearer `token` to `path`.
+    pub fn write_kubeconfig_with_token(&self, path: &Path, token: &str) -> Result<()> {
+        self.write_kubeconfig(path)?;
+        let text = std::fs::read_to_string(path)?;
+        let text = text.replace("  user: {}\n", &format!("  user:\n    token: {token}\n"));
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// The requests the server refused with 403.
+    pub fn forbidden_requests(&self) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.status == 403)
+            .collect()
+    }
+
     /// Stages a race for the next binding of `namespace/name`.
     pub fn before_binding(&self, namespace: &str, name: &str, action: BeforeBinding) {
         self.shared
@@ -1405,6 +1618,62 @@ mod tests {
             s.replace(&lease_t, "berth", renew),
             (409, stale["response"]["body"].clone())
         );
+    }
+
+    /// A user with no role gets the recorded 403s, word for word, and a
+    /// request without a known token the recorded 401.
+    #[test]
+    fn refusals_match_the_recorded_rbac_authorizer() {
+        let mut s = State::default();
+        s.users.insert(
+            "t".into(),
+            User {
+                name: "system:serviceaccount:kube-system:berth".into(),
+                cluster: Vec::new(),
+                namespaced: Vec::new(),
+            },
+        );
+        for name in [
+            "forbidden-binding",
+            "forbidden-lease-get",
+            "forbidden-list-resourceslices",
+            "forbidden-watch-resourceclaims",
+        ] {
+            let rec = recording(name).unwrap();
+            let path = rec["request"]["path"].as_str().unwrap();
+            let (path, query) = path.split_once('?').unwrap_or((path, ""));
+            let query = parse_query(Some(query));
+            let watching = query.get("watch").is_some_and(|w| w == "true");
+            let method = rec["request"]["method"].as_str().unwrap();
+            let got = s.authorize(method, path, watching, Some("Bearer t"));
+            assert_eq!(got, Some((403, rec["response"]["body"].clone())), "{name}");
+        }
+        let rec = recording("unauthorized-bad-token").unwrap();
+        assert_eq!(
+            s.authorize("GET", "/api/v1/nodes", false, Some("Bearer nope")),
+            Some((401, rec["response"]["body"].clone()))
+        );
+        // Discovery is open; a rule with resourceNames allows only those.
+        assert_eq!(
+            s.authorize("GET", "/apis/resource.k8s.io/v1", false, Some("Bearer t")),
+            None
+        );
+        let lease_rule: PolicyRule = serde_json::from_value(json!({
+            "apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "resourceNames": ["kube-scheduler"], "verbs": ["get", "update"],
+        }))
+        .unwrap();
+        s.users.get_mut("t").unwrap().namespaced = vec![("kube-system".into(), vec![lease_rule])];
+        let lease = |name: &str| {
+            s.authorize(
+                "GET",
+                &format!("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}"),
+                false,
+                Some("Bearer t"),
+            )
+        };
+        assert_eq!(lease("kube-scheduler"), None);
+        assert_eq!(lease("berth").map(|(c, _)| c), Some(403));
     }
 
     #[test]

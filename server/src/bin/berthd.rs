@@ -326,6 +326,7 @@ async fn run(args: Args) -> Result<()> {
         }
         _ => None,
     };
+    let mut kube_cluster: Option<Arc<KubeCluster>> = None;
     let (source, backend): (Arc<dyn ClusterSource>, ClusterBackend) = match kube_config {
         Some(config) => {
             let server = config.cluster_url.to_string();
@@ -350,6 +351,7 @@ async fn run(args: Args) -> Result<()> {
                     ..KubeOptions::default()
                 },
             )?;
+            kube_cluster = Some(kube.clone());
             (kube.clone(), kube.into())
         }
         None => {
@@ -414,14 +416,23 @@ async fn run(args: Args) -> Result<()> {
     // cache holds the cluster, until shutdown starts.
     let health = Arc::new(HealthChecks::new());
     let synced = scheduler.clone();
+    let watching = kube_cluster.clone();
     health.register(
         "sched-handler-sync",
         Scope::Ready,
         Arc::new(move || {
             if synced.is_synced() {
-                Ok(())
-            } else {
+                return Ok(());
+            }
+            // Kube mode says which informers have not listed, and why.
+            let waiting = watching.as_ref().map(|k| k.unsynced()).unwrap_or_default();
+            if waiting.is_empty() {
                 Err("waiting for handlers to sync".into())
+            } else {
+                Err(format!(
+                    "waiting for informers to sync: {}",
+                    waiting.join(", ")
+                ))
             }
         }),
     );

@@ -135,6 +135,25 @@ pub fn build_client(
     Ok(kube::Client::new(service, config.default_namespace))
 }
 
+/// An error as one short line: the API's message for an answer, else the
+/// chain of causes without repeats (`error trying to connect: tcp connect
+/// error: Connection refused (os error 111)`), never a debug dump.
+pub(crate) fn error_text(e: &kube::Error) -> String {
+    if let kube::Error::Api(s) = e {
+        return s.message.clone();
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let t = s.to_string();
+        if !text.contains(&t) {
+            text = format!("{text}: {t}");
+        }
+        source = s.source();
+    }
+    text
+}
+
 // ---------------------------------------------------------------------------
 // The token bucket
 

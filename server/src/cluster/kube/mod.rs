@@ -26,6 +26,7 @@
 //! Writes go to the API as upstream's scheduler sends them (see
 //! [`writes`]).
 
+pub mod access;
 mod client;
 mod events;
 mod slim;
@@ -163,6 +164,28 @@ enum Res {
     Object(ObjectKind),
     Node,
     Pod,
+}
+
+impl Res {
+    /// The resource as the API names it in messages: `nodes`,
+    /// `resourceslices.resource.k8s.io`.
+    fn qualified(self) -> String {
+        match self {
+            Res::Node => "nodes".into(),
+            Res::Pod => "pods".into(),
+            Res::Object(k) if k.group().is_empty() => k.plural().into(),
+            Res::Object(k) => format!("{}.{}", k.plural(), k.group()),
+        }
+    }
+
+    /// (group, resource), as RBAC rules name it.
+    fn rbac(self) -> (&'static str, &'static str) {
+        match self {
+            Res::Node => ("", "nodes"),
+            Res::Pod => ("", "pods"),
+            Res::Object(k) => (k.group(), k.plural()),
+        }
+    }
 }
 
 /// An object as the mirror keeps it.
@@ -346,6 +369,9 @@ struct MirrorState {
     watchers: usize,
     /// Every watcher's first listing has been delivered.
     synced: bool,
+    /// Why a watcher whose listing has not completed is stuck (its last
+    /// error), until it lists.
+    trouble: BTreeMap<Res, String>,
     subscribers: Vec<mpsc::UnboundedSender<ClusterChange>>,
 }
 
@@ -435,6 +461,9 @@ impl MirrorState {
                 self.listing.entry(res).or_default().insert(o.key(), o);
             }
             watcher::Event::InitDone => {
+                if self.trouble.remove(&res).is_some() {
+                    tracing::info!(resource = %res.qualified(), "listed {} after all: its watch works now", res.qualified());
+                }
                 let listed = self.listing.remove(&res).unwrap_or_default();
                 self.relisted(res, listed);
             }
@@ -448,6 +477,75 @@ impl MirrorState {
 #[derive(Default)]
 struct Mirror {
     state: Mutex<MirrorState>,
+}
+
+/// What a watcher's error says: the verb that failed, and the API's answer
+/// (code, message) when there was one, else what went wrong.
+fn watch_error(e: &watcher::Error) -> (&'static str, Result<(u16, String), String>) {
+    let api = |e: &kube::Error| match e {
+        kube::Error::Api(s) => Ok((s.code, s.message.clone())),
+        other => Err(client::error_text(other)),
+    };
+    match e {
+        watcher::Error::InitialListFailed(e) => ("list", api(e)),
+        watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => ("watch", api(e)),
+        watcher::Error::WatchError(s) => ("watch", Ok((s.code, s.message.clone()))),
+        watcher::Error::NoResourceVersion => ("watch", Err(e.to_string())),
+    }
+}
+
+impl Mirror {
+    /// A watcher's attempt failed (it retries with backoff). A refusal is
+    /// one line naming the rule berthd needs, the first time; the attempts
+    /// after it are DEBUG. What went wrong is kept for readiness until the
+    /// watcher lists.
+    fn watch_failed(&self, res: Res, e: &watcher::Error) {
+        let (verb, answer) = watch_error(e);
+        let what = res.qualified();
+        let trouble = match &answer {
+            Ok((403, m)) => format!("forbidden: {m}"),
+            Ok((code, m)) => format!("{code}: {m}"),
+            Err(m) => m.clone(),
+        };
+        let before = self.state.lock().trouble.insert(res, trouble.clone());
+        match answer {
+            Ok((403, message)) if !before.is_some_and(|b| b.starts_with("forbidden")) => {
+                let (group, resource) = res.rbac();
+                let rule = access::rule_for(group, resource, None)
+                    .map_or_else(String::new, |r| r.to_string());
+                tracing::error!(
+                    resource = %what, verb, code = 403, %rule,
+                    "forbidden to {verb} {what}: the cache cannot sync and nothing is scheduled until berthd's ClusterRole grants {rule}; the API server says: {message}"
+                );
+            }
+            Ok((410, _)) => {
+                tracing::debug!(resource = %what, verb, "watch of {what} expired (410 Gone); relisting")
+            }
+            _ => {
+                tracing::debug!(resource = %what, verb, error = %trouble, "{verb} {what} failed; retrying with backoff")
+            }
+        }
+    }
+
+    /// The watchers that have not listed their kind yet, each with why if
+    /// it failed: `resourceslices.resource.k8s.io (forbidden: ...)`.
+    fn unsynced(&self) -> Vec<String> {
+        let s = self.state.lock();
+        let mut out = Vec::new();
+        for res in std::iter::once(Res::Node)
+            .chain(std::iter::once(Res::Pod))
+            .chain(KUBE_WATCHED.iter().map(|k| Res::Object(*k)))
+        {
+            if s.listed.contains(&res) {
+                continue;
+            }
+            out.push(match s.trouble.get(&res) {
+                Some(t) => format!("{} ({t})", res.qualified()),
+                None => format!("{} (listing)", res.qualified()),
+            });
+        }
+        out
+    }
 }
 
 /// A cluster behind a Kubernetes API server.
@@ -491,9 +589,7 @@ fn spawn_watcher<K>(
                     };
                     mirror.state.lock().on_watch_event(res, e);
                 }
-                Err(e) => {
-                    tracing::warn!(resource = ?res, error = %e, "watch failed; retrying with backoff");
-                }
+                Err(e) => mirror.watch_failed(res, &e),
             }
         }
     });
@@ -576,6 +672,15 @@ impl KubeCluster {
     /// Whether every watcher has listed its kind once.
     pub fn is_synced(&self) -> bool {
         self.mirror.state.lock().synced
+    }
+
+    /// Why the cache has not synced: each watcher that has not listed its
+    /// kind yet, with its last error (empty once synced).
+    pub fn unsynced(&self) -> Vec<String> {
+        if self.is_synced() {
+            return Vec::new();
+        }
+        self.mirror.unsynced()
     }
 
     /// Every node seen, by name.

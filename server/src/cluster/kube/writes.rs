@@ -60,22 +60,13 @@ fn pod_path(namespace: &str, name: &str) -> String {
 
 /// Where an object of `kind` lives in the API.
 fn object_path(kind: ObjectKind, namespace: &str, name: &str) -> String {
-    let (group, plural) = match kind {
-        ObjectKind::Namespace => ("/api/v1", "namespaces"),
-        ObjectKind::PersistentVolume => ("/api/v1", "persistentvolumes"),
-        ObjectKind::PersistentVolumeClaim => ("/api/v1", "persistentvolumeclaims"),
-        ObjectKind::StorageClass => ("/apis/storage.k8s.io/v1", "storageclasses"),
-        ObjectKind::CsiNode => ("/apis/storage.k8s.io/v1", "csinodes"),
-        ObjectKind::PodDisruptionBudget => ("/apis/policy/v1", "poddisruptionbudgets"),
-        ObjectKind::Service => ("/api/v1", "services"),
-        ObjectKind::ReplicaSet => ("/apis/apps/v1", "replicasets"),
-        ObjectKind::StatefulSet => ("/apis/apps/v1", "statefulsets"),
-        ObjectKind::ReplicationController => ("/api/v1", "replicationcontrollers"),
-        ObjectKind::DeviceClass => ("/apis/resource.k8s.io/v1", "deviceclasses"),
-        ObjectKind::ResourceClaim => ("/apis/resource.k8s.io/v1", "resourceclaims"),
-        ObjectKind::ResourceClaimTemplate => ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
-        ObjectKind::ResourceSlice => ("/apis/resource.k8s.io/v1", "resourceslices"),
+    let (api_version, _) = kind.type_meta();
+    let group = if kind.group().is_empty() {
+        format!("/api/{api_version}")
+    } else {
+        format!("/apis/{api_version}")
     };
+    let plural = kind.plural();
     if kind.namespaced() {
         format!("{group}/namespaces/{namespace}/{plural}/{name}")
     } else {
