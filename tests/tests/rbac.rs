@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, ensure};
-use berth_e2e::fake_apiserver::{FakeApiServer, PolicyRule, Recorded};
+use berth_e2e::fake_apiserver::{FakeApiServer, PolicyRule, Recorded, recording};
 use berth_e2e::manifests::{Manifests, manifests};
 use berth_e2e::{Berthd, http_get, message};
 use serde_json::{Value, json};
@@ -254,5 +254,158 @@ async fn a_forbidden_watch_is_one_line_naming_the_rule_and_readyz_names_the_info
         .filter(|l| l.to_string().contains("ErrorResponse") || l.to_string().contains("Status {"))
         .collect();
     ensure!(dumps.is_empty(), "{dumps:#?}");
+    Ok(())
+}
+
+/// The built-in roles kube-scheduler runs with, as the recordings have
+/// them (bound to the user system:kube-scheduler in every cluster).
+fn kube_scheduler_rules() -> Result<Vec<PolicyRule>> {
+    let mut rules = Vec::new();
+    for name in [
+        "clusterrole-system-kube-scheduler",
+        "clusterrole-system-volume-scheduler",
+    ] {
+        rules.extend(PolicyRule::from_role(&recording(name)?["body"])?);
+    }
+    Ok(rules)
+}
+
+/// In place of kube-scheduler, under its built-in roles: the default
+/// Lease `berth` is refused, and berthd says once, however often it
+/// retries, that `--leader-elect-resource-name=kube-scheduler` fixes it;
+/// with that flag it leads and binds, and nothing it sends is refused.
+#[tokio::test]
+async fn under_kube_schedulers_roles_the_lease_is_kube_schedulers_and_berthd_says_so() -> Result<()>
+{
+    let fake = cluster().await?;
+    fake.add_user(
+        TOKEN,
+        "system:kube-scheduler",
+        kube_scheduler_rules()?,
+        Vec::new(),
+    );
+    let dir = TempDir::new("kube-scheduler-role")?;
+    let kubeconfig = dir.0.join("kubeconfig");
+    fake.write_kubeconfig_with_token(&kubeconfig, TOKEN)?;
+    let path = kubeconfig.display().to_string();
+    let lease =
+        |name: &str| format!("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}");
+
+    // The default Lease: refused, said once.
+    let berthd =
+        Berthd::start(&["--kubeconfig", &path, "--leader-elect-retry-period=100ms"]).await?;
+    fake.wait_for_requests(4, |r| r.status == 403 && r.path == lease("berth"))
+        .await?;
+    berthd.signal("TERM")?;
+    let (_, lines) = berthd.exit_with_all_lines().await?;
+    let said: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["fields"]["lease"] == "kube-system/berth")
+        .filter(|l| l["level"] == "ERROR" || l["level"] == "WARN")
+        .collect();
+    ensure!(said.len() == 1, "{said:#?}");
+    let text = message(said[0]);
+    ensure!(
+        text.starts_with("forbidden to get lease kube-system/berth: ")
+            && text.contains("run berthd with --leader-elect-resource-name=kube-scheduler")
+            && text.contains(r#"grant {apiGroups: ["coordination.k8s.io"], resources: ["leases"], resourceNames: ["berth"], verbs: ["get", "update"]}"#),
+        "{text}"
+    );
+    let refused_before = fake.forbidden_requests().len();
+    ensure!(
+        fake.forbidden_requests()
+            .iter()
+            .all(|r| r.path == lease("berth")),
+        "only the Lease is refused: {:#?}",
+        fake.forbidden_requests()
+    );
+
+    // The flag: it leads on kube-scheduler's Lease and binds.
+    fake.create(PODS, pod("p", "default-scheduler"))?;
+    let mut berthd = Berthd::start(&[
+        "--kubeconfig",
+        &path,
+        "--leader-elect-resource-name=kube-scheduler",
+    ])
+    .await?;
+    berthd
+        .wait_for(|l| message(l) == "scheduled" && l["fields"]["pod"] == "default/p")
+        .await?;
+    let held = fake.get(&lease("kube-scheduler")).context("the Lease")?;
+    ensure!(
+        held["spec"]["holderIdentity"]
+            .as_str()
+            .is_some_and(|h| !h.is_empty())
+    );
+    ensure!(fake.forbidden_requests().len() == refused_before);
+    berthd.stop().await?;
+    Ok(())
+}
+
+/// Two replicas: the first takes the Lease but is refused DRA's kinds, so
+/// its cache never syncs; after --cache-sync-timeout it gives the Lease up
+/// and says why, and the second, which can serve, takes over and binds.
+#[tokio::test]
+async fn a_leader_that_cannot_sync_hands_the_lease_to_a_standby_that_can() -> Result<()> {
+    let m = manifests()?;
+    let fake = cluster().await?;
+    let (cluster_rules, roles) = deploy_rules(&m)?;
+    let without_dra: Vec<PolicyRule> = cluster_rules
+        .iter()
+        .filter(|r| !r.api_groups.iter().any(|g| g == "resource.k8s.io"))
+        .cloned()
+        .collect();
+    fake.add_user("crippled", SA_USER, without_dra, roles.clone());
+    fake.add_user(TOKEN, SA_USER, cluster_rules, roles);
+    let dir = TempDir::new("give-up")?;
+    let (ka, kb) = (dir.0.join("a"), dir.0.join("b"));
+    fake.write_kubeconfig_with_token(&ka, "crippled")?;
+    fake.write_kubeconfig_with_token(&kb, TOKEN)?;
+    let flags = [
+        "--leader-elect-lease-duration=3s",
+        "--leader-elect-renew-deadline=2s",
+        "--leader-elect-retry-period=200ms",
+        "--cache-sync-timeout=1s",
+        "--http-listen=127.0.0.1:0",
+    ];
+    let (pa, pb) = (ka.display().to_string(), kb.display().to_string());
+    let mut args_a = vec!["--kubeconfig", pa.as_str()];
+    args_a.extend(flags);
+    let mut a = Berthd::start(&args_a).await?;
+    a.wait_for(|l| message(l) == "successfully acquired lease kube-system/berth")
+        .await?;
+    let mut args_b = vec!["--kubeconfig", pb.as_str()];
+    args_b.extend(flags);
+    let mut b = Berthd::start(&args_b).await?;
+    b.wait_for(|l| message(l).starts_with("cache synced with the kube cluster"))
+        .await?;
+    fake.create(PODS, pod("p", "default-scheduler"))?;
+
+    let gave_up = a
+        .wait_for(|l| message(l).starts_with("gave up lease kube-system/berth: "))
+        .await?;
+    let text = message(&gave_up);
+    ensure!(
+        text.contains("without its cache synced (waiting for informers to sync: ")
+            && text.contains("resourceslices.resource.k8s.io (forbidden: "),
+        "{text}"
+    );
+    b.wait_for(|l| message(l) == "successfully acquired lease kube-system/berth")
+        .await?;
+    b.wait_for(|l| message(l) == "scheduled" && l["fields"]["pod"] == "default/p")
+        .await?;
+    // Meanwhile a is not ready, and says why.
+    let (status, body) = http_get(&a.http_addr()?, "/readyz?verbose").await?;
+    ensure!(
+        status == 500 && body.contains("resourceslices.resource.k8s.io (forbidden: "),
+        "{body}"
+    );
+    let bindings = fake.requests_to("POST", "/p/binding");
+    ensure!(
+        bindings.len() == 1 && bindings[0].status == 201,
+        "{bindings:#?}"
+    );
+    a.stop().await?;
+    b.stop().await?;
     Ok(())
 }

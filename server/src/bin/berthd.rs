@@ -178,6 +178,13 @@ struct Args {
     #[arg(long, value_name = "TYPE")]
     kube_api_content_type: Option<String>,
 
+    /// How long a replica that took the leader Lease may lead without its
+    /// cache synced (an informer refused or failing) before it gives the
+    /// Lease up for a standby that can serve, and campaigns again only once
+    /// it has synced (Go duration; 0s: never give it up).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    cache_sync_timeout: Duration,
+
     /// On SIGTERM/SIGINT, how long in-flight binding cycles get to bind or
     /// Unreserve before berthd exits anyway (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
@@ -313,19 +320,7 @@ async fn run(args: Args) -> Result<()> {
         (None, true) => Some(kube_source::config_in_cluster()?),
         (None, false) => None,
     };
-    // Kube mode elects a leader (unless leaderElect is off); the embedded
-    // cluster never does: it is always the leader.
-    let election = match &kube_config {
-        Some(config) if cfg.leader_election.leader_elect => {
-            let client = kube_source::client(
-                config.clone(),
-                &client_options.for_purpose("leader-election"),
-            )?;
-            let ecfg = ElectionConfig::from_config(&cfg.leader_election, default_identity());
-            Some(berth_server::leader::Election::start(client, ecfg))
-        }
-        _ => None,
-    };
+    let election_config = kube_config.clone();
     let mut kube_cluster: Option<Arc<KubeCluster>> = None;
     let (source, backend): (Arc<dyn ClusterSource>, ClusterBackend) = match kube_config {
         Some(config) => {
@@ -363,6 +358,35 @@ async fn run(args: Args) -> Result<()> {
             let embedded = EmbeddedCluster::from_objects(objects)?;
             (embedded.clone(), embedded.into())
         }
+    };
+    // Kube mode elects a leader (unless leaderElect is off); the embedded
+    // cluster never does: it is always the leader. A leader whose cache has
+    // not synced within --cache-sync-timeout hands the Lease over.
+    let election = match (&election_config, &kube_cluster) {
+        (Some(config), Some(kube)) if cfg.leader_election.leader_elect => {
+            let client = kube_source::client(
+                config.clone(),
+                &client_options.for_purpose("leader-election"),
+            )?;
+            let mut ecfg = ElectionConfig::from_config(&cfg.leader_election, default_identity());
+            ecfg.sync_timeout = args.cache_sync_timeout;
+            let kube = kube.clone();
+            let serving: berth_server::leader::Serving = Arc::new(move || {
+                let waiting = kube.unsynced();
+                if waiting.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "waiting for informers to sync: {}",
+                        waiting.join(", ")
+                    ))
+                }
+            });
+            Some(berth_server::leader::Election::start_serving(
+                client, ecfg, serving,
+            ))
+        }
+        _ => None,
     };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(TlsConfig::load(&TlsFiles {
