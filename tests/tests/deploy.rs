@@ -44,10 +44,122 @@ fn every_object_matches_its_schema_and_the_namespace_and_image_are_set() -> Resu
         .spec
         .as_ref()
         .ok_or_else(|| anyhow!("the Deployment has no pod spec"))?;
+    // The version, never latest, pulled only when the node lacks it: an
+    // image loaded into kind or minikube is used as it is.
+    let version = env!("CARGO_PKG_VERSION");
     assert_eq!(
         pod.containers[0].image.as_deref(),
-        Some("ghcr.io/berth-scheduler/berthd:latest")
+        Some(format!("ghcr.io/berth-scheduler/berthd:{version}").as_str())
     );
+    assert_eq!(
+        pod.containers[0].image_pull_policy.as_deref(),
+        Some("IfNotPresent")
+    );
+    Ok(())
+}
+
+/// deploy/deploy.sh, run for real where nothing needs a daemon or a
+/// cluster: its arguments, the commands it would run (--dry-run) for kind,
+/// minikube and a registry, and the manifests it renders with a registry's
+/// image (through the real kustomize).
+#[test]
+fn the_deploy_script_builds_loads_or_pushes_the_versioned_image_and_sets_it() -> Result<()> {
+    let script = workspace_root().join("deploy/deploy.sh");
+    let root = workspace_root().display().to_string();
+    let version = env!("CARGO_PKG_VERSION");
+    let run = |args: &[&str]| -> Result<(i32, String, String)> {
+        let out = Command::new(&script).args(args).output()?;
+        Ok((
+            out.status.code().unwrap_or(-1),
+            String::from_utf8(out.stdout)?,
+            String::from_utf8(out.stderr)?,
+        ))
+    };
+
+    let (code, out, _) = run(&["--help"])?;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("registry REGISTRY") && out.contains("kind [CLUSTER]"),
+        "{out}"
+    );
+    for (args, says) in [
+        (&[][..], "no command given"),
+        (&["bogus"][..], "unknown command bogus"),
+        (&["registry"][..], "registry needs REGISTRY"),
+        (&["--tag", "latest", "image"][..], "--tag latest"),
+        (&["--tag"][..], "--tag needs a value"),
+        (
+            &["--frobnicate", "image"][..],
+            "unknown option --frobnicate",
+        ),
+        (&["kind", "a", "b"][..], "at most one argument"),
+    ] {
+        let (code, out, err) = run(args)?;
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+
+    let image = format!("ghcr.io/berth-scheduler/berthd:{version}");
+    let build = format!("+ docker build -f {root}/deploy/Dockerfile -t {image} {root}");
+    let (code, out, err) = run(&["--dry-run", "kind", "dev"])?;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            build.as_str(),
+            &format!("+ kind load docker-image {image} --name dev"),
+            &format!("+ kubectl apply -k {root}/deploy"),
+        ]
+    );
+    let (_, out, _) = run(&["--dry-run", "minikube"])?;
+    assert!(
+        out.contains(&format!(
+            "+ minikube image load {image} --profile minikube\n"
+        )),
+        "{out}"
+    );
+    let (_, out, _) = run(&[
+        "--dry-run",
+        "--tag",
+        "dev-3",
+        "registry",
+        "registry.example.com/team",
+    ])?;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(
+        lines[0].contains("-t registry.example.com/team/berthd:dev-3 "),
+        "{out}"
+    );
+    assert_eq!(
+        lines[1],
+        "+ docker push registry.example.com/team/berthd:dev-3"
+    );
+    assert!(lines[2].starts_with("+ kubectl apply -k "), "{out}");
+
+    // What would be applied with a registry: deploy/ with the image set.
+    let (code, out, err) = run(&["render", "localhost:5000"])?;
+    assert_eq!(code, 0, "{err}");
+    let mut objects = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&out) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+        objects.push(v);
+    }
+    let rendered = berth_e2e::manifests::manifests_of(&objects)?;
+    let c = &rendered
+        .deployment
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .context("pod spec")?
+        .containers[0];
+    assert_eq!(
+        c.image.as_deref(),
+        Some(format!("localhost:5000/berthd:{version}").as_str())
+    );
+    assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
     Ok(())
 }
 
