@@ -20,7 +20,9 @@
 //!   resourceVersion), status patches (strategic merge with conditions
 //!   merged by type, or merge patch), delete with a UID precondition (a
 //!   bound pod is only marked terminating, as there is no kubelet), and
-//!   `pods/binding` (201, 409 already assigned or stale UID, 404);
+//!   `pods/binding` (201, 409 already assigned or stale UID, 404; staged
+//!   with [`FakeApiServer::before_binding`]: a race, an error status, or
+//!   the binding stored and the connection dropped without an answer);
 //! * Leases like any other object (create, get, replace with conflicts);
 //! * `metadata.generateName` on create (a deterministic suffix);
 //! * `resource.k8s.io/v1` objects: a ResourceClaim's `PUT` keeps its
@@ -94,7 +96,27 @@ pub enum BeforeBinding {
         /// Whether the binding was stored anyway.
         commit: bool,
     },
+    /// The binding is stored, then the connection is dropped without an
+    /// answer, and the watches with it (the API server killed just after
+    /// it persisted the write): new watches wait for
+    /// [`FakeApiServer::release_watches`].
+    DropAnswer,
 }
+
+/// What the server does instead of answering: drops the connection.
+#[derive(Debug)]
+struct Dropped;
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection dropped without an answer")
+    }
+}
+
+impl std::error::Error for Dropped {}
+
+/// The status that stands for "no answer": the connection is dropped.
+const NO_ANSWER: u16 = 0;
 
 /// Where a resource lives: `api/v1/pods`, `apis/coordination.k8s.io/v1/leases`.
 type Resource = String;
@@ -845,6 +867,12 @@ impl State {
                 BeforeBinding::Delete => {
                     self.remove(t, name);
                 }
+                BeforeBinding::DropAnswer => {
+                    // Dies with it: the watchers hear nothing of it.
+                    self.watchers.clear();
+                    self.bind(t, name, binding);
+                    return (NO_ANSWER, Value::Null);
+                }
                 BeforeBinding::BindTo(node) => {
                     let uid = self
                         .objects
@@ -1039,7 +1067,7 @@ fn parse_query(q: Option<&str>) -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let query = parse_query(req.uri().query());
@@ -1092,6 +1120,9 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     );
     rec.status = status;
     record(&shared, rec);
+    if status == NO_ANSWER {
+        return Err(Dropped);
+    }
     Ok(json_response(status, &out))
 }
 
@@ -1136,7 +1167,16 @@ fn answer(
             None => not_found(&t, &name),
         },
         ("POST", None, _) => s.create(&t, body.clone()),
-        ("POST", Some(name), Some("binding")) => s.bind(&t, &name, body),
+        ("POST", Some(name), Some("binding")) => {
+            let answer = s.bind(&t, &name, body);
+            if answer.0 == NO_ANSWER {
+                // The server died: its watches end and new ones wait until
+                // the test releases them.
+                shared.held.send_replace(true);
+                s.watchers.clear();
+            }
+            answer
+        }
         ("PUT", Some(name), None | Some("status")) => s.replace(&t, &name, body.clone()),
         ("PATCH", Some(name), None | Some("status")) => {
             let strategic = content_type.is_some_and(|c| c.contains("strategic-merge-patch"));
@@ -1182,15 +1222,21 @@ async fn start_watch(
     path: &str,
     query: &BTreeMap<String, String>,
 ) -> Response<Body> {
-    // Held: wait until released (the connection stays open meanwhile).
-    let mut held = shared.held.subscribe();
-    let _ = held.wait_for(|h| !*h).await;
     let Some(t) = Target::parse(path) else {
         return json_response(404, &status_body(404, "NotFound", "not found", json!({})));
     };
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     {
-        let mut s = shared.state.lock();
+        // Held: wait until released (the connection stays open meanwhile);
+        // checked again under the lock, which holding takes too.
+        let mut held = shared.held.subscribe();
+        let mut s = loop {
+            let _ = held.wait_for(|h| !*h).await;
+            let s = shared.state.lock();
+            if !*shared.held.borrow() {
+                break s;
+            }
+        };
         let from: u64 = query
             .get("resourceVersion")
             .and_then(|r| r.parse().ok())

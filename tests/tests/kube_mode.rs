@@ -739,6 +739,57 @@ async fn a_binding_answered_504_is_logged_requeued_and_bound_exactly_once() -> R
     Ok(())
 }
 
+/// Issue 24, finding 4: the API server stores a binding and dies before
+/// answering, its watches with it. berth asks the server whether the pod
+/// is bound before it writes any failure: the pod is bound, so it gets its
+/// Scheduled event, never PodScheduled=False or FailedScheduling, and is
+/// not bound again.
+#[tokio::test]
+async fn a_binding_whose_answer_was_lost_is_found_bound_and_never_marked_unschedulable()
+-> Result<()> {
+    let (fake, mut berthd, _dir) = start("lost-answer", &[node("n1", "4")], &[]).await?;
+    // The watches go with the server: only a GET can tell.
+    fake.before_binding("default", "p", BeforeBinding::DropAnswer);
+    fake.create(PODS, pod("p", "100m", "default-scheduler"))?;
+    let event = fake
+        .wait_for_request(|r| is_event(r, "Scheduled", "p") || is_event(r, "FailedScheduling", "p"))
+        .await?;
+    ensure!(event.body["reason"] == "Scheduled", "{}", event.body);
+    ensure!(
+        event.body["note"] == "Successfully assigned default/p to n1",
+        "{}",
+        event.body
+    );
+    // berth asked, and wrote nothing about a failure.
+    ensure!(!fake.requests_to("GET", "/pods/p").is_empty());
+    let patches = fake.requests_to("PATCH", "/pods/p/status");
+    ensure!(patches.is_empty(), "{patches:#?}");
+    let bindings: Vec<u16> = fake
+        .requests_to("POST", "/p/binding")
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    ensure!(bindings == [0], "{bindings:?}");
+    let stored = fake.get(&format!("{PODS}/p")).context("pod")?;
+    ensure!(stored["spec"]["nodeName"] == "n1");
+    let conditions = stored["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        conditions
+            .iter()
+            .all(|c| c["type"] != "PodScheduled" || c["status"] == "True"),
+        "{conditions:?}"
+    );
+    berthd
+        .wait_for(|l| message(l) == "scheduled" && l["fields"]["pod"] == "default/p")
+        .await?;
+    fake.release_watches();
+    berthd.stop().await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn repeated_failures_become_an_event_series_as_upstream_writes_them() -> Result<()> {
     let (fake, mut berthd, _dir) = start(
