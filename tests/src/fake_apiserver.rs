@@ -39,7 +39,9 @@
 //! (a refused watch gets the `Status` as its whole answer). Discovery is
 //! open to every authenticated user, as `system:discovery` makes it.
 //!
-//! Tests can drop every watch connection and hold new ones back
+//! Tests can take the whole server down ([`FakeApiServer::go_down`]:
+//! every connection closed unanswered) and bring it back, drop every watch
+//! connection and hold new ones back
 //! ([`FakeApiServer::hold_watches`]), change objects meanwhile, compact the
 //! history (so resuming watchers get 410 Gone and relist), then release
 //! them. Every request is recorded (method, path, query, content type,
@@ -101,6 +103,9 @@ pub enum BeforeBinding {
     /// it persisted the write): new watches wait for
     /// [`FakeApiServer::release_watches`].
     DropAnswer,
+    /// Nothing is stored and the server goes down (as
+    /// [`FakeApiServer::go_down`]) before answering.
+    GoDown,
 }
 
 /// What the server does instead of answering: drops the connection.
@@ -117,6 +122,8 @@ impl std::error::Error for Dropped {}
 
 /// The status that stands for "no answer": the connection is dropped.
 const NO_ANSWER: u16 = 0;
+/// The status that stands for "the server goes down now".
+const GO_DOWN: u16 = 1;
 
 /// Where a resource lives: `api/v1/pods`, `apis/coordination.k8s.io/v1/leases`.
 type Resource = String;
@@ -308,6 +315,11 @@ struct Shared {
     recorded: watch::Sender<usize>,
     /// True while new watches are held back.
     held: watch::Sender<bool>,
+    /// True while the server is down: connections are closed at once,
+    /// unanswered.
+    down: watch::Sender<bool>,
+    /// Connections closed unanswered while down.
+    refused: watch::Sender<usize>,
     discovery: BTreeMap<String, Value>,
 }
 
@@ -867,6 +879,7 @@ impl State {
                 BeforeBinding::Delete => {
                     self.remove(t, name);
                 }
+                BeforeBinding::GoDown => return (GO_DOWN, Value::Null),
                 BeforeBinding::DropAnswer => {
                     // Dies with it: the watchers hear nothing of it.
                     self.watchers.clear();
@@ -1094,6 +1107,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         body: body.clone(),
         status: 0,
     };
+    if *shared.down.borrow() {
+        shared.refused.send_modify(|n| *n += 1);
+        return Err(Dropped);
+    }
     let watching =
         method == "GET" && matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
     let refused = shared
@@ -1169,6 +1186,11 @@ fn answer(
         ("POST", None, _) => s.create(&t, body.clone()),
         ("POST", Some(name), Some("binding")) => {
             let answer = s.bind(&t, &name, body);
+            if answer.0 == GO_DOWN {
+                shared.down.send_replace(true);
+                s.watchers.clear();
+                return (NO_ANSWER, Value::Null);
+            }
             if answer.0 == NO_ANSWER {
                 // The server died: its watches end and new ones wait until
                 // the test releases them.
@@ -1299,6 +1321,8 @@ impl FakeApiServer {
             state: Mutex::new(State::default()),
             recorded: watch::channel(0).0,
             held: watch::channel(false).0,
+            down: watch::channel(false).0,
+            refused: watch::channel(0).0,
             discovery: load_discovery(recordings_dir().as_deref()),
         });
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
@@ -1310,6 +1334,11 @@ impl FakeApiServer {
                     _ = &mut stopped => break,
                 };
                 let Ok((stream, _)) = conn else { continue };
+                if *server.down.borrow() {
+                    server.refused.send_modify(|n| *n += 1);
+                    drop(stream);
+                    continue;
+                }
                 let shared = server.clone();
                 tokio::spawn(async move {
                     let service =
@@ -1434,6 +1463,29 @@ impl FakeApiServer {
             .lock()
             .before_binding
             .insert((namespace.into(), name.into()), action);
+    }
+
+    /// Takes the server down: every connection, new or open, is closed
+    /// unanswered (the watches end), until [`Self::come_back`].
+    pub fn go_down(&self) {
+        self.shared.down.send_replace(true);
+        self.shared.state.lock().watchers.clear();
+    }
+
+    /// Answers again after [`Self::go_down`].
+    pub fn come_back(&self) {
+        self.shared.down.send_replace(false);
+    }
+
+    /// Waits until `n` connections or requests in all were closed
+    /// unanswered while the server was down.
+    pub async fn wait_refused(&self, n: usize) -> Result<()> {
+        let mut rx = self.shared.refused.subscribe();
+        tokio::time::timeout(GUARD, rx.wait_for(|r| *r >= n))
+            .await
+            .map_err(|_| anyhow!("fewer than {n} refused connections within {GUARD:?}"))?
+            .map_err(|_| anyhow!("server gone"))?;
+        Ok(())
     }
 
     /// Ends every open watch connection and holds new watch requests open

@@ -191,6 +191,13 @@ struct Args {
     #[arg(long, value_name = "Name=bool,...")]
     feature_gates: Vec<String>,
 
+    /// While the API server or a remote extender is down, how often berthd
+    /// logs a summary of the outage (attempts failed and skipped, pods
+    /// waiting), between its one line when it goes down and its one line
+    /// when it is back (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration)]
+    outage_summary_interval: Duration,
+
     /// On SIGTERM/SIGINT, how long in-flight binding cycles get to bind or
     /// Unreserve before berthd exits anyway (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
@@ -337,6 +344,10 @@ async fn run(args: Args) -> Result<()> {
         tracing::info!(endpoint, "exporting trace spans over OTLP");
     }
     let signal = shutdown_signal()?;
+    if args.outage_summary_interval.is_zero() {
+        anyhow::bail!("--outage-summary-interval: must be greater than zero");
+    }
+    berth_server::outage::set_summary_every(args.outage_summary_interval);
 
     // As kube-scheduler: a gate that is unknown, malformed or locked stops
     // startup, naming it; so does a value berth does not implement.
@@ -487,6 +498,18 @@ async fn run(args: Args) -> Result<()> {
     })?;
     for p in &cfg.profiles {
         tracing::info!(profile = %p.scheduler_name, "profile ready");
+    }
+    // An API server outage's summaries say how many pods wait.
+    if let Some(o) = kube_cluster.as_ref().and_then(|k| k.api_outage()) {
+        let s = scheduler.clone();
+        o.set_context(Box::new(move || {
+            let c = s.queue_counts();
+            format!(
+                "{} pods wait to be scheduled and {} bindings are under way",
+                c.active + c.backoff + c.unschedulable + c.gated + c.in_flight,
+                s.bindings_in_flight()
+            )
+        }));
     }
     // Only now that the configuration has been accepted: a bad one stops
     // startup before anything claims to serve.

@@ -198,6 +198,19 @@ enum LeaseError {
     Api(#[from] kube::Error),
 }
 
+/// Logs a failed Lease request: an answer refusing it as an ERROR, no
+/// answer (or a 5xx) at DEBUG, as the API server's outage reporter speaks
+/// for those.
+fn lease_error(cfg: &ElectionConfig, e: &kube::Error, what: &str) {
+    let lease = cfg.describe();
+    match e {
+        kube::Error::Api(s) if s.code < 500 => {
+            tracing::error!(lease = %lease, code = s.code, "{what} {lease}: {}", s.message)
+        }
+        other => tracing::debug!(lease = %lease, error = %other, "{what} {lease}: {other}"),
+    }
+}
+
 /// How an election ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -352,7 +365,7 @@ impl Elector {
             Ok(c) => c,
             Err(e) => {
                 if !self.refused("get", &e) {
-                    tracing::error!(lease = %self.cfg.describe(), error = %e, "error retrieving resource lock {}: {e}", self.cfg.describe());
+                    lease_error(&self.cfg, &e, "error retrieving resource lock");
                 }
                 return false;
             }
@@ -374,7 +387,11 @@ impl Elector {
                 }
                 Err(e) => {
                     if !self.refused("create", &e) {
-                        tracing::error!(lease = %self.cfg.describe(), error = %e, "error initially creating leader election record: {e}");
+                        lease_error(
+                            &self.cfg,
+                            &e,
+                            "error initially creating leader election record",
+                        );
                     }
                     false
                 }

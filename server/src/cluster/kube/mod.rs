@@ -29,6 +29,7 @@
 pub mod access;
 mod client;
 mod events;
+mod permits;
 mod slim;
 mod writes;
 
@@ -46,7 +47,10 @@ use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
-pub use client::{ClientOptions, MAX_RETRIES, RestMetrics, TokenBucket, rest_metrics};
+pub use client::{
+    ClientOptions, LONG_THROTTLE, MAX_RETRIES, RestMetrics, THROTTLE_LOG_EVERY, TokenBucket,
+    api_outage, rest_metrics,
+};
 pub use events::{EVENT_BURST, EVENT_REFILL_EVERY};
 pub use slim::{LAST_APPLIED, SlimNode, SlimPod, strip_meta};
 
@@ -553,6 +557,11 @@ pub struct KubeCluster {
     client: kube::Client,
     mirror: Arc<Mirror>,
     events: events::EventSink,
+    /// The API server's outage reporter (set by [`KubeCluster::connect`]).
+    outage: Option<Arc<crate::outage::Outage>>,
+    /// The (verb, resource) pairs whose refusal (403) has been said: the
+    /// next refusals are DEBUG.
+    refused: Mutex<BTreeSet<(String, String)>>,
 }
 
 impl std::fmt::Debug for KubeCluster {
@@ -600,10 +609,18 @@ impl KubeCluster {
     /// (watches and writes) and the events client, each with its own rate
     /// limit. Must run inside a tokio runtime.
     pub fn connect(config: kube::Config, options: KubeOptions) -> Result<Arc<Self>, KubeError> {
+        let host = config
+            .cluster_url
+            .authority()
+            .map_or_else(String::new, |a| a.to_string());
         let scheduler =
             client::build_client(config.clone(), &options.client.for_purpose("scheduler"))?;
         let events = client::build_client(config, &options.client.for_purpose(""))?;
-        Ok(Self::start(scheduler, events, options))
+        let mut cluster = Self::start(scheduler, events, options);
+        if let Some(c) = Arc::get_mut(&mut cluster) {
+            c.outage = Some(client::api_outage(&host));
+        }
+        Ok(cluster)
     }
 
     /// Starts watching the cluster behind `client`, writing events through
@@ -666,7 +683,15 @@ impl KubeCluster {
             client,
             mirror,
             events,
+            outage: None,
+            refused: Mutex::new(BTreeSet::new()),
         })
+    }
+
+    /// The API server's outage reporter, for the words its summaries end
+    /// with (how many pods wait).
+    pub fn api_outage(&self) -> Option<&Arc<crate::outage::Outage>> {
+        self.outage.as_ref()
     }
 
     /// Whether every watcher has listed its kind once.

@@ -37,7 +37,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
-use super::KubeCluster;
+use super::{KubeCluster, access};
 use crate::cache::{KubeObject, ObjectKind};
 use crate::cluster::{ClusterChange, ClusterSource, PodScheduledCondition};
 use crate::framework::{ClusterClient, ClusterError, EventRecorder, PodEvent};
@@ -146,6 +146,38 @@ fn settled(
     }
 }
 
+/// The RBAC verb of a write's method.
+fn rbac_verb(method: &http::Method) -> &'static str {
+    match *method {
+        http::Method::POST => "create",
+        http::Method::PUT => "update",
+        http::Method::PATCH => "patch",
+        http::Method::DELETE => "delete",
+        _ => "get",
+    }
+}
+
+/// The (group, resource with subresource) an API path names:
+/// `/api/v1/namespaces/ns/pods/p/binding` is ("", "pods/binding").
+fn resource_of(path: &str) -> (&str, String) {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match segs.as_slice() {
+        ["api", _, rest @ ..] => ("", rest),
+        ["apis", g, _, rest @ ..] => (*g, rest),
+        _ => return ("", String::new()),
+    };
+    let rest = match rest {
+        ["namespaces", _, r @ ..] if !r.is_empty() => r,
+        r => r,
+    };
+    let resource = match rest {
+        [plural, _, sub, ..] => format!("{plural}/{sub}"),
+        [plural, ..] => plural.to_string(),
+        [] => String::new(),
+    };
+    (group, resource)
+}
+
 /// The API's status code in an error, for logs (0: no answer).
 fn status_code(e: &kube::Error) -> u16 {
     match e {
@@ -220,10 +252,41 @@ impl KubeCluster {
             .header(http::header::ACCEPT, JSON)
             .body(body)
             .map_err(kube::Error::HttpError)?;
-        self.client.request::<R>(req).await.inspect_err(|e| {
-            let code = status_code(e);
-            tracing::warn!(object = subject, verb = %method, path, code, error = %e, "API write failed");
-        })
+        self.client
+            .request::<R>(req)
+            .await
+            .inspect_err(|e| self.write_failed(&method, path, subject, e))
+    }
+
+    /// Logs a failed write as a person reads it: one short line with the
+    /// object, verb, code and the server's message once; a refusal (403)
+    /// once per verb and resource, naming the rule berthd needs; no answer
+    /// or a 5xx at DEBUG (the API server's outage reporter speaks for
+    /// those).
+    fn write_failed(&self, method: &http::Method, path: &str, subject: &str, e: &kube::Error) {
+        let code = status_code(e);
+        let message = super::client::error_text(e);
+        if outcome_unknown(e) {
+            tracing::debug!(object = subject, verb = %method, path, code, error = %message, "API write failed");
+            return;
+        }
+        if code == 403 {
+            let (group, resource) = resource_of(path);
+            let verb = rbac_verb(method);
+            let first = self
+                .refused
+                .lock()
+                .insert((verb.to_string(), format!("{group}/{resource}")));
+            if first {
+                let rule = access::rule_for(group, &resource, None)
+                    .map_or_else(String::new, |r| format!(": its ClusterRole must grant {r}"));
+                tracing::error!(object = subject, verb, code, resource = %resource, "forbidden to {verb} {resource} ({subject}){rule}; the API server says: {message}");
+            } else {
+                tracing::debug!(object = subject, verb, code, "forbidden: {message}");
+            }
+            return;
+        }
+        tracing::warn!(object = subject, verb = %method, code, "API write failed: {code} {method} {subject}: {message}");
     }
 
     /// A binding whose answer was lost (see [`outcome_unknown`]) may have
@@ -604,6 +667,14 @@ impl ClusterSource for KubeCluster {
     fn kind(&self) -> &'static str {
         "kube"
     }
+
+    fn unreachable(&self) -> bool {
+        // Bindings under way when it came back fail just after (they
+        // asked until it answered): theirs too.
+        self.outage
+            .as_ref()
+            .is_some_and(|o| o.down_or_back_within(SETTLE_MAX_RETRY * 2))
+    }
 }
 
 /// How a failed write names its object: `namespace/name`, or the name of a
@@ -619,6 +690,26 @@ fn subject(namespace: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_name_their_rbac_resource() {
+        assert_eq!(
+            resource_of("/api/v1/namespaces/ns/pods/p/binding"),
+            ("", "pods/binding".to_string())
+        );
+        assert_eq!(
+            resource_of("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c/status"),
+            ("resource.k8s.io", "resourceclaims/status".to_string())
+        );
+        assert_eq!(
+            resource_of("/api/v1/persistentvolumes/pv1"),
+            ("", "persistentvolumes".to_string())
+        );
+        assert_eq!(
+            resource_of("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims"),
+            ("resource.k8s.io", "resourceclaims".to_string())
+        );
+    }
 
     #[test]
     fn objects_live_where_the_api_serves_them() {
