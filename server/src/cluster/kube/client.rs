@@ -395,9 +395,10 @@ pub const LONG_THROTTLE: Duration = Duration::from_secs(1);
 pub const THROTTLE_LOG_EVERY: Duration = Duration::from_secs(10);
 
 impl ThrottleLog {
-    fn waited(&self, waited: Duration, method: &str, uri: &http::Uri) {
+    /// Notes a request's wait for its token; the line written, if any.
+    fn waited(&self, waited: Duration, method: &str, uri: &http::Uri) -> Option<String> {
         if waited <= LONG_THROTTLE {
-            return;
+            return None;
         }
         let now = Instant::now();
         let mut st = self.state.lock();
@@ -406,7 +407,7 @@ impl ThrottleLog {
             .0
             .is_some_and(|t| now.saturating_duration_since(t) < THROTTLE_LOG_EVERY)
         {
-            return;
+            return None;
         }
         let others = st.1 - 1;
         *st = (Some(now), 0);
@@ -416,13 +417,17 @@ impl ThrottleLog {
         } else {
             String::new()
         };
+        let line = format!(
+            "Waited for {:.3}s due to client-side throttling, not priority and fairness, request: {method}:{uri}{also}",
+            waited.as_secs_f64()
+        );
         tracing::info!(
             waited_ms = waited.as_millis() as u64,
             method,
             others,
-            "Waited for {:.3}s due to client-side throttling, not priority and fairness, request: {method}:{uri}{also}",
-            waited.as_secs_f64()
+            "{line}"
         );
+        Some(line)
     }
 }
 
@@ -658,6 +663,33 @@ mod tests {
         // refill from the start, not two.
         let waited = b.acquire().await;
         assert!(waited <= Duration::from_secs(1), "waited {waited:?}");
+    }
+
+    /// As client-go's throttled logger: waits over a second, at most one
+    /// line every ten seconds, which counts the ones it did not write.
+    #[tokio::test(start_paused = true)]
+    async fn long_throttling_waits_are_logged_as_client_go_logs_them() {
+        let log = ThrottleLog::default();
+        let uri: http::Uri = "https://10.0.0.1:6443/api/v1/namespaces/d/pods/p/binding"
+            .parse()
+            .unwrap();
+        let ms = Duration::from_millis;
+        assert_eq!(log.waited(ms(900), "POST", &uri), None);
+        assert_eq!(
+            log.waited(ms(1500), "POST", &uri).as_deref(),
+            Some(
+                "Waited for 1.500s due to client-side throttling, not priority and fairness, request: POST:https://10.0.0.1:6443/api/v1/namespaces/d/pods/p/binding"
+            )
+        );
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(log.waited(ms(2000), "POST", &uri), None);
+        assert_eq!(log.waited(ms(3000), "POST", &uri), None);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let line = log.waited(ms(1200), "POST", &uri).unwrap();
+        assert!(
+            line.ends_with("(2 more requests waited over 1s since the last such line)"),
+            "{line}"
+        );
     }
 
     #[test]
