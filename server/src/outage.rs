@@ -185,6 +185,16 @@ impl Outage {
         }
     }
 
+    /// An attempt failed while the subject is down, counted without
+    /// starting an outage (a single failure while it is up is its caller's
+    /// to report).
+    pub fn count_failed(&self) {
+        if let Some(d) = self.down.lock().as_mut() {
+            d.recent.failed += 1;
+            d.total.failed += 1;
+        }
+    }
+
     /// An attempt that was not made because the subject is down (a call
     /// refused by an open circuit breaker, an ignorable extender skipped).
     pub fn skipped(&self) {

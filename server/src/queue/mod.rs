@@ -866,6 +866,28 @@ impl SchedulingQueue {
         self.wake(activated);
     }
 
+    /// Moves the pods whose last attempt failed with an error of `plugin`
+    /// (an extender that is back) to activeQ at once, out of their backoff
+    /// or the unschedulable pods, as a queueing hint for that plugin would.
+    /// Returns how many moved.
+    pub fn activate_failed_by(&self, plugin: &str) -> usize {
+        let pods: Vec<PodRef> = {
+            let inner = self.inner.lock();
+            inner
+                .backoff
+                .iter()
+                .chain(inner.error_backoff.iter())
+                .chain(inner.unschedulable.values())
+                .filter(|q| q.error_plugin == Some(plugin))
+                .map(|q| q.pod.clone())
+                .collect()
+        };
+        if !pods.is_empty() {
+            self.activate(&pods);
+        }
+        pods.len()
+    }
+
     /// Records the node a pod is nominated to (after preemption, or to
     /// clear it after a failure).
     pub fn add_nominated_pod(&self, pod: &PodRef, info: &NominatingInfo) {

@@ -396,6 +396,15 @@ impl Scheduler {
             profiles.clone(),
         );
         handle.set_nominator(queue.clone());
+        // An extender back from an outage: the pods that failed only
+        // because of it are retried at once, not after their backoff.
+        let q = queue.clone();
+        extenders.on_back(Arc::new(move |name: &'static str| {
+            let moved = q.activate_failed_by(name);
+            if moved > 0 {
+                tracing::info!(extender = name, pods = moved, "extender {name:?} is back: {moved} pods that failed because of it are retried now");
+            }
+        }));
         let shared = Arc::new(Shared {
             profiles,
             cache: Mutex::new(Cache::new(options.assumed_pod_ttl)),

@@ -588,7 +588,11 @@ async fn failure_handler(
     if f.status.is_rejected() {
         tracing::info!(pod = %pod.key(), attempts = q.attempts, "unschedulable: {}", f.message);
     } else if !f.status.is_skip() {
-        if shared.cluster.unreachable() {
+        let outage = shared.cluster.unreachable()
+            || f.status
+                .plugin()
+                .is_some_and(|p| shared.extenders.is_down(p));
+        if outage {
             // The API server's outage reporter speaks for these.
             tracing::debug!(pod = %pod.key(), attempts = q.attempts, "error scheduling pod; retrying: {}", f.message);
         } else {
@@ -596,6 +600,11 @@ async fn failure_handler(
         }
     }
     q.last_failure = Some(Arc::from(f.message.as_str()));
+    q.error_plugin = if f.status.is_rejected() {
+        None
+    } else {
+        f.status.plugin()
+    };
 
     // Requeue only if the pod still exists and is still unbound.
     let current = shared.cluster.get_pod(&pod.namespace, &pod.name);
