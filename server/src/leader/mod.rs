@@ -355,6 +355,7 @@ impl Elector {
                     return true;
                 }
                 Err(e) => {
+                    crate::metrics::process::leader_slowpath(&self.cfg.name);
                     tracing::debug!(lease = %self.cfg.describe(), error = %e, "failed to update lease optimistically, falling back to slow path");
                 }
             }
@@ -466,8 +467,21 @@ impl Elector {
         ended: watch::Sender<Option<Outcome>>,
         stop: oneshot::Receiver<()>,
     ) -> Outcome {
+        // leader_election_master_status follows the flag, 0 from the start.
+        let name = self.cfg.name.clone();
+        let lease = name.clone();
+        crate::metrics::process::leader_status(&name, false);
+        let mut flag = leading.subscribe();
+        let status = tokio::spawn(async move {
+            while flag.changed().await.is_ok() {
+                let now = *flag.borrow_and_update();
+                crate::metrics::process::leader_status(&name, now);
+            }
+        });
         let outcome = self.campaign(&leading, stop).await;
         leading.send_replace(false);
+        crate::metrics::process::leader_status(&lease, false);
+        status.abort();
         ended.send_replace(Some(outcome));
         outcome
     }

@@ -960,6 +960,21 @@ impl SchedulingQueue {
         }
     }
 
+    /// The cluster events the queue holds for pods in flight (upstream's
+    /// `scheduler_inflight_events`), by label, with `PodPopped` for the
+    /// pods themselves.
+    pub fn inflight_event_counts(&self) -> Vec<(String, u64)> {
+        let inner = self.inner.lock();
+        let mut by: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+        for (_, r) in &inner.recorded {
+            if let Recorded::Event(e, _, _) = r {
+                *by.entry(e.label()).or_default() += 1;
+            }
+        }
+        by.insert("PodPopped".into(), inner.in_flight.len() as u64);
+        by.into_iter().collect()
+    }
+
     /// How many pods entered each queue, by queue (`active`, `backoff`,
     /// `unschedulable`) and event label, sorted.
     pub fn incoming_counts(&self) -> Vec<(&'static str, String, u64)> {

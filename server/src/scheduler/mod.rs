@@ -500,6 +500,13 @@ impl Scheduler {
         &self.shared.queue
     }
 
+    /// The scheduler cache's (nodes, pods, assumed pods), as upstream's
+    /// `scheduler_cache_size` counts them.
+    pub fn cache_sizes(&self) -> (usize, usize, usize) {
+        let c = self.shared.cache.lock();
+        (c.node_count(), c.pod_count(), c.assumed_count())
+    }
+
     /// The queue's counts.
     pub fn queue_counts(&self) -> QueueCounts {
         self.shared.queue.counts()
