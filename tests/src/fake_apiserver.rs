@@ -9,7 +9,8 @@
 //!
 //! * discovery (`/version`, `/api`, `/apis`, the group versions) from the
 //!   recordings when they can be found;
-//! * lists (namespace, `fieldSelector`, `limit`/`continue` paging) with the
+//! * lists (namespace, `fieldSelector`, equality-based `labelSelector`,
+//!   `limit`/`continue` paging) with the
 //!   list's resourceVersion;
 //! * watches as chunked JSON lines from a resourceVersion (replaying what
 //!   happened since, then live events), a `BOOKMARK` after the replay when
@@ -24,6 +25,8 @@
 //!   with [`FakeApiServer::before_binding`]: a race, an error status, or
 //!   the binding stored and the connection dropped without an answer);
 //! * Leases like any other object (create, get, replace with conflicts);
+//! * `pods/portforward` over WebSocket, to the pod's `status.podIP`
+//!   ([`crate::portforward`]);
 //! * `metadata.generateName` on create (a deterministic suffix);
 //! * `resource.k8s.io/v1` objects: a ResourceClaim's `PUT` keeps its
 //!   status and a `PUT` of its `status` keeps the rest, and strategic merge
@@ -561,6 +564,18 @@ fn matches(obj: &Value, selector: &[FieldTerm]) -> bool {
         .all(|t| (field(obj, &t.path) == t.value) == t.equal)
 }
 
+/// Whether `obj`'s labels satisfy an equality-based label selector
+/// (`k=v`, `k==v`, `k!=v`; a label that is absent is not equal to any
+/// value), as `labelSelector` filters lists. Keys are whole (they hold
+/// dots and slashes), unlike field paths.
+fn matches_labels(obj: &Value, selector: &[FieldTerm]) -> bool {
+    let labels = &obj["metadata"]["labels"];
+    selector.iter().all(|t| {
+        let value = labels.get(&t.path).and_then(Value::as_str);
+        (value == Some(t.value.as_str())) == t.equal
+    })
+}
+
 // ---------------------------------------------------------------------------
 // Patches
 
@@ -950,6 +965,7 @@ impl State {
 
     fn list(&self, t: &Target, query: &BTreeMap<String, String>) -> Value {
         let selector = parse_selector(query.get("fieldSelector").map_or("", String::as_str));
+        let labels = parse_selector(query.get("labelSelector").map_or("", String::as_str));
         let resource = t.resource();
         // Objects of one resource are adjacent in the map (the key starts
         // with the resource); only the page's are copied.
@@ -959,7 +975,7 @@ impl State {
             .take_while(|((r, _, _), _)| *r == resource)
             .filter(|((_, ns, _), _)| t.namespace.as_ref().is_none_or(|want| want == ns))
             .map(|(_, o)| o)
-            .filter(|o| matches(o, &selector))
+            .filter(|o| matches(o, &selector) && matches_labels(o, &labels))
             .collect();
         let start: usize = query
             .get("continue")
@@ -1032,7 +1048,8 @@ fn watch_event_line(kind: &str, object: &Value) -> Bytes {
 // ---------------------------------------------------------------------------
 // HTTP
 
-type Body = BoxBody<Bytes, Infallible>;
+/// The bodies the stand-in answers with.
+pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
 fn json_response(status: u16, body: &Value) -> Response<Body> {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
@@ -1084,6 +1101,9 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let query = parse_query(req.uri().query());
+    if method == "GET" && path.ends_with("/portforward") {
+        return Ok(port_forward(&shared, req, &path));
+    }
     let content_type = req
         .headers()
         .get("content-type")
@@ -1141,6 +1161,75 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         return Err(Dropped);
     }
     Ok(json_response(status, &out))
+}
+
+/// `pods/portforward`: the checks the API server makes, then the WebSocket
+/// ([`crate::portforward`]).
+fn port_forward(shared: &Shared, req: Request<Incoming>, path: &str) -> Response<Body> {
+    let query = req.uri().query().unwrap_or_default().to_string();
+    let ports: Vec<String> = query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| *k == "ports")
+        .map(|(_, v)| decode(v))
+        .collect();
+    let rec = |status: u16| Recorded {
+        method: "GET".into(),
+        path: path.to_string(),
+        query: parse_query(Some(&query)),
+        content_type: None,
+        body: Value::Null,
+        status,
+    };
+    let refuse = |status: u16, body: Value| {
+        record(shared, rec(status));
+        crate::portforward::refusal(status, &body)
+    };
+    let Some(t) = Target::parse(path).filter(|t| t.resource() == "api/v1/pods") else {
+        return refuse(
+            404,
+            status_body(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+                json!({}),
+            ),
+        );
+    };
+    let name = t.name.clone().unwrap_or_default();
+    let Some(pod) = shared
+        .state
+        .lock()
+        .objects
+        .get(&State::key(&t, &name))
+        .cloned()
+    else {
+        let (status, body) = not_found(&t, &name);
+        return refuse(status, body);
+    };
+    if pod["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        let message = format!("pod {name} does not have a host assigned");
+        return refuse(400, status_body(400, "BadRequest", &message, json!({})));
+    }
+    let ports = match crate::portforward::parse_ports(
+        &ports.iter().map(String::as_str).collect::<Vec<_>>(),
+    ) {
+        Ok(p) => p,
+        Err(message) => return refuse(400, status_body(400, "BadRequest", &message, json!({}))),
+    };
+    if !crate::portforward::is_websocket(&req) {
+        return refuse(
+            400,
+            status_body(400, "BadRequest", "Upgrade request required", json!({})),
+        );
+    }
+    let answer = crate::portforward::upgrade(req, &pod, ports);
+    record(shared, rec(answer.status().as_u16()));
+    answer
 }
 
 fn record(shared: &Shared, rec: Recorded) {
@@ -1345,6 +1434,7 @@ impl FakeApiServer {
                         hyper::service::service_fn(move |req| handle(shared.clone(), req));
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .with_upgrades()
                         .await;
                 });
             }

@@ -7,6 +7,7 @@
 
 pub mod fake_apiserver;
 pub mod manifests;
+pub mod portforward;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -138,6 +139,24 @@ pub fn berthd_path() -> Result<PathBuf> {
 pub fn berthctl_path() -> Result<PathBuf> {
     static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     PATH.get_or_init(|| build_binary("berth-client", "berthctl"))
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
+/// The kubectl-berth binary (the kubectl plugin), built once per test
+/// process like [`berthd_path`].
+pub fn kubectl_berth_path() -> Result<PathBuf> {
+    static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PATH.get_or_init(|| build_binary("berth-client", "kubectl-berth"))
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
+/// The berth-bench binary (the benchmark harness), built once per test
+/// process like [`berthd_path`].
+pub fn bench_path() -> Result<PathBuf> {
+    static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PATH.get_or_init(|| build_binary("berth-bench", "berth-bench"))
         .clone()
         .map_err(|e| anyhow!(e))
 }

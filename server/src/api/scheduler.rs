@@ -398,6 +398,22 @@ impl SchedulerService for SchedulerApi {
         }))
     }
 
+    async fn list_profiles(
+        &self,
+        _req: Request<pb::ListProfilesRequest>,
+    ) -> Result<Response<pb::ListProfilesResponse>, Status> {
+        let mut profiles: Vec<pb::Profile> = self
+            .scheduler
+            .profiles()
+            .keys()
+            .map(|name| pb::Profile {
+                scheduler_name: name.to_string(),
+            })
+            .collect();
+        profiles.sort_by(|a, b| a.scheduler_name.cmp(&b.scheduler_name));
+        Ok(Response::new(pb::ListProfilesResponse { profiles }))
+    }
+
     async fn get_queue(
         &self,
         req: Request<pb::GetQueueRequest>,

@@ -5,11 +5,11 @@ use anyhow::{Result, bail};
 use berth_client::Client;
 use berth_client::pb::SimulateResponse;
 
-use crate::Rpc;
-use crate::files::{Doc, Source};
-use crate::output::{Output, emit, emit_proto};
-use crate::quantity::{format_bytes, format_cpu, percent};
-use crate::table::Table;
+use crate::cli::Rpc;
+use crate::cli::files::{Doc, Source};
+use crate::cli::output::{Output, emit, emit_proto};
+use crate::cli::quantity::{format_bytes, format_cpu, percent};
+use crate::cli::table::Table;
 
 /// `berthctl simulate -f FILE...`.
 pub async fn run(

@@ -5,10 +5,10 @@ use anyhow::{Result, bail};
 use berth_client::pb::{DryRunResponse, NodeResult, NodeVerdict, PluginResult};
 use berth_client::{Client, pb};
 
-use crate::Rpc;
-use crate::files::{Doc, Source};
-use crate::output::{Output, emit, emit_proto};
-use crate::table::Table;
+use crate::cli::Rpc;
+use crate::cli::files::{Doc, Source};
+use crate::cli::output::{Output, emit, emit_proto};
+use crate::cli::table::Table;
 
 /// `berthctl dry-run -f POD_FILE`.
 pub async fn run(
@@ -100,7 +100,7 @@ pub fn filter_cell(n: &NodeResult) -> String {
 
 /// Feasible nodes by total score (the selected one first among equals),
 /// then rejected ones, then those not evaluated; by name within each.
-fn sorted(nodes: &[NodeResult]) -> Vec<&NodeResult> {
+pub fn sorted(nodes: &[NodeResult]) -> Vec<&NodeResult> {
     let mut v: Vec<&NodeResult> = nodes.iter().collect();
     v.sort_by_key(|n| {
         let rank = match verdict(n) {
@@ -115,7 +115,7 @@ fn sorted(nodes: &[NodeResult]) -> Vec<&NodeResult> {
 
 /// Plugin-level results worth showing: failures, restrictions to a node set;
 /// skips on one line.
-fn plugin_lines(title: &str, results: &[PluginResult]) -> String {
+pub fn plugin_lines(title: &str, results: &[PluginResult]) -> String {
     let mut lines = Vec::new();
     let mut skipped = Vec::new();
     for r in results {
@@ -156,7 +156,7 @@ fn plugin_lines(title: &str, results: &[PluginResult]) -> String {
     format!("{title}:\n{}\n", lines.join("\n"))
 }
 
-fn preemption(p: &pb::Preemption) -> String {
+pub fn preemption(p: &pb::Preemption) -> String {
     if p.nominated_node.is_empty() {
         return format!("Preemption would not help: {}\n", p.message);
     }
@@ -177,7 +177,7 @@ fn preemption(p: &pb::Preemption) -> String {
 
 /// What rejected nodes cannot give the pod, node by node, and the devices
 /// its claims would get on the selected node.
-fn claim_lines(resp: &DryRunResponse) -> String {
+pub fn claim_lines(resp: &DryRunResponse) -> String {
     let mut out = String::new();
     let rejected: Vec<&NodeResult> = resp
         .nodes

@@ -4,9 +4,9 @@ use anyhow::Result;
 use berth_client::Client;
 use berth_client::pb::{GetQueueResponse, QueueName, QueuedPod};
 
-use crate::Rpc;
-use crate::output::{Output, emit, emit_proto};
-use crate::table::Table;
+use crate::cli::Rpc;
+use crate::cli::output::{Output, emit, emit_proto};
+use crate::cli::table::Table;
 
 /// `berthctl queue [-n NS]`.
 pub async fn run(client: &mut Client, format: Output, namespace: &str) -> Result<()> {
@@ -58,7 +58,7 @@ pub fn render(pods: &[QueuedPod]) -> String {
             row.push(
                 p.backoff_expires_at
                     .as_ref()
-                    .map(crate::watch::time_of_day)
+                    .map(crate::cli::watch::time_of_day)
                     .unwrap_or_default(),
             );
         }
@@ -121,7 +121,7 @@ default     a      unschedulable          0          1   0/3 nodes are available
         assert!(row_b.contains("backoff"), "{row_b}");
         assert!(row_b.contains("   n2   "), "{row_b}");
         assert!(
-            row_b.contains(&crate::watch::time_of_day(&prost_types::Timestamp {
+            row_b.contains(&crate::cli::watch::time_of_day(&prost_types::Timestamp {
                 seconds: 1_700_000_000,
                 nanos: 0
             })),
