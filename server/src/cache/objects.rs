@@ -111,6 +111,37 @@ impl ObjectKind {
         }
     }
 
+    /// The resource name the API serves this kind under (`namespaces`,
+    /// `resourceclaims`), as RBAC rules and paths name it.
+    pub fn plural(&self) -> &'static str {
+        match self {
+            Self::Namespace => "namespaces",
+            Self::PersistentVolume => "persistentvolumes",
+            Self::PersistentVolumeClaim => "persistentvolumeclaims",
+            Self::StorageClass => "storageclasses",
+            Self::CsiNode => "csinodes",
+            Self::PodDisruptionBudget => "poddisruptionbudgets",
+            Self::Service => "services",
+            Self::ReplicaSet => "replicasets",
+            Self::StatefulSet => "statefulsets",
+            Self::ReplicationController => "replicationcontrollers",
+            Self::DeviceClass => "deviceclasses",
+            Self::ResourceClaim => "resourceclaims",
+            Self::ResourceClaimTemplate => "resourceclaimtemplates",
+            Self::ResourceSlice => "resourceslices",
+            Self::PodGroup => "podgroups",
+            Self::Workload => "workloads",
+        }
+    }
+
+    /// The API group (`""` for the core group).
+    pub fn group(&self) -> &'static str {
+        match self.type_meta().0.rsplit_once('/') {
+            Some((group, _)) => group,
+            None => "",
+        }
+    }
+
     /// Whether objects of this kind live in a namespace.
     pub fn namespaced(&self) -> bool {
         !matches!(

@@ -49,73 +49,93 @@ pub fn render(scheduler: &Scheduler) -> String {
         "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated.",
     );
     let groups = scheduler.prometheus().pod_groups().is_some();
-    let mut queues = vec![
+    // `incomplete` and `pending` hold PodGroup members (GenericWorkload):
+    // those waiting for their PodGroup, and for their group's cycle to end.
+    for (q, n) in [
         ("active", c.active),
         ("backoff", c.backoff),
         ("gated", c.gated),
+        ("incomplete", c.incomplete),
+        ("pending", c.pending),
         ("unschedulable", c.unschedulable),
-    ];
-    if groups {
-        // GenericWorkload: PodGroup members waiting for their PodGroup,
-        // and for their group's cycle to end.
-        queues.extend([("incomplete", c.incomplete), ("pending", c.pending)]);
-        queues.sort();
-    }
-    for (q, n) in queues {
+    ] {
         e.sample("scheduler_pending_pods", &[("queue", q)], n as u64);
     }
-    if groups {
-        let ec = scheduler.queue().entity_counts();
-        e.family(
+    e.family(
+        "scheduler_queued_entities",
+        "gauge",
+        "Number of queued scheduling entities ('pod' or 'podgroup'; 'pod' stands for individual pods that are not members of any podgroup) by the queue type. 'active' means number of entities in activeQ; 'backoff' means number of entities in backoffQ; 'unschedulable' means number of entities in unschedulableEntities that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable entities that the scheduler never attempted to schedule because they are gated.",
+    );
+    let ec = scheduler.queue().entity_counts();
+    for (q, (pods, pod_groups)) in [
+        ("active", ec.active),
+        ("backoff", ec.backoff),
+        ("gated", ec.gated),
+        ("unschedulable", ec.unschedulable),
+    ] {
+        e.sample(
             "scheduler_queued_entities",
-            "gauge",
-            "Number of queued entities (pods and pod groups), by the queue type and the entity type.",
+            &[("queue", q), ("type", "pod")],
+            pods as u64,
         );
-        for (q, (pods, groups)) in [
-            ("active", ec.active),
-            ("backoff", ec.backoff),
-            ("gated", ec.gated),
-            ("unschedulable", ec.unschedulable),
-        ] {
-            e.sample(
-                "scheduler_queued_entities",
-                &[("queue", q), ("type", "pod")],
-                pods as u64,
-            );
+        if groups {
             e.sample(
                 "scheduler_queued_entities",
                 &[("queue", q), ("type", "podgroup")],
-                groups as u64,
+                pod_groups as u64,
             );
         }
-        e.family(
-            "scheduler_queue_incoming_entities_total",
-            "counter",
-            "Number of entities (pods and pod groups) added to scheduling queues by event, queue and entity type.",
-        );
-        let pods = scheduler.queue().incoming_counts();
-        let groups = scheduler.queue().incoming_group_counts();
-        for (kind, list) in [("pod", pods), ("podgroup", groups)] {
-            for (q, event, n) in list {
-                e.sample(
-                    "scheduler_queue_incoming_entities_total",
-                    &[("event", &event), ("queue", q), ("type", kind)],
-                    n,
-                );
-            }
-        }
+    }
+    let (nodes, pods, assumed) = scheduler.cache_sizes();
+    e.family(
+        "scheduler_cache_size",
+        "gauge",
+        "Number of nodes, pods, and assumed (bound) pods in the scheduler cache.",
+    );
+    for (t, n) in [("assumed_pods", assumed), ("nodes", nodes), ("pods", pods)] {
+        e.sample("scheduler_cache_size", &[("type", t)], n as u64);
+    }
+    e.family(
+        "scheduler_inflight_events",
+        "gauge",
+        "Number of events currently tracked in the scheduling queue.",
+    );
+    for (event, n) in scheduler.queue().inflight_event_counts() {
+        e.sample("scheduler_inflight_events", &[("event", &event)], n);
     }
     e.family(
         "scheduler_queue_incoming_pods_total",
         "counter",
         "Number of pods added to scheduling queues by event and queue type.",
     );
-    for (q, event, n) in scheduler.queue().incoming_counts() {
+    let incoming = scheduler.queue().incoming_counts();
+    for (q, event, n) in &incoming {
         e.sample(
             "scheduler_queue_incoming_pods_total",
-            &[("event", &event), ("queue", q)],
-            n,
+            &[("event", event), ("queue", q)],
+            *n,
         );
+    }
+    e.family(
+        "scheduler_queue_incoming_entities_total",
+        "counter",
+        "Number of scheduling entities added to scheduling queues by event, queue type, and entity type. Entity types are either 'pod' (for individual pods that are not members of any podgroup) or 'podgroup'.",
+    );
+    for (q, event, n) in &incoming {
+        e.sample(
+            "scheduler_queue_incoming_entities_total",
+            &[("event", event), ("queue", q), ("type", "pod")],
+            *n,
+        );
+    }
+    if groups {
+        for (q, event, n) in scheduler.queue().incoming_group_counts() {
+            e.sample(
+                "scheduler_queue_incoming_entities_total",
+                &[("event", &event), ("queue", q), ("type", "podgroup")],
+                n,
+            );
+        }
     }
     e.family(
         "scheduler_goroutines",
@@ -135,7 +155,8 @@ pub fn render(scheduler: &Scheduler) -> String {
         .collect();
     metrics::render_extenders(&extenders, &mut e);
     crate::cluster::kube::rest_metrics().render(&mut e);
-    e.finish()
+    metrics::process::render(&mut e);
+    metrics::upstream::with_stability(&e.finish())
 }
 
 #[cfg(test)]

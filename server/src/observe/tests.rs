@@ -236,12 +236,15 @@ async fn pod_group_families_are_absent_without_the_gate() {
     let cfg = config::default_config(&|n| registry.contains(n));
     let scheduler = Scheduler::start(&cfg, &registry, cluster, Options::default()).unwrap();
     let text = super::render(&scheduler);
+    // v1.37 registers the queue's entity families always (every pod an
+    // entity of type `pod`); the group cycle's and workload preemption's
+    // only with the gate.
     for name in [
-        "podgroup",
+        "scheduler_podgroup_",
         "workload_preemption",
-        "queued_entities",
-        "incomplete",
+        "type=\"podgroup\"",
     ] {
         assert!(!text.contains(name), "{name} without GenericWorkload");
     }
+    assert!(text.contains(r#"scheduler_pending_pods{queue="incomplete"} 0"#));
 }

@@ -422,6 +422,15 @@ impl Scheduler {
         if let Some(groups) = &pod_groups {
             cache = cache.with_pod_groups(groups.clone());
         }
+        // An extender back from an outage: the pods that failed only
+        // because of it are retried at once, not after their backoff.
+        let q = queue.clone();
+        extenders.on_back(Arc::new(move |name: &'static str| {
+            let moved = q.activate_failed_by(name);
+            if moved > 0 {
+                tracing::info!(extender = name, pods = moved, "extender {name:?} is back: {moved} pods that failed because of it are retried now");
+            }
+        }));
         let shared = Arc::new(Shared {
             profiles,
             pod_groups,
@@ -519,6 +528,13 @@ impl Scheduler {
     /// The scheduling queue.
     pub fn queue(&self) -> &Arc<SchedulingQueue> {
         &self.shared.queue
+    }
+
+    /// The scheduler cache's (nodes, pods, assumed pods), as upstream's
+    /// `scheduler_cache_size` counts them.
+    pub fn cache_sizes(&self) -> (usize, usize, usize) {
+        let c = self.shared.cache.lock();
+        (c.node_count(), c.pod_count(), c.assumed_count())
     }
 
     /// The queue's counts.
