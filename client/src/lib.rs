@@ -315,6 +315,29 @@ impl Client {
                 pod: Some(object(pod)?),
                 profile: profile.to_string(),
                 all_nodes,
+                ..Default::default()
+            })
+            .await?;
+        Ok(r.into_inner())
+    }
+
+    /// Explains whether `pod_group` (a PodGroup, Kubernetes JSON) would be
+    /// scheduled now with `pods` (its pods, in order): all of a gang
+    /// together or none, where each would go, or why not per node. Needs
+    /// berthd's GenericWorkload gate.
+    pub async fn dry_run_group(
+        &mut self,
+        pod_group: &serde_json::Value,
+        pods: &[serde_json::Value],
+        profile: &str,
+    ) -> Result<DryRunResponse, ClientError> {
+        let r = self
+            .scheduler
+            .dry_run(DryRunRequest {
+                pod_group: Some(object(pod_group)?),
+                group_pods: pods.iter().map(object).collect::<Result<_, _>>()?,
+                profile: profile.to_string(),
+                ..Default::default()
             })
             .await?;
         Ok(r.into_inner())
@@ -339,13 +362,27 @@ impl Client {
         replicas: u32,
         profile: &str,
     ) -> Result<SimulateResponse, ClientError> {
-        let pods = objects.iter().map(object).collect::<Result<_, _>>()?;
+        // PodGroups among the objects are sent apart: their pods are
+        // placed as gangs.
+        let is_group =
+            |o: &&serde_json::Value| o.get("kind").and_then(|k| k.as_str()) == Some("PodGroup");
+        let pods = objects
+            .iter()
+            .filter(|o| !is_group(o))
+            .map(object)
+            .collect::<Result<_, _>>()?;
+        let pod_groups = objects
+            .iter()
+            .filter(is_group)
+            .map(object)
+            .collect::<Result<_, _>>()?;
         let r = self
             .scheduler
             .simulate(SimulateRequest {
                 pods,
                 replicas,
                 profile: profile.to_string(),
+                pod_groups,
             })
             .await?;
         Ok(r.into_inner())

@@ -553,6 +553,7 @@ fn fuzz_pod_from_struct_bytes() {
             pod: berth_proto::json::to_struct(&pod),
             profile: String::new(),
             all_nodes: false,
+            ..Default::default()
         }
         .encode_to_vec();
         mutate_bytes(bytes, &edits)

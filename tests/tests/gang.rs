@@ -166,7 +166,7 @@ async fn a_gang_that_cannot_fit_leaves_every_pod_unbound() -> Result<()> {
     let placed = failed
         .values()
         .filter(|m| {
-            *m == "pod group is unschedulable, minCount (5) cannot be satisfied: 4 scheduled, 0 remaining"
+            *m == "pod group is unschedulable, minCount (5) cannot be satisfied: 4 scheduled, 0 remaining, pod group preemption: No preemption victims found for incoming preemptor"
         })
         .count();
     ensure!(placed == 4, "{failed:?}");
@@ -181,7 +181,8 @@ async fn a_gang_that_cannot_fit_leaves_every_pod_unbound() -> Result<()> {
     ensure!(
         cond["status"] == "False"
             && cond["reason"] == "Unschedulable"
-            && cond["message"] == "minCount (5) cannot be satisfied: 4 scheduled, 0 remaining",
+            && cond["message"]
+                == "minCount (5) cannot be satisfied: 4 scheduled, 0 remaining, pod group preemption: No preemption victims found for incoming preemptor",
         "{pg}"
     );
     for i in 0..5 {
@@ -206,6 +207,187 @@ fn gates_merged_into_generic_workload_are_unknown() -> Result<()> {
         ensure!(
             stderr.contains(&format!("unrecognized feature gate: {gate}")),
             "{stderr}"
+        );
+    }
+    Ok(())
+}
+
+fn pod_group(name: &str, min: i32) -> Value {
+    json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min}}},
+    })
+}
+
+/// Writes `objects` as one YAML stream (`---` between documents).
+fn yaml_file(dir: &TempDir, name: &str, objects: &[Value]) -> Result<String> {
+    let mut text = String::new();
+    for o in objects {
+        text.push_str("---\n");
+        text.push_str(&serde_yaml::to_string(o)?);
+    }
+    let path = dir.0.join(name);
+    std::fs::write(&path, text)?;
+    Ok(path.display().to_string())
+}
+
+async fn grpcurl(addr: &str, method: &str, body: &Value) -> Result<std::process::Output> {
+    let out = tokio::time::timeout(
+        GUARD,
+        Command::new(berth_e2e::grpcurl_path()?)
+            .args(["-plaintext", "-d", &body.to_string(), addr, method])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .context("grpcurl hung")??;
+    Ok(out)
+}
+
+/// Issue 26 item 4: a gang explained before it runs, through berthd,
+/// berthctl and grpcurl. Nothing is created by any of it.
+#[tokio::test]
+async fn a_gang_is_explained_before_it_runs() -> Result<()> {
+    let (berthd, dir) = start("dryrun", "GenericWorkload=true").await?;
+    let addr = berthd.addr.clone();
+    let mut client = berthd.client().await?;
+
+    // A PodGroup and its pods that fit: where each would go.
+    let mut fits = vec![pod_group("job", 4)];
+    fits.extend((0..4).map(|i| member(&format!("job-{i}"), "job", "1")));
+    let file = yaml_file(&dir, "job.yaml", &fits)?;
+    let out = berthctl(&addr, &["dry-run", "-f", &file]).await?;
+    ensure!(
+        out.starts_with(
+            "PodGroup default/job, profile default-scheduler: fits, 4 of 4 pods placed\n"
+        ),
+        "{out}"
+    );
+    ensure!(
+        out.lines()
+            .filter(|l| l.contains("job-") && l.contains(" g-"))
+            .count()
+            == 4,
+        "{out}"
+    );
+
+    // One that cannot fit: which pod could not be placed and why per node,
+    // the group's message as its condition would carry it.
+    let mut big = vec![pod_group("big", 5)];
+    big.extend((0..5).map(|i| member(&format!("big-{i}"), "big", "3500m")));
+    let file = yaml_file(&dir, "big.yaml", &big)?;
+    let json: Value =
+        serde_json::from_str(&berthctl(&addr, &["dry-run", "-f", &file, "-o", "json"]).await?)?;
+    let g = &json["podGroup"];
+    ensure!(g["fits"].as_bool() != Some(true), "{json}");
+    ensure!(
+        g["message"]
+            == "minCount (5) cannot be satisfied: 4 scheduled, 0 remaining, pod group preemption: No preemption victims found for incoming preemptor",
+        "{json}"
+    );
+    let pods = g["pods"].as_array().context("pods")?;
+    ensure!(pods.len() == 5, "{json}");
+    let unplaced: Vec<&Value> = pods.iter().filter(|p| p["placed"] != true).collect();
+    ensure!(unplaced.len() == 1, "{json}");
+    ensure!(
+        unplaced[0]["message"] == "0/4 nodes are available: 4 Insufficient cpu.",
+        "{json}"
+    );
+    let rejections = unplaced[0]["rejections"].as_array().context("rejections")?;
+    ensure!(rejections.len() == 4, "{json}");
+    for r in rejections {
+        ensure!(
+            r["plugin"] == "NodeResourcesFit" && r["reasons"] == json!(["Insufficient cpu"]),
+            "{r}"
+        );
+    }
+    for p in pods.iter().filter(|p| p["placed"] == true) {
+        ensure!(
+            p["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("pod group is unschedulable, minCount (5)")),
+            "{p}"
+        );
+    }
+    let table = berthctl(&addr, &["dry-run", "-f", &file]).await?;
+    ensure!(table.contains("fits no node:"), "{table}");
+
+    // grpcurl, the same request by hand.
+    let body = json!({"podGroup": pod_group("job", 4), "groupPods": fits[1..]});
+    let out = grpcurl(&addr, "berth.v1.Scheduler/DryRun", &body).await?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let resp: Value = serde_json::from_slice(&out.stdout)?;
+    ensure!(resp["podGroup"]["fits"] == true, "{resp}");
+
+    // A pod of a group already in the cluster: the three gated members of
+    // `train` and this fourth one would all go now.
+    let members: Vec<Value> = (0..3)
+        .map(|i| member(&format!("train-{i}"), "train", "1"))
+        .collect();
+    client.apply(&members, "").await?;
+    let body = json!({"pod": member("train-3", "train", "1")});
+    let out = grpcurl(&addr, "berth.v1.Scheduler/DryRun", &body).await?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let resp: Value = serde_json::from_slice(&out.stdout)?;
+    let g = &resp["podGroup"];
+    ensure!(g["name"] == "train" && g["fits"] == true, "{resp}");
+    ensure!(g["pods"].as_array().map(Vec::len) == Some(4), "{resp}");
+
+    // A bad request names the field.
+    let mut stray = member("stray", "other", "1");
+    stray["metadata"]["name"] = json!("stray");
+    let body = json!({"podGroup": pod_group("job", 4), "groupPods": [stray]});
+    let out = grpcurl(&addr, "berth.v1.Scheduler/DryRun", &body).await?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success()
+            && err.contains("InvalidArgument")
+            && err.contains("group_pods[0].spec.schedulingGroup.podGroupName: Invalid value"),
+        "{err}"
+    );
+
+    // Simulate places many gangs, each all or nothing: `a` takes 2 CPUs on
+    // each node, `b` (3 each) then fits nowhere; `c` fits in what is left.
+    let mut many = Vec::new();
+    for (name, cpu) in [("a", "2"), ("b", "3"), ("c", "1")] {
+        many.push(pod_group(name, 4));
+        many.extend((0..4).map(|i| member(&format!("{name}-{i}"), name, cpu)));
+    }
+    let file = yaml_file(&dir, "many.yaml", &many)?;
+    let sim: Value =
+        serde_json::from_str(&berthctl(&addr, &["simulate", "-f", &file, "-o", "json"]).await?)?;
+    let groups = sim["podGroups"].as_array().context("podGroups")?;
+    let verdicts: Vec<(String, bool)> = groups
+        .iter()
+        .map(|g| {
+            (
+                g["name"].as_str().unwrap_or("").to_string(),
+                g["fits"] == true,
+            )
+        })
+        .collect();
+    ensure!(
+        verdicts == [("a".into(), true), ("b".into(), false), ("c".into(), true)],
+        "{sim}"
+    );
+    ensure!(sim["scheduled"] == 8 && sim["unschedulable"] == 4, "{sim}");
+    let table = berthctl(&addr, &["simulate", "-f", &file]).await?;
+    ensure!(table.contains("PODGROUP"), "{table}");
+
+    // Nothing of it was created.
+    for name in ["job-0", "big-0", "a-0"] {
+        ensure!(
+            client.get("pods", "default", name).await.is_err(),
+            "{name} created"
         );
     }
     Ok(())

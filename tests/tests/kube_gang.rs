@@ -213,7 +213,8 @@ async fn a_gang_that_cannot_fit_is_left_unbound_with_upstreams_messages() -> Res
         "{cond}"
     );
     ensure!(
-        cond["message"] == "minCount (5) cannot be satisfied: 4 scheduled, 0 remaining",
+        cond["message"]
+            == "minCount (5) cannot be satisfied: 4 scheduled, 0 remaining, pod group preemption: No preemption victims found for incoming preemptor",
         "{cond}"
     );
     let statuses = fake
@@ -231,7 +232,7 @@ async fn a_gang_that_cannot_fit_is_left_unbound_with_upstreams_messages() -> Res
         })
         .collect();
     let want: BTreeSet<String> = [
-        "pod group is unschedulable, minCount (5) cannot be satisfied: 4 scheduled, 0 remaining",
+        "pod group is unschedulable, minCount (5) cannot be satisfied: 4 scheduled, 0 remaining, pod group preemption: No preemption victims found for incoming preemptor",
         "0/4 nodes are available: 4 Insufficient cpu.",
     ]
     .into_iter()

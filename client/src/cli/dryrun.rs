@@ -19,9 +19,32 @@ pub async fn run(
     all_nodes: bool,
     profile: &str,
 ) -> Result<()> {
+    let is_group = |d: &&Doc| d.value["kind"].as_str() == Some("PodGroup");
+    if let Some(group) = docs.iter().find(is_group) {
+        // A PodGroup and its pods: the gang is dry-run as a whole.
+        if docs.iter().filter(is_group).count() > 1 {
+            bail!(
+                "{}: expected one PodGroup and its pods, found several PodGroups",
+                src.name
+            );
+        }
+        let pods: Vec<serde_json::Value> = docs
+            .iter()
+            .filter(|d| !is_group(d))
+            .map(|d| d.value.clone())
+            .collect();
+        let resp = client
+            .dry_run_group(&group.value, &pods, profile)
+            .await
+            .rpc()?;
+        if format != Output::Table {
+            return emit_proto(format, &resp);
+        }
+        return emit(&render(&resp, ""));
+    }
     let [doc] = docs else {
         bail!(
-            "{}: expected exactly one pod, found {} objects",
+            "{}: expected exactly one pod (or a PodGroup and its pods), found {} objects",
             src.name,
             docs.len()
         );
@@ -238,8 +261,69 @@ pub fn claim_lines(resp: &DryRunResponse) -> String {
     out
 }
 
+/// The human explanation of a PodGroup's dry run: the verdict, each pod's
+/// node or message, and per node why the pods that fit nowhere did not.
+pub fn render_group(profile: &str, g: &pb::PodGroupDryRun) -> String {
+    let placed = g.pods.iter().filter(|p| !p.node.is_empty()).count();
+    let mut out = if g.fits {
+        format!(
+            "PodGroup {}/{}, profile {profile}: fits, {placed} of {} pods placed",
+            g.namespace,
+            g.name,
+            g.pods.len()
+        )
+    } else {
+        format!(
+            "PodGroup {}/{}, profile {profile}: does not fit ({}): {}",
+            g.namespace, g.name, g.code, g.message
+        )
+    };
+    if g.scheduled_pods > 0 {
+        out.push_str(&format!(" ({} already scheduled)", g.scheduled_pods));
+    }
+    out.push('\n');
+    let mut t = Table::new(["NAMESPACE", "NAME", "NODE", "MESSAGE"]);
+    for p in &g.pods {
+        let node = if p.node.is_empty() {
+            "<none>".to_string()
+        } else {
+            p.node.clone()
+        };
+        t.row([p.namespace.clone(), p.name.clone(), node, p.message.clone()]);
+    }
+    out.push_str(&t.render());
+    for p in g.pods.iter().filter(|p| !p.rejections.is_empty()) {
+        out.push_str(&format!("\nPod {}/{} fits no node:\n", p.namespace, p.name));
+        let mut t = Table::new(["NODE", "PLUGIN", "CODE", "REASONS"]);
+        for r in &p.rejections {
+            t.row([
+                r.node.clone(),
+                r.plugin.clone(),
+                r.code.clone(),
+                r.reasons.join(", "),
+            ]);
+        }
+        out.push_str(&t.render());
+    }
+    if let Some(pre) = &g.preemption {
+        out.push_str(&format!("\nPreemption: {}\n", pre.message));
+        if !pre.victims.is_empty() {
+            let names: Vec<String> = pre
+                .victims
+                .iter()
+                .map(|v| format!("{}/{}", v.namespace, v.name))
+                .collect();
+            out.push_str(&format!("  victims: {}\n", names.join(", ")));
+        }
+    }
+    out
+}
+
 /// The human explanation of a dry run of `pod` (namespace/name).
 pub fn render(resp: &DryRunResponse, pod: &str) -> String {
+    if let Some(g) = &resp.pod_group {
+        return render_group(&resp.profile, g);
+    }
     let mut out = format!("Pod {pod}, profile {}: {}\n", resp.profile, resp.message);
     out.push_str(&format!(
         "{} node{}, {} evaluated, {} feasible.\n",

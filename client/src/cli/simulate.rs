@@ -50,6 +50,21 @@ pub fn render(resp: &SimulateResponse) -> String {
         "\n{} scheduled, {} unschedulable\n",
         resp.scheduled, resp.unschedulable
     ));
+    if !resp.pod_groups.is_empty() {
+        let mut groups =
+            Table::new(["NAMESPACE", "PODGROUP", "FITS", "PLACED", "MESSAGE"]).right(3);
+        for g in &resp.pod_groups {
+            groups.row([
+                g.namespace.clone(),
+                g.name.clone(),
+                if g.fits { "yes" } else { "no" }.to_string(),
+                g.placed.to_string(),
+                g.message.clone(),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&groups.render());
+    }
     let mut nodes = Table::new(["NODE", "PLACED", "CPU", "MEMORY", "PODS"]).right(1);
     for n in resp.nodes.iter().filter(|n| n.placed > 0) {
         nodes.row([
@@ -89,6 +104,7 @@ mod tests {
             name: name.into(),
             node: node.into(),
             reason: reason.into(),
+            pod_group: String::new(),
         };
         let node = |name: &str, placed: u32, cpu: i64| NodeUtilization {
             node: name.into(),
@@ -108,6 +124,7 @@ mod tests {
             scheduled: 1,
             unschedulable: 1,
             nodes: vec![node("n1", 1, 3000), node("n2", 0, 0)],
+            pod_groups: Vec::new(),
         };
         assert_eq!(
             render(&resp),

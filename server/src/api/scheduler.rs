@@ -1,6 +1,7 @@
 //! `berth.v1.Scheduler`: dry runs, simulations, the queue, events.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use berth_proto::v1 as pb;
@@ -13,6 +14,9 @@ use tonic::{Request, Response, Status};
 pub use super::convert::MAX_SIMULATED_PODS;
 use super::convert::{object, pod_from_json, simulation_plan};
 use super::paging::{Page, page};
+use super::scheduler_groups::{
+    GATE_OFF, group_dry_run_response, group_pods, pod_group_from_json, scheduled_members,
+};
 use super::{ApiError, Closing};
 use crate::framework::{Code, FilterVerdict, NodeDetail, Status as PluginStatus};
 use crate::queue::QueueName;
@@ -155,6 +159,7 @@ pub fn dry_run_response(r: &DryRunReport) -> pb::DryRunResponse {
                 .collect(),
             message: p.message.clone(),
         }),
+        pod_group: None,
     }
 }
 
@@ -250,6 +255,53 @@ fn node_usage(n: &std::sync::Arc<crate::cache::NodeInfo>) -> pb::NodeUsage {
     }
 }
 
+/// One step of a simulation: a pod alone, a gang, or a pod whose
+/// PodGroup exists nowhere.
+enum Step {
+    Pod(crate::model::PodInfo),
+    Group(crate::model::GroupKey),
+    Waiting(crate::model::PodInfo),
+}
+
+/// A simulation's steps, each gang at the place of its first pod.
+#[derive(Default)]
+struct Gangs {
+    order: Vec<Step>,
+    members: std::collections::HashMap<
+        crate::model::GroupKey,
+        (Arc<crate::model::PodGroupInfo>, Vec<crate::model::PodRef>),
+    >,
+}
+
+impl Gangs {
+    fn add(
+        &mut self,
+        scheduler: &Scheduler,
+        requested: &std::collections::HashMap<
+            crate::model::GroupKey,
+            Arc<crate::model::PodGroupInfo>,
+        >,
+        key: crate::model::GroupKey,
+        pod: crate::model::PodInfo,
+    ) {
+        if let Some((_, pods)) = self.members.get_mut(&key) {
+            pods.push(Arc::new(pod));
+            return;
+        }
+        let known = requested
+            .get(&key)
+            .cloned()
+            .or_else(|| scheduler.pod_group_members(&key).and_then(|m| m.pod_group));
+        match known {
+            Some(g) => {
+                self.order.push(Step::Group(key.clone()));
+                self.members.insert(key, (g, vec![Arc::new(pod)]));
+            }
+            None => self.order.push(Step::Waiting(pod)),
+        }
+    }
+}
+
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SchedulingEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -259,8 +311,44 @@ impl SchedulerService for SchedulerApi {
         req: Request<pb::DryRunRequest>,
     ) -> Result<Response<pb::DryRunResponse>, Status> {
         let req = req.into_inner();
-        let pod = pod_from_json("pod", object("pod", req.pod.as_ref())?, "dry-run")?;
         let profile = Some(req.profile.as_str()).filter(|p| !p.is_empty());
+        if req.pod_group.is_some() {
+            if req.pod.is_some() {
+                return Err(ApiError::InvalidArgument(
+                    "pod: Forbidden: with pod_group, the group's pods go in group_pods".into(),
+                )
+                .into());
+            }
+            if !self.scheduler.schedules_pod_groups() {
+                return Err(ApiError::FailedPrecondition(format!("pod_group: {GATE_OFF}")).into());
+            }
+            let group = pod_group_from_json("pod_group", req.pod_group.as_ref())?;
+            let pods = group_pods("group_pods", &group.key, &req.group_pods)?;
+            let scheduled = scheduled_members(&self.scheduler, &group.key);
+            let report = self
+                .scheduler
+                .dry_run_group(group, pods, scheduled, profile)
+                .await
+                .map_err(ApiError::from)?;
+            return Ok(Response::new(group_dry_run_response(&report)));
+        }
+        if !req.group_pods.is_empty() {
+            return Err(ApiError::InvalidArgument(
+                "group_pods: Forbidden: only with pod_group".into(),
+            )
+            .into());
+        }
+        let pod = pod_from_json("pod", object("pod", req.pod.as_ref())?, "dry-run")?;
+        // A pod of a PodGroup the scheduler knows: the group is dry-run.
+        if let Some((group, mut pods, scheduled)) = self.scheduler.pod_group_of(&pod) {
+            pods.push(Arc::new(pod));
+            let report = self
+                .scheduler
+                .dry_run_group(group, pods, scheduled, profile)
+                .await
+                .map_err(ApiError::from)?;
+            return Ok(Response::new(group_dry_run_response(&report)));
+        }
         let report = self
             .scheduler
             .dry_run(pod, profile, req.all_nodes)
@@ -309,7 +397,17 @@ impl SchedulerService for SchedulerApi {
             plans.push(plan);
         }
         let profile = Some(req.profile.as_str()).filter(|p| !p.is_empty());
+        if !req.pod_groups.is_empty() && !self.scheduler.schedules_pod_groups() {
+            return Err(ApiError::FailedPrecondition(format!("pod_groups: {GATE_OFF}")).into());
+        }
+        let mut groups = std::collections::HashMap::new();
+        for (i, s) in req.pod_groups.iter().enumerate() {
+            let g = pod_group_from_json(&format!("pod_groups[{i}]"), Some(s))?;
+            groups.insert(g.key.clone(), g);
+        }
+        let grouping = self.scheduler.schedules_pod_groups();
         let mut sim = self.scheduler.simulation();
+        let mut gangs = Gangs::default();
         for plan in &plans {
             for i in 0..plan.count {
                 // Between pods: give way to other tasks, and so to the
@@ -322,9 +420,48 @@ impl SchedulerService for SchedulerApi {
                         sim.len()
                     )));
                 }
-                sim.place(plan.pod(i)?, profile)
-                    .await
-                    .map_err(ApiError::from)?;
+                let pod = plan.pod(i)?;
+                if !grouping {
+                    // Placed as it comes: nothing is kept up front.
+                    sim.place(pod, profile).await.map_err(ApiError::from)?;
+                    continue;
+                }
+                // With GenericWorkload, a PodGroup's pods go together, at
+                // the place of the first.
+                match crate::cache::group_key_of(&pod) {
+                    Some(key) => gangs.add(&self.scheduler, &groups, key, pod),
+                    None => gangs.order.push(Step::Pod(pod)),
+                }
+            }
+        }
+        for step in gangs.order {
+            tokio::task::yield_now().await;
+            if self.closing.is_closed() {
+                return Err(Status::unavailable(format!(
+                    "berthd is shutting down; the simulation stopped after {} of {total} pods",
+                    sim.len()
+                )));
+            }
+            match step {
+                Step::Pod(pod) => sim.place(pod, profile).await.map_err(ApiError::from)?,
+                Step::Waiting(pod) => {
+                    let name = crate::cache::group_key_of(&pod)
+                        .map(|k| k.name)
+                        .unwrap_or_default();
+                    sim.refuse(
+                        &pod,
+                        format!(
+                            "waiting for pods's pod group {name:?} to appear in scheduling queue"
+                        ),
+                    );
+                }
+                Step::Group(key) => {
+                    let (group, pods) = gangs.members.remove(&key).expect("gathered");
+                    let scheduled = scheduled_members(&self.scheduler, &key);
+                    sim.place_group(group, pods, scheduled, profile)
+                        .await
+                        .map_err(ApiError::from)?;
+                }
             }
         }
         let report = sim.finish();
@@ -336,6 +473,7 @@ impl SchedulerService for SchedulerApi {
                 .pods
                 .iter()
                 .map(|p| pb::SimulatedPod {
+                    pod_group: p.pod_group.as_deref().unwrap_or("").to_string(),
                     namespace: p.namespace.to_string(),
                     name: p.name.to_string(),
                     node: p.node.as_deref().unwrap_or("").to_string(),
@@ -358,6 +496,17 @@ impl SchedulerService for SchedulerApi {
                         pods_allocatable: alloc.allowed_pod_number,
                         placed: u.placed,
                     }
+                })
+                .collect(),
+            pod_groups: report
+                .groups
+                .iter()
+                .map(|g| pb::SimulatedPodGroup {
+                    namespace: g.group.key.namespace.to_string(),
+                    name: g.group.key.name.to_string(),
+                    fits: g.fits,
+                    placed: g.placed as u32,
+                    message: g.message.clone(),
                 })
                 .collect(),
         }))

@@ -139,6 +139,8 @@ pub struct SimulatedPod {
     pub node: Option<Arc<str>>,
     /// Why it did not (empty when it fit).
     pub reason: Arc<str>,
+    /// The PodGroup it was placed with, as a gang.
+    pub pod_group: Option<Arc<str>>,
 }
 
 /// A node after a simulation.
@@ -155,6 +157,8 @@ pub struct NodeUse {
 pub struct SimulationReport {
     /// Each pod, in order.
     pub pods: Vec<SimulatedPod>,
+    /// Each gang placed as a whole, in order.
+    pub groups: Vec<super::SimulatedGroup>,
     /// Every node afterwards.
     pub nodes: Vec<NodeUse>,
 }
@@ -169,7 +173,7 @@ fn verdict_of(s: &Status) -> Verdict {
 }
 
 impl Scheduler {
-    fn profile_for(
+    pub(super) fn profile_for(
         &self,
         requested: Option<&str>,
         pod: &PodInfo,
@@ -187,7 +191,7 @@ impl Scheduler {
         })
     }
 
-    fn algorithm(&self) -> Algorithm {
+    pub(super) fn algorithm(&self) -> Algorithm {
         let mut a = Algorithm::new(
             self.shared.percentage_of_nodes_to_score,
             FastRng::new(0x5eed),
@@ -534,6 +538,7 @@ impl Scheduler {
             nominated: self.shared.handle.nominated_pods(),
             alg: self.algorithm(),
             last_reason: None,
+            groups: Vec::new(),
         }
     }
 
@@ -556,13 +561,15 @@ impl Scheduler {
 /// report needs is kept of each pod placed; pods that fit nowhere are
 /// dropped at once, and their identical reasons share one string.
 pub struct Simulation<'a> {
-    scheduler: &'a Scheduler,
-    placed_on: std::collections::HashMap<Arc<str>, u32>,
-    out: Vec<SimulatedPod>,
-    snapshot: Arc<Snapshot>,
-    nominated: Arc<crate::framework::NominatedPods>,
-    alg: Algorithm,
-    last_reason: Option<Arc<str>>,
+    pub(super) scheduler: &'a Scheduler,
+    pub(super) placed_on: std::collections::HashMap<Arc<str>, u32>,
+    pub(super) out: Vec<SimulatedPod>,
+    pub(super) snapshot: Arc<Snapshot>,
+    pub(super) nominated: Arc<crate::framework::NominatedPods>,
+    pub(super) alg: Algorithm,
+    pub(super) last_reason: Option<Arc<str>>,
+    /// The gangs placed (or not), in order.
+    pub(super) groups: Vec<super::SimulatedGroup>,
 }
 
 impl Simulation<'_> {
@@ -601,6 +608,7 @@ impl Simulation<'_> {
                     name: pod.name.clone(),
                     node: Some(r.suggested_host),
                     reason: Arc::from(""),
+                    pod_group: None,
                 });
             }
             Err(e) => {
@@ -622,6 +630,7 @@ impl Simulation<'_> {
                     name: pod.name.clone(),
                     node: None,
                     reason,
+                    pod_group: None,
                 });
             }
         }
@@ -641,6 +650,7 @@ impl Simulation<'_> {
             .collect();
         SimulationReport {
             pods: self.out,
+            groups: self.groups,
             nodes,
         }
     }

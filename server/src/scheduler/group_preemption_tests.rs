@@ -244,3 +244,43 @@ async fn budget_protected_units_are_reprieved_first() {
     assert!(names.contains(&"guarded".to_string()), "{names:?}");
     assert!(!names.contains(&"old".to_string()), "{names:?}");
 }
+
+/// A dry run of a group that does not fit says what workload preemption
+/// would do, and evicts nothing.
+#[tokio::test(start_paused = true)]
+async fn a_dry_run_tells_the_victims_and_evicts_nothing() {
+    let pods: Vec<PodBuilder> = (0..4)
+        .map(|i| running(&format!("a-{i}"), &format!("g-{i}"), "3500m", 0).group("a"))
+        .collect();
+    let env = start(true, vec![group("a", 4, 0, true)], pods).await;
+    let b = Arc::new(
+        crate::model::PodGroupInfo::new(Arc::new(
+            serde_json::from_value(group("b", 4, 1000, false)).unwrap(),
+        ))
+        .unwrap(),
+    );
+    let members: Vec<crate::model::PodRef> = (0..4)
+        .map(|i| Arc::new(member(&format!("b-{i}"), "b", "3500m").priority(1000).build()))
+        .collect();
+    let r = env
+        .scheduler
+        .dry_run_group(b, members, Vec::new(), None)
+        .await
+        .unwrap();
+    assert!(!r.fits);
+    assert_eq!(
+        r.message,
+        "minCount (4) cannot be satisfied: 0 scheduled, 3 remaining, pod group preemption: found a placement for podgroup, preempting 4 victims"
+    );
+    let p = r.preemption.unwrap();
+    assert!(p.found);
+    assert_eq!(p.victims.len(), 4);
+    assert_eq!(r.pods[0].rejections.len(), 4, "b-0 fits no node");
+    assert!(
+        r.pods.iter().all(|p| p.node.is_some()),
+        "each pod nominated where the placement puts it: {:?}",
+        r.pods
+    );
+    assert_eq!(pod_names(&env).len(), 4, "nothing evicted");
+    assert!(env.preempted_notes().is_empty());
+}

@@ -8,6 +8,7 @@ mod batch_judge;
 mod batching;
 mod event_handlers;
 mod explain;
+mod explain_group;
 #[cfg(test)]
 mod group_tests;
 mod idle;
@@ -36,6 +37,9 @@ pub use algorithm::{
 pub use explain::{
     DryRunReport, NodeReport, NodeUse, PluginOutcome, PreemptionReport, ScoreRow, SimulatedPod,
     Simulation, SimulationReport, UnknownProfile, Verdict,
+};
+pub use explain_group::{
+    GroupDryRunReport, GroupMembers, GroupPodReport, GroupPreemptionReport, SimulatedGroup,
 };
 pub use metrics::{HistogramSnapshot, MetricsSnapshot, SchedulerMetrics};
 

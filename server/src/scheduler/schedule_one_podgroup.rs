@@ -49,13 +49,13 @@ use crate::model::{PodGroupInfo, PodRef};
 
 /// Re-runs the group's algorithm for PodGroupPostFilter plugins, on the
 /// snapshot they changed, with a search state of its own.
-struct ReRun<'a> {
-    fw: &'a Framework,
-    info: &'a PodGroupCycleInfo,
-    nominated: &'a NominatedPods,
-    snapshot: Arc<Snapshot>,
-    percentage: i32,
-    seed: u64,
+pub(super) struct ReRun<'a> {
+    pub(super) fw: &'a Framework,
+    pub(super) info: &'a PodGroupCycleInfo,
+    pub(super) nominated: &'a NominatedPods,
+    pub(super) snapshot: Arc<Snapshot>,
+    pub(super) percentage: i32,
+    pub(super) seed: u64,
 }
 
 #[async_trait::async_trait]
