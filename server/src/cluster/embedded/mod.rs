@@ -35,7 +35,7 @@ use crate::model::{InvalidObject, NodeSpec, PodInfo, admission};
 pub const SAMPLE_CLUSTER: &str = include_str!("../../../sample/cluster.yaml");
 
 /// The kinds the embedded cluster stores, for messages.
-pub const SUPPORTED_KINDS: &str = "Node, Pod, Namespace, PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode, PodDisruptionBudget, Service, ReplicaSet, StatefulSet, ReplicationController, DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice";
+pub const SUPPORTED_KINDS: &str = "Node, Pod, Namespace, PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode, PodDisruptionBudget, Service, ReplicaSet, StatefulSet, ReplicationController, DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice, DeviceTaintRule, CSIDriver, CSIStorageCapacity, PriorityClass";
 
 /// How many events the store keeps (oldest dropped first).
 const MAX_EVENTS: usize = 10_000;

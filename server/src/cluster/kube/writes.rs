@@ -75,6 +75,10 @@ fn object_path(kind: ObjectKind, namespace: &str, name: &str) -> String {
         ObjectKind::ResourceClaim => ("/apis/resource.k8s.io/v1", "resourceclaims"),
         ObjectKind::ResourceClaimTemplate => ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
         ObjectKind::ResourceSlice => ("/apis/resource.k8s.io/v1", "resourceslices"),
+        ObjectKind::DeviceTaintRule => ("/apis/resource.k8s.io/v1", "devicetaintrules"),
+        ObjectKind::CsiDriver => ("/apis/storage.k8s.io/v1", "csidrivers"),
+        ObjectKind::CsiStorageCapacity => ("/apis/storage.k8s.io/v1", "csistoragecapacities"),
+        ObjectKind::PriorityClass => ("/apis/scheduling.k8s.io/v1", "priorityclasses"),
     };
     if kind.namespaced() {
         format!("{group}/namespaces/{namespace}/{plural}/{name}")
