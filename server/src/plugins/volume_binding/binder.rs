@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use parking_lot::Mutex;
 
 use crate::cache::{KubeObject, ObjectStore};
@@ -22,8 +22,13 @@ use crate::plugins::volume_helpers::{
     volume_class, volume_is_for_pod,
 };
 
-/// The node's labels do not satisfy a bound volume's node affinity.
-pub const ERR_REASON_NODE_CONFLICT: &str = "node(s) had volume node affinity conflict";
+/// The node's labels do not satisfy a bound volume's node affinity
+/// (v1.37's words; v1.36 said "node(s) had volume node affinity
+/// conflict").
+pub const ERR_REASON_NODE_CONFLICT: &str = "node(s) didn't match PersistentVolume's node affinity";
+/// No CSIStorageCapacity the node can reach has room for a claim to
+/// provision.
+pub const ERR_REASON_NOT_ENOUGH_SPACE: &str = "node(s) did not have enough free storage";
 /// No static volume fits and provisioning is impossible on the node.
 pub const ERR_REASON_BIND_CONFLICT: &str =
     "node(s) didn't find available persistent volumes to bind";
@@ -79,7 +84,13 @@ pub struct UnboundClaim {
     /// The claim (from the assume cache).
     pub pvc: Arc<PersistentVolumeClaim>,
     request: i64,
+    /// Whether the claim asks for `storage` at all (no request: no
+    /// capacity check).
+    has_request: bool,
     class: String,
+    /// Where provisioning the claim would find room, when its driver
+    /// publishes CSIStorageCapacity (filled at PreFilter).
+    capacity: CapacityCheck,
     /// `None`: no selector; `Err`: a selector that does not parse.
     selector: Option<Result<LabelSelector, String>>,
     selected_node: Option<String>,
@@ -88,10 +99,11 @@ pub struct UnboundClaim {
 impl UnboundClaim {
     fn new(pvc: Arc<PersistentVolumeClaim>) -> Self {
         let spec = pvc.spec.as_ref();
-        let request = storage_bytes(
-            spec.and_then(|s| s.resources.as_ref())
-                .and_then(|r| r.requests.as_ref()),
-        );
+        let requests = spec
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref());
+        let request = storage_bytes(requests);
+        let has_request = requests.is_some_and(|r| r.contains_key("storage"));
         let selector = spec.and_then(|s| s.selector.as_ref()).map(|sel| {
             LabelSelector::parse(Some(sel), "spec.selector").map_err(|e| {
                 format!(
@@ -102,6 +114,8 @@ impl UnboundClaim {
         });
         Self {
             request,
+            has_request,
+            capacity: CapacityCheck::Unchecked,
             class: claim_class(&pvc).to_string(),
             selector,
             selected_node: annotation(&pvc.metadata, ANN_SELECTED_NODE).map(String::from),
@@ -124,6 +138,38 @@ impl UnboundClaim {
             .and_then(|s| s.access_modes.as_deref())
             .unwrap_or(&[])
     }
+}
+
+/// Upstream's `hasEnoughCapacity`, worked out once per claim: which
+/// CSIStorageCapacity objects could take it.
+#[derive(Debug, Clone, Default)]
+pub enum CapacityCheck {
+    /// Nothing to check: no storage request, or the provisioner is not a
+    /// CSI driver that sets `storageCapacity`.
+    #[default]
+    Unchecked,
+    /// The capacities of the claim's class large enough for it, in the
+    /// store's order; a node needs one whose `nodeTopology` matches it.
+    Candidates(Vec<RoomFor>),
+}
+
+/// A CSIStorageCapacity with room for a claim.
+#[derive(Debug, Clone)]
+pub struct RoomFor {
+    /// Its `nodeTopology`.
+    topology: LabelSelector,
+    /// Its `capacity` in bytes (what Score compares the request with).
+    capacity: i64,
+}
+
+/// A CSIStorageCapacity's limit for one volume: `maximumVolumeSize` if
+/// set (it is more precise), else `capacity`.
+fn volume_limit(c: &CSIStorageCapacity) -> Option<i64> {
+    c.maximum_volume_size
+        .as_ref()
+        .or(c.capacity.as_ref())
+        .and_then(|q| Quantity::parse(&q.0).ok())
+        .map(|q| q.value().unwrap_or(i64::MAX))
 }
 
 /// A volume that may be bound to a waiting claim, pre-parsed.
@@ -204,6 +250,13 @@ pub struct PodVolumes {
     pub static_bindings: Vec<(Arc<PersistentVolume>, Arc<PersistentVolumeClaim>)>,
     /// Claims to provision.
     pub dynamic_provisions: Vec<Arc<PersistentVolumeClaim>>,
+    /// For the claims to provision that a CSIStorageCapacity has room
+    /// for: `(class, requested bytes, the capacity's bytes)`, what Score
+    /// reads (upstream's `DynamicProvision.NodeCapacity`).
+    pub provision_capacity: Vec<(String, i64, i64)>,
+    /// For the static bindings: `(class, requested bytes, the volume's
+    /// bytes)`, what Score reads (upstream's `StorageResource`).
+    pub static_capacity: Vec<(String, i64, i64)>,
 }
 
 impl PodVolumes {
@@ -222,6 +275,8 @@ pub struct Conflicts {
     pub bind: bool,
     /// A bound volume does not exist.
     pub pv_not_exist: bool,
+    /// No reachable CSIStorageCapacity has room for a claim to provision.
+    pub not_enough_space: bool,
 }
 
 impl Conflicts {
@@ -230,6 +285,7 @@ impl Conflicts {
         [
             (self.node, ERR_REASON_NODE_CONFLICT),
             (self.bind, ERR_REASON_BIND_CONFLICT),
+            (self.not_enough_space, ERR_REASON_NOT_ENOUGH_SPACE),
             (self.pv_not_exist, ERR_REASON_PV_NOT_EXIST),
         ]
         .into_iter()
@@ -239,7 +295,7 @@ impl Conflicts {
 
     /// Whether the node is fine.
     pub fn is_empty(&self) -> bool {
-        !(self.node || self.bind || self.pv_not_exist)
+        !(self.node || self.bind || self.pv_not_exist || self.not_enough_space)
     }
 }
 
@@ -448,7 +504,48 @@ impl Binder {
                 c.classes.insert(u.class.clone(), sc);
             }
         }
+        for u in &mut c.unbound_delay_binding {
+            if let Some(class) = c.classes.get(&u.class) {
+                u.capacity = self.capacity_check(u, class);
+            }
+        }
         Ok(c)
+    }
+
+    /// Upstream's `hasEnoughCapacity`, node-independent part: only for a
+    /// claim with a storage request whose provisioner is a CSIDriver with
+    /// `storageCapacity: true`, the capacities of its class that are large
+    /// enough (`maximumVolumeSize`, else `capacity`) and reachable from
+    /// some node (a `nodeTopology` is set).
+    fn capacity_check(&self, claim: &UnboundClaim, class: &StorageClass) -> CapacityCheck {
+        if !claim.has_request {
+            return CapacityCheck::Unchecked;
+        }
+        let Some(driver) = self.objects().csi_driver("", &class.provisioner) else {
+            return CapacityCheck::Unchecked;
+        };
+        if driver.spec.storage_capacity != Some(true) {
+            return CapacityCheck::Unchecked;
+        }
+        let class_name = name_of(&class.metadata);
+        let room = self
+            .objects()
+            .csi_storage_capacities("")
+            .into_iter()
+            .filter(|c| c.storage_class_name == class_name)
+            .filter(|c| volume_limit(c).is_some_and(|l| l >= claim.request))
+            .filter_map(|c| {
+                let selector = c.node_topology.as_ref()?;
+                let topology = LabelSelector::parse(Some(selector), "nodeTopology").ok()?;
+                let capacity = c
+                    .capacity
+                    .as_ref()
+                    .and_then(|q| Quantity::parse(&q.0).ok())
+                    .map_or(0, |q| q.value().unwrap_or(i64::MAX));
+                Some(RoomFor { topology, capacity })
+            })
+            .collect();
+        CapacityCheck::Candidates(room)
     }
 
     /// The only nodes the bound local volumes allow, if they say.
@@ -521,6 +618,9 @@ impl Binder {
                     Some(v) => {
                         chosen.push(name_of(&v.pv.metadata));
                         volumes.static_bindings.push((v.pv.clone(), u.pvc.clone()));
+                        volumes
+                            .static_capacity
+                            .push((u.class.clone(), u.request, v.capacity));
                     }
                     None => {
                         unbound_ok = false;
@@ -547,6 +647,18 @@ impl Binder {
                     unbound_ok = false;
                     volumes.dynamic_provisions.clear();
                     break;
+                }
+                if let CapacityCheck::Candidates(room) = &u.capacity {
+                    let Some(r) = room.iter().find(|r| r.topology.matches(node_labels)) else {
+                        // Provisioning is possible, but not here: no room.
+                        conflicts.not_enough_space = true;
+                        volumes.dynamic_provisions.clear();
+                        volumes.provision_capacity.clear();
+                        break;
+                    };
+                    volumes
+                        .provision_capacity
+                        .push((u.class.clone(), u.request, r.capacity));
                 }
                 volumes.dynamic_provisions.push(u.pvc.clone());
             }
@@ -680,6 +792,8 @@ impl Binder {
                     self.revert(&PodVolumes {
                         static_bindings: volumes.static_bindings[i..].to_vec(),
                         dynamic_provisions: volumes.dynamic_provisions.clone(),
+                        provision_capacity: Vec::new(),
+                        static_capacity: Vec::new(),
                     });
                     return Err(e.to_string());
                 }
@@ -698,6 +812,8 @@ impl Binder {
                     self.revert(&PodVolumes {
                         static_bindings: Vec::new(),
                         dynamic_provisions: volumes.dynamic_provisions[i..].to_vec(),
+                        provision_capacity: Vec::new(),
+                        static_capacity: Vec::new(),
                     });
                     return Err(e.to_string());
                 }
