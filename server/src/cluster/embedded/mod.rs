@@ -55,6 +55,10 @@ pub enum ApplyError {
     /// The object's namespace does not exist (the API server's 404).
     #[error("metadata.namespace: namespaces {0:?} not found")]
     NamespaceNotFound(String),
+    /// Admission refused the object (the API server's 403), e.g. a pod
+    /// naming a PriorityClass that does not exist.
+    #[error(transparent)]
+    Forbidden(#[from] crate::model::priority::PriorityRefused),
 }
 
 /// What an apply did to an object, as kubectl reports it.
@@ -284,6 +288,22 @@ impl Store {
             if pod.status.is_none() {
                 pod.status = old.status.clone();
             }
+            // The Priority admission on update keeps what it set on create.
+            if let (Some(spec), Some(old_spec)) = (pod.spec.as_mut(), old.spec.as_ref()) {
+                if spec.priority.is_none() {
+                    spec.priority = old_spec.priority;
+                }
+                if spec.preemption_policy.is_none() {
+                    spec.preemption_policy = old_spec.preemption_policy.clone();
+                }
+                if spec
+                    .priority_class_name
+                    .as_deref()
+                    .is_none_or(str::is_empty)
+                {
+                    spec.priority_class_name = old_spec.priority_class_name.clone();
+                }
+            }
             // As the API server since v1.33: the generation moves with the
             // spec.
             let old_generation = old.metadata.generation.unwrap_or(1);
@@ -297,6 +317,17 @@ impl Store {
                 return Ok((ns, name, Applied::Unchanged));
             }
         } else {
+            // The Priority admission plugin runs on create.
+            let classes: Vec<Arc<k8s_openapi::api::scheduling::v1::PriorityClass>> = self
+                .objects
+                .range((ObjectKind::PriorityClass, String::new(), String::new())..)
+                .take_while(|((k, _, _), _)| *k == ObjectKind::PriorityClass)
+                .filter_map(|(_, o)| match o {
+                    KubeObject::PriorityClass(c) => Some(c.clone()),
+                    _ => None,
+                })
+                .collect();
+            crate::model::priority::admit_priority(&mut pod, classes.iter().map(|c| &**c))?;
             pod.metadata.generation = Some(1);
             if pod.metadata.uid.as_deref().is_none_or(str::is_empty) {
                 pod.metadata.uid = Some(self.new_uid());
@@ -520,8 +551,13 @@ impl EmbeddedCluster {
             admitted.push((o.origin, a));
         }
         // Namespaces first, as kubectl applies a directory's in its order
-        // and the objects after them need them.
-        admitted.sort_by_key(|(_, a)| a.defines_namespace().is_none());
+        // and the objects after them need them; then PriorityClasses, which
+        // pods' admission reads, whatever the order of the file.
+        admitted.sort_by_key(|(_, a)| match a {
+            _ if a.defines_namespace().is_some() => 0,
+            Admitted::Object(KubeObject::PriorityClass(_)) => 1,
+            _ => 2,
+        });
         let mut s = cluster.store.lock();
         for (_, a) in &admitted {
             if let Some(ns) = a.namespace() {
