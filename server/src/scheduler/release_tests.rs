@@ -233,3 +233,157 @@ async fn a_pod_naming_only_a_high_class_preempts_in_a_cycle_and_a_dry_run() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A claim allocated `gpu-0` of n1's 4 devices and reserved for `holder`
+/// (or `reserved_for`'s pod), as a snapshot of a cluster holds it.
+fn allocated_claim(name: &str, device: &str, reserved_for: (&str, &str)) -> serde_json::Value {
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+    "metadata": {"name": name, "namespace": "default", "finalizers": ["resource.kubernetes.io/delete-protection"]},
+    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
+    "status": {
+        "allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "n1", "device": device}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}
+        },
+        "reservedFor": [{"resource": "pods", "name": reserved_for.0, "uid": reserved_for.1}]
+    }})
+}
+
+fn dra_file(order: &[usize], extra: Vec<serde_json::Value>) -> String {
+    let gpus: Vec<serde_json::Value> = (0..4)
+        .map(|i| json!({"name": format!("gpu-{i}")}))
+        .collect();
+    let mut holder = pod(
+        "holder",
+        "1",
+        json!({"nodeName": "n1",
+        "resourceClaims": [{"name": "gpu", "resourceClaimName": "held"}]}),
+    );
+    holder["metadata"]["uid"] = json!("uid-holder");
+    holder["status"] = json!({"phase": "Running"});
+    let base = [
+        allocated_claim("held", "gpu-0", ("holder", "uid-holder")),
+        holder,
+        node("n1"),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.example.com"},
+               "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]}}),
+        slice("n1", json!(gpus)),
+    ];
+    order
+        .iter()
+        .map(|&i| base[i].clone())
+        .chain(extra)
+        .map(|v| serde_yaml::to_string(&v).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+fn load(text: &str) -> Result<Arc<EmbeddedCluster>, String> {
+    EmbeddedCluster::from_objects(
+        crate::cluster::embedded::parse_objects(text, "cluster.yaml").unwrap(),
+    )
+    .map_err(|e| e.to_string())
+}
+
+fn claim_status(c: &EmbeddedCluster, name: &str) -> serde_json::Value {
+    c.object(crate::cache::ObjectKind::ResourceClaim, "default", name)
+        .map(|o| o.to_json()["status"].clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cluster_file_s_claim_allocations_hold_whatever_the_order() {
+    for order in [[0, 1, 2, 3, 4], [4, 3, 2, 1, 0], [1, 0, 3, 4, 2]] {
+        let cluster = load(&dra_file(&order, vec![])).unwrap();
+        let st = claim_status(&cluster, "held");
+        assert_eq!(
+            st["allocation"]["devices"]["results"][0]["device"], "gpu-0",
+            "{order:?}: {st}"
+        );
+        assert_eq!(st["reservedFor"][0]["uid"], "uid-holder", "{order:?}");
+
+        // A pod asking for all 4 devices of n1 does not fit: one is taken.
+        let registry = in_tree_registry();
+        let cfg = config::default_config(&|n| registry.contains(n));
+        let scheduler = Scheduler::start(
+            &cfg,
+            &registry,
+            cluster.clone(),
+            Options {
+                seed: Some(1),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let mut decisions = scheduler.decisions();
+        scheduler.wait_synced().await;
+        cluster
+            .apply(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": "four", "namespace": "default"},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com", "count": 4}}]}}}))
+            .unwrap();
+        cluster
+            .apply(pod(
+                "greedy",
+                "1",
+                json!({"resourceClaims": [{"name": "gpu", "resourceClaimName": "four"}]}),
+            ))
+            .unwrap();
+        match decisions.recv().await.unwrap() {
+            Decision::Failed { pod, message, .. } => {
+                assert_eq!(pod, "default/greedy");
+                assert!(
+                    message.contains("cannot allocate all claims"),
+                    "{order:?}: {message}"
+                );
+            }
+            other => panic!("{order:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_cluster_file_is_repaired_as_controllers_would_and_refused_when_impossible() {
+    // A reservation for a pod the file does not hold is released, and the
+    // claim left with none deallocated, as the resourceclaim controller
+    // does.
+    let text = dra_file(
+        &[2, 3, 4],
+        vec![allocated_claim("orphan", "gpu-1", ("gone", "uid-gone"))],
+    );
+    let cluster = load(&text).unwrap();
+    assert_eq!(claim_status(&cluster, "orphan"), json!({}));
+
+    // A pod written without a UID is the one its claim's reservation names.
+    let mut holder = pod(
+        "holder",
+        "1",
+        json!({"nodeName": "n1",
+        "resourceClaims": [{"name": "gpu", "resourceClaimName": "held"}]}),
+    );
+    holder["status"] = json!({"phase": "Running"});
+    let text = dra_file(&[0, 2, 3, 4], vec![holder]);
+    let cluster = load(&text).unwrap();
+    assert_eq!(
+        claim_status(&cluster, "held")["reservedFor"][0]["uid"],
+        "uid-holder"
+    );
+    assert_eq!(
+        cluster
+            .get_pod("default", "holder")
+            .and_then(|p| p.metadata.uid.clone())
+            .as_deref(),
+        Some("uid-holder")
+    );
+
+    // One device allocated to two claims: refused, naming both.
+    let text = dra_file(
+        &[0, 1, 2, 3, 4],
+        vec![allocated_claim("twice", "gpu-0", ("holder", "uid-holder"))],
+    );
+    let e = load(&text).unwrap_err();
+    assert!(
+        e.contains("ResourceClaim default/held and ResourceClaim default/twice are both allocated device gpu.example.com/n1/gpu-0"),
+        "{e}"
+    );
+}

@@ -10,6 +10,7 @@
 
 mod dra;
 pub mod load;
+mod snapshot;
 mod volumes;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -153,6 +154,11 @@ struct Store {
     next_uid: u64,
     subscribers: Vec<mpsc::UnboundedSender<ClusterChange>>,
     events: VecDeque<StoredEvent>,
+    /// While a cluster file is loaded: the controllers wait for the whole
+    /// file (see `snapshot`).
+    loading: bool,
+    /// Pods given a UID at load because the file had none.
+    generated_uids: std::collections::HashSet<(String, String)>,
 }
 
 impl Store {
@@ -211,7 +217,9 @@ impl Store {
             }
             Admitted::Pod(pod) => {
                 let (ns, name, applied) = self.put_pod(*pod)?;
-                dra::pod_changed(self, &(ns.clone(), name.clone()));
+                if !self.loading {
+                    dra::pod_changed(self, &(ns.clone(), name.clone()));
+                }
                 Ok((Kind::Pod, ns, name, applied))
             }
             Admitted::Object(obj) => {
@@ -220,7 +228,9 @@ impl Store {
                 let stored = self
                     .put_object(obj, None)
                     .map_err(|e| ApplyError::Malformed(e.to_string()))?;
-                dra::object_changed(self, &stored.key());
+                if !self.loading {
+                    dra::object_changed(self, &stored.key());
+                }
                 let (_, ns, name) = stored.key();
                 let applied = match old {
                     None => Applied::Created,
@@ -330,6 +340,9 @@ impl Store {
             crate::model::priority::admit_priority(&mut pod, classes.iter().map(|c| &**c))?;
             pod.metadata.generation = Some(1);
             if pod.metadata.uid.as_deref().is_none_or(str::is_empty) {
+                if self.loading {
+                    self.generated_uids.insert(key.clone());
+                }
                 pod.metadata.uid = Some(self.new_uid());
             }
             pod.metadata.creation_timestamp.get_or_insert_with(now_time);
@@ -564,12 +577,18 @@ impl EmbeddedCluster {
                 s.ensure_namespace(&ns);
             }
         }
+        s.loading = true;
+        let mut origins = std::collections::HashMap::new();
         for (origin, a) in admitted {
-            s.put(a).map_err(|e| LoadError::Invalid {
-                origin,
+            let (kind, ns, name, _) = s.put(a).map_err(|e| LoadError::Invalid {
+                origin: origin.clone(),
                 message: e.to_string(),
             })?;
+            if let Kind::Object(k) = kind {
+                origins.insert((k, ns, name), origin);
+            }
         }
+        snapshot::finish_load(&mut s, &origins)?;
         volumes::reconcile(&mut s);
         drop(s);
         Ok(cluster)
