@@ -112,6 +112,27 @@ async fn a_filter_error_ends_the_cycle_with_that_error() {
             .and_then(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
             .is_none()
     );
+    // A dry run of the same pod ends there too: no node chosen, the error
+    // as its answer, whatever node it judged first.
+    for all_nodes in [false, true] {
+        let mut dry: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": "q", "namespace": "default", "uid": "dry"},
+            "spec": {"containers": [{"name": "c", "image": "x"}],
+                     "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}]}}))
+        .unwrap();
+        crate::model::admission::admit_pod(&mut dry).unwrap();
+        let info = crate::model::PodInfo::new(Arc::new(dry)).unwrap();
+        let report = env._scheduler.dry_run(info, None, all_nodes).await.unwrap();
+        assert_eq!(report.selected, None, "all_nodes {all_nodes}");
+        assert!(
+            report
+                .message
+                .contains("CEL runtime error: no such key: model"),
+            "{}",
+            report.message
+        );
+        assert!(report.preemption.is_none());
+    }
 }
 
 fn class(name: &str, value: i32, default: bool) -> serde_json::Value {

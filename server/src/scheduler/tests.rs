@@ -909,12 +909,14 @@ fn the_default_profile_places_plugins_at_upstreams_points() {
             ],
         ),
         (PostFilter, &["DynamicResources", "DefaultPreemption"]),
+        // VolumeBinding scores under StorageCapacityScoring (on in v1.37).
         (
             PreScore,
             &[
                 "TaintToleration",
                 "NodeAffinity",
                 "NodeResourcesFit",
+                "VolumeBinding",
                 "PodTopologySpread",
                 "InterPodAffinity",
                 "NodeResourcesBalancedAllocation",
@@ -926,6 +928,7 @@ fn the_default_profile_places_plugins_at_upstreams_points() {
                 "TaintToleration",
                 "NodeAffinity",
                 "NodeResourcesFit",
+                "VolumeBinding",
                 "PodTopologySpread",
                 "InterPodAffinity",
                 "DynamicResources",
@@ -992,6 +995,7 @@ profiles:
             ("NodeResourcesFit", 4),
             ("TaintToleration", 3),
             ("NodeAffinity", 2),
+            ("VolumeBinding", 1),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
             ("DynamicResources", 2),
