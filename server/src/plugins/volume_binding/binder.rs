@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
+use k8s_openapi::api::storage::v1::StorageClass;
 use parking_lot::Mutex;
 
 use crate::cache::{KubeObject, ObjectStore};
@@ -35,6 +35,10 @@ pub const ERR_REASON_BIND_CONFLICT: &str =
 /// A claim is bound to a volume that does not exist.
 pub const ERR_REASON_PV_NOT_EXIST: &str =
     "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
+
+mod capacity;
+
+pub use capacity::{CapacityCheck, RoomFor};
 
 /// The hostname label, whose `In` values name the nodes of local volumes.
 const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
@@ -138,38 +142,6 @@ impl UnboundClaim {
             .and_then(|s| s.access_modes.as_deref())
             .unwrap_or(&[])
     }
-}
-
-/// Upstream's `hasEnoughCapacity`, worked out once per claim: which
-/// CSIStorageCapacity objects could take it.
-#[derive(Debug, Clone, Default)]
-pub enum CapacityCheck {
-    /// Nothing to check: no storage request, or the provisioner is not a
-    /// CSI driver that sets `storageCapacity`.
-    #[default]
-    Unchecked,
-    /// The capacities of the claim's class large enough for it, in the
-    /// store's order; a node needs one whose `nodeTopology` matches it.
-    Candidates(Vec<RoomFor>),
-}
-
-/// A CSIStorageCapacity with room for a claim.
-#[derive(Debug, Clone)]
-pub struct RoomFor {
-    /// Its `nodeTopology`.
-    topology: LabelSelector,
-    /// Its `capacity` in bytes (what Score compares the request with).
-    capacity: i64,
-}
-
-/// A CSIStorageCapacity's limit for one volume: `maximumVolumeSize` if
-/// set (it is more precise), else `capacity`.
-fn volume_limit(c: &CSIStorageCapacity) -> Option<i64> {
-    c.maximum_volume_size
-        .as_ref()
-        .or(c.capacity.as_ref())
-        .and_then(|q| Quantity::parse(&q.0).ok())
-        .map(|q| q.value().unwrap_or(i64::MAX))
 }
 
 /// A volume that may be bound to a waiting claim, pre-parsed.
@@ -510,42 +482,6 @@ impl Binder {
             }
         }
         Ok(c)
-    }
-
-    /// Upstream's `hasEnoughCapacity`, node-independent part: only for a
-    /// claim with a storage request whose provisioner is a CSIDriver with
-    /// `storageCapacity: true`, the capacities of its class that are large
-    /// enough (`maximumVolumeSize`, else `capacity`) and reachable from
-    /// some node (a `nodeTopology` is set).
-    fn capacity_check(&self, claim: &UnboundClaim, class: &StorageClass) -> CapacityCheck {
-        if !claim.has_request {
-            return CapacityCheck::Unchecked;
-        }
-        let Some(driver) = self.objects().csi_driver("", &class.provisioner) else {
-            return CapacityCheck::Unchecked;
-        };
-        if driver.spec.storage_capacity != Some(true) {
-            return CapacityCheck::Unchecked;
-        }
-        let class_name = name_of(&class.metadata);
-        let room = self
-            .objects()
-            .csi_storage_capacities("")
-            .into_iter()
-            .filter(|c| c.storage_class_name == class_name)
-            .filter(|c| volume_limit(c).is_some_and(|l| l >= claim.request))
-            .filter_map(|c| {
-                let selector = c.node_topology.as_ref()?;
-                let topology = LabelSelector::parse(Some(selector), "nodeTopology").ok()?;
-                let capacity = c
-                    .capacity
-                    .as_ref()
-                    .and_then(|q| Quantity::parse(&q.0).ok())
-                    .map_or(0, |q| q.value().unwrap_or(i64::MAX));
-                Some(RoomFor { topology, capacity })
-            })
-            .collect();
-        CapacityCheck::Candidates(room)
     }
 
     /// The only nodes the bound local volumes allow, if they say.
