@@ -138,10 +138,10 @@ mod tests {
         serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": s})).unwrap()
     }
 
-    fn admitted(
-        spec: serde_json::Value,
-        classes: &[PriorityClass],
-    ) -> Result<(Option<String>, Option<i32>, Option<String>), String> {
+    /// `(priorityClassName, priority, preemptionPolicy)` after admission.
+    type Admitted = (Option<String>, Option<i32>, Option<String>);
+
+    fn admitted(spec: serde_json::Value, classes: &[PriorityClass]) -> Result<Admitted, String> {
         let mut p = pod(spec);
         admit_priority(&mut p, classes).map_err(|e| e.to_string())?;
         let s = p.spec.unwrap();

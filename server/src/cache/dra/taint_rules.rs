@@ -111,7 +111,8 @@ impl DraStore {
     /// unless turned off, once, when the scheduler is built).
     pub fn set_taint_rules_enabled(&self, on: bool) {
         let mut s = self.inner.write();
-        if s.ignore_taint_rules != !on {
+        // Ignored now (`!on`) and was not, or the other way round.
+        if s.ignore_taint_rules == on {
             s.ignore_taint_rules = !on;
             s.reparse_slices();
         }
