@@ -143,6 +143,8 @@ impl ObjectKind {
             let kind = k.type_meta().1.to_ascii_lowercase();
             let plural = if kind.ends_with('s') {
                 format!("{kind}es")
+            } else if let Some(stem) = kind.strip_suffix('y') {
+                format!("{stem}ies")
             } else {
                 format!("{kind}s")
             };
@@ -628,5 +630,14 @@ mod tests {
             ObjectKind::parse("StorageClasses"),
             Some(ObjectKind::StorageClass)
         );
+        assert_eq!(
+            ObjectKind::parse("csistoragecapacities"),
+            Some(ObjectKind::CsiStorageCapacity)
+        );
+        assert_eq!(
+            ObjectKind::parse("devicetaintrules"),
+            Some(ObjectKind::DeviceTaintRule)
+        );
+        assert_eq!(ObjectKind::parse("pc"), Some(ObjectKind::PriorityClass));
     }
 }
