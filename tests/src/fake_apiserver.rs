@@ -472,6 +472,10 @@ fn kind_of(plural: &str) -> String {
         "resourceclaims" => "ResourceClaim",
         "resourceclaimtemplates" => "ResourceClaimTemplate",
         "resourceslices" => "ResourceSlice",
+        "devicetaintrules" => "DeviceTaintRule",
+        "csidrivers" => "CSIDriver",
+        "csistoragecapacities" => "CSIStorageCapacity",
+        "priorityclasses" => "PriorityClass",
         other => return other.trim_end_matches('s').to_string(),
     }
     .to_string()

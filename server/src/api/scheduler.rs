@@ -11,7 +11,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use tonic::{Request, Response, Status};
 
 pub use super::convert::MAX_SIMULATED_PODS;
-use super::convert::{object, pod_from_json, simulation_plan};
+use super::convert::{object, pod_from_json_with_priority, simulation_plan};
 use super::paging::{Page, page};
 use super::{ApiError, Closing};
 use crate::framework::{Code, FilterVerdict, NodeDetail, Status as PluginStatus};
@@ -259,7 +259,10 @@ impl SchedulerService for SchedulerApi {
         req: Request<pb::DryRunRequest>,
     ) -> Result<Response<pb::DryRunResponse>, Status> {
         let req = req.into_inner();
-        let pod = pod_from_json("pod", object("pod", req.pod.as_ref())?, "dry-run")?;
+        let pod =
+            pod_from_json_with_priority("pod", object("pod", req.pod.as_ref())?, "dry-run", |p| {
+                self.scheduler.admit_priority(p)
+            })?;
         let profile = Some(req.profile.as_str()).filter(|p| !p.is_empty());
         let report = self
             .scheduler
@@ -298,7 +301,8 @@ impl SchedulerService for SchedulerApi {
         let mut total = 0usize;
         for (i, s) in req.pods.iter().enumerate() {
             let field = format!("pods[{i}]");
-            let plan = simulation_plan(&field, object(&field, Some(s))?, replicas)?;
+            let mut plan = simulation_plan(&field, object(&field, Some(s))?, replicas)?;
+            plan.admit_priority(|p| self.scheduler.admit_priority(p))?;
             total = total.saturating_add(plan.count);
             if total > MAX_SIMULATED_PODS {
                 return Err(ApiError::InvalidArgument(format!(

@@ -410,6 +410,8 @@ async fn run(args: Args) -> Result<()> {
                 config,
                 KubeOptions {
                     client: client_options.clone(),
+                    device_taint_rules: gates
+                        .enabled(berth_server::features::Feature::DRADeviceTaintRules),
                     ..KubeOptions::default()
                 },
             )?;

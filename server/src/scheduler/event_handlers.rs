@@ -154,6 +154,10 @@ fn object_label(kind: crate::cache::ObjectKind, action: usize) -> &'static str {
         ResourceClaim => "ResourceClaim",
         ResourceClaimTemplate => "ResourceClaimTemplate",
         ResourceSlice => "ResourceSlice",
+        DeviceTaintRule => "DeviceTaintRule",
+        CsiDriver => "CSIDriver",
+        CsiStorageCapacity => "CSIStorageCapacity",
+        PriorityClass => "PriorityClass",
     )
 }
 

@@ -12,6 +12,8 @@ mod idle;
 #[cfg(test)]
 mod look_ahead_tests;
 pub mod metrics;
+#[cfg(test)]
+mod release_tests;
 mod schedule_one;
 #[cfg(test)]
 mod tests;
@@ -467,6 +469,17 @@ impl Scheduler {
     /// Whether the cluster's initial state is in the cache.
     pub fn is_synced(&self) -> bool {
         *self.synced.borrow()
+    }
+
+    /// The API server's Priority admission for a pod that reached berth
+    /// without one (DryRun, Simulate), against the PriorityClasses the
+    /// cluster holds.
+    pub fn admit_priority(
+        &self,
+        pod: &mut k8s_openapi::api::core::v1::Pod,
+    ) -> Result<(), crate::model::priority::PriorityRefused> {
+        let classes = self.shared.handle.objects().priority_classes("");
+        crate::model::priority::admit_priority(pod, classes.iter().map(|c| &**c))
     }
 
     /// The feature gates in force.

@@ -60,8 +60,12 @@ use crate::model::{PodInfo, PodRef};
 
 /// The kinds other than nodes and pods that kube mode watches: every kind
 /// of [`ObjectKind::ALL`] but ResourceClaimTemplates, which only the
-/// resourceclaim controller reads (kube-scheduler does not watch them).
-pub const KUBE_WATCHED: [ObjectKind; 13] = [
+/// resourceclaim controller reads, and PriorityClasses, which only the API
+/// server's admission reads (kube-scheduler watches neither).
+/// DeviceTaintRules are watched only under the DRADeviceTaintRules gate
+/// ([`KubeOptions::device_taint_rules`]), as upstream registers their
+/// informer only then.
+pub const KUBE_WATCHED: [ObjectKind; 16] = [
     ObjectKind::Namespace,
     ObjectKind::PersistentVolume,
     ObjectKind::PersistentVolumeClaim,
@@ -75,6 +79,9 @@ pub const KUBE_WATCHED: [ObjectKind; 13] = [
     ObjectKind::DeviceClass,
     ObjectKind::ResourceClaim,
     ObjectKind::ResourceSlice,
+    ObjectKind::DeviceTaintRule,
+    ObjectKind::CsiDriver,
+    ObjectKind::CsiStorageCapacity,
 ];
 
 /// Upstream's field selector for the scheduler's pod informer: finished
@@ -109,6 +116,9 @@ pub struct KubeOptions {
     /// The rate limits of the scheduler's client and of the events client
     /// (each has its own bucket, as kube-scheduler's two clientsets).
     pub client: ClientOptions,
+    /// Whether to watch DeviceTaintRules (the DRADeviceTaintRules gate:
+    /// resource.k8s.io/v1 serves them from v1.37 on).
+    pub device_taint_rules: bool,
 }
 
 impl Default for KubeOptions {
@@ -116,7 +126,18 @@ impl Default for KubeOptions {
         Self {
             identity: hostname(),
             client: ClientOptions::default(),
+            device_taint_rules: true,
         }
+    }
+}
+
+impl KubeOptions {
+    /// The kinds of [`KUBE_WATCHED`] these options watch.
+    pub fn watched(&self) -> Vec<ObjectKind> {
+        KUBE_WATCHED
+            .into_iter()
+            .filter(|k| *k != ObjectKind::DeviceTaintRule || self.device_taint_rules)
+            .collect()
     }
 }
 
@@ -628,7 +649,8 @@ impl KubeCluster {
     pub fn start(client: kube::Client, events: kube::Client, options: KubeOptions) -> Arc<Self> {
         let mirror = Arc::new(Mirror::default());
         // Counted before any watcher runs: Synced waits for all of them.
-        mirror.state.lock().watchers = 2 + KUBE_WATCHED.len();
+        let watched = options.watched();
+        mirror.state.lock().watchers = 2 + watched.len();
         // Lists from the watch cache (resourceVersion=0), as informers do.
         let config = || watcher::Config::default().any_semantic();
         // Pods and nodes are decoded straight into what berth keeps (see
@@ -649,7 +671,7 @@ impl KubeCluster {
         );
         macro_rules! objects {
             ($($kind:ident => $ty:ty),* $(,)?) => {$(
-                spawn_watcher(
+                if watched.contains(&ObjectKind::$kind) { spawn_watcher(
                     mirror.clone(),
                     Api::<$ty>::all(client.clone()),
                     config(),
@@ -658,7 +680,7 @@ impl KubeCluster {
                         strip_meta(kube::Resource::meta_mut(&mut o));
                         Obj::Other(KubeObject::$kind(Arc::new(o)))
                     },
-                );
+                ); }
             )*};
         }
         use k8s_openapi::api::{apps, core, policy, resource, storage};
@@ -677,6 +699,9 @@ impl KubeCluster {
             DeviceClass => resource::v1::DeviceClass,
             ResourceClaim => resource::v1::ResourceClaim,
             ResourceSlice => resource::v1::ResourceSlice,
+            DeviceTaintRule => resource::v1::DeviceTaintRule,
+            CsiDriver => storage::v1::CSIDriver,
+            CsiStorageCapacity => storage::v1::CSIStorageCapacity,
         );
         let events = events::EventSink::start(events, options.identity);
         Arc::new(Self {
