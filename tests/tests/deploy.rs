@@ -478,6 +478,15 @@ fn kube_schedulers_built_in_roles_grant_it_with_the_kube_scheduler_lease() -> Re
     ] {
         cluster.extend(PolicyRule::from_role(&recording(name)?["body"])?);
     }
+    // The roles were recorded from v1.36, where DRADeviceTaintRules was off
+    // by default; v1.37's bootstrap policy grants kube-scheduler read access
+    // to DeviceTaintRules whenever the gate is on (GA in v1.37).
+    cluster.push(PolicyRule {
+        api_groups: vec!["resource.k8s.io".into()],
+        resources: vec!["devicetaintrules".into()],
+        resource_names: vec![],
+        verbs: vec!["get".into(), "list".into(), "watch".into()],
+    });
     let lease = |name: &str| LeaseRef {
         namespace: "kube-system".into(),
         name: name.into(),
