@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, ensure};
-use berth_e2e::fake_apiserver::{FakeApiServer, PolicyRule, Recorded, recording};
+use berth_e2e::fake_apiserver::{FakeApiServer, PolicyRule, Recorded, kube_scheduler_rules};
 use berth_e2e::manifests::{Manifests, manifests};
 use berth_e2e::{Berthd, http_get, message};
 use serde_json::{Value, json};
@@ -255,19 +255,6 @@ async fn a_forbidden_watch_is_one_line_naming_the_rule_and_readyz_names_the_info
         .collect();
     ensure!(dumps.is_empty(), "{dumps:#?}");
     Ok(())
-}
-
-/// The built-in roles kube-scheduler runs with, as the recordings have
-/// them (bound to the user system:kube-scheduler in every cluster).
-fn kube_scheduler_rules() -> Result<Vec<PolicyRule>> {
-    let mut rules = Vec::new();
-    for name in [
-        "clusterrole-system-kube-scheduler",
-        "clusterrole-system-volume-scheduler",
-    ] {
-        rules.extend(PolicyRule::from_role(&recording(name)?["body"])?);
-    }
-    Ok(rules)
 }
 
 /// In place of kube-scheduler, under its built-in roles: the default
