@@ -389,6 +389,21 @@ pub fn kube_scheduler_rules() -> Result<Vec<PolicyRule>> {
     Ok(rules)
 }
 
+/// A Ready node as a kubelet registers it: `cpu` and `memory` as both
+/// capacity and allocatable, 110 pods, the hostname label.
+pub fn ready_node(name: &str, cpu: &str, memory: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {},
+        "status": {
+            "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}],
+        },
+    })
+}
+
 fn load_discovery(dir: Option<&Path>) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
     let Some(dir) = dir else { return out };
