@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, Result, anyhow};
-use berth_e2e::fake_apiserver::{PolicyRule, recording};
+use berth_e2e::fake_apiserver::{PolicyRule, kube_scheduler_rules};
 use berth_e2e::manifests::{flag_values, manifests};
 use berth_e2e::{berthd_path, workspace_root};
 use berth_server::cluster::kube::access::{self, LeaseRef, Need};
@@ -472,13 +472,7 @@ fn deploys_rbac_grants_everything_berthd_watches_and_writes() -> Result<()> {
 /// the Lease is granted, and the Lease only under the name kube-scheduler.
 #[test]
 fn kube_schedulers_built_in_roles_grant_it_with_the_kube_scheduler_lease() -> Result<()> {
-    let mut cluster = Vec::new();
-    for name in [
-        "clusterrole-system-kube-scheduler",
-        "clusterrole-system-volume-scheduler",
-    ] {
-        cluster.extend(PolicyRule::from_role(&recording(name)?["body"])?);
-    }
+    let cluster = kube_scheduler_rules()?;
     let lease = |name: &str| LeaseRef {
         namespace: "kube-system".into(),
         name: name.into(),

@@ -12,7 +12,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use tonic::{Request, Response, Status};
 
 pub use super::convert::MAX_SIMULATED_PODS;
-use super::convert::{object, pod_from_json, simulation_plan};
+use super::convert::{object, pod_from_json_with_priority, simulation_plan};
 use super::paging::{Page, page};
 use super::scheduler_groups::{
     GATE_OFF, group_dry_run_response, group_pods, pod_group_from_json, scheduled_members,
@@ -323,7 +323,9 @@ impl SchedulerService for SchedulerApi {
                 return Err(ApiError::FailedPrecondition(format!("pod_group: {GATE_OFF}")).into());
             }
             let group = pod_group_from_json("pod_group", req.pod_group.as_ref())?;
-            let pods = group_pods("group_pods", &group.key, &req.group_pods)?;
+            let pods = group_pods("group_pods", &group.key, &req.group_pods, |p| {
+                self.scheduler.admit_priority(p)
+            })?;
             let scheduled = scheduled_members(&self.scheduler, &group.key);
             let report = self
                 .scheduler
@@ -338,7 +340,10 @@ impl SchedulerService for SchedulerApi {
             )
             .into());
         }
-        let pod = pod_from_json("pod", object("pod", req.pod.as_ref())?, "dry-run")?;
+        let pod =
+            pod_from_json_with_priority("pod", object("pod", req.pod.as_ref())?, "dry-run", |p| {
+                self.scheduler.admit_priority(p)
+            })?;
         // A pod of a PodGroup the scheduler knows: the group is dry-run.
         if let Some((group, mut pods, scheduled)) = self.scheduler.pod_group_of(&pod) {
             pods.push(Arc::new(pod));
@@ -386,7 +391,8 @@ impl SchedulerService for SchedulerApi {
         let mut total = 0usize;
         for (i, s) in req.pods.iter().enumerate() {
             let field = format!("pods[{i}]");
-            let plan = simulation_plan(&field, object(&field, Some(s))?, replicas)?;
+            let mut plan = simulation_plan(&field, object(&field, Some(s))?, replicas)?;
+            plan.admit_priority(|p| self.scheduler.admit_priority(p))?;
             total = total.saturating_add(plan.count);
             if total > MAX_SIMULATED_PODS {
                 return Err(ApiError::InvalidArgument(format!(

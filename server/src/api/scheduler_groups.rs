@@ -8,7 +8,7 @@ use berth_proto::v1 as pb;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 
 use super::ApiError;
-use super::convert::{object, pod_from_json};
+use super::convert::{object, pod_from_json_with_priority};
 use crate::cache::group_key_of;
 use crate::model::decode::{check_bounds, decode_strict};
 use crate::model::{GroupKey, PodGroupInfo, PodInfo, PodRef};
@@ -68,6 +68,9 @@ pub fn group_pods(
     field: &str,
     group: &GroupKey,
     pods: &[prost_types::Struct],
+    admit: impl Fn(
+        &mut k8s_openapi::api::core::v1::Pod,
+    ) -> Result<(), crate::model::priority::PriorityRefused>,
 ) -> Result<Vec<PodRef>, ApiError> {
     if pods.is_empty() {
         return Err(ApiError::InvalidArgument(format!(
@@ -85,7 +88,7 @@ pub fn group_pods(
         .enumerate()
         .map(|(i, s)| {
             let f = format!("{field}[{i}]");
-            let pod = pod_from_json(&f, object(&f, Some(s))?, "dry-run")?;
+            let pod = pod_from_json_with_priority(&f, object(&f, Some(s))?, "dry-run", &admit)?;
             check_member(&f, group, &pod)?;
             Ok(Arc::new(pod))
         })

@@ -412,6 +412,8 @@ async fn run(args: Args) -> Result<()> {
                     client: client_options.clone(),
                     watch_pod_groups: gates
                         .enabled(berth_server::features::Feature::GenericWorkload),
+                    device_taint_rules: gates
+                        .enabled(berth_server::features::Feature::DRADeviceTaintRules),
                     ..KubeOptions::default()
                 },
             )?;

@@ -2,8 +2,10 @@
 //! namespaces, volumes and their classes, CSI nodes, disruption budgets,
 //! the workload objects whose selectors default topology spreading, and
 //! Dynamic Resource Allocation's device classes, claims, claim templates
-//! and resource slices (`resource.k8s.io/v1`), and the workload API's
-//! PodGroups and Workloads (`scheduling.k8s.io/v1beta1`).
+//! and resource slices (`resource.k8s.io/v1`), DeviceTaintRules, CSI
+//! drivers and storage capacities, PriorityClasses (which the embedded
+//! cluster's admission reads), and the workload API's PodGroups and
+//! Workloads (`scheduling.k8s.io/v1beta1`).
 //!
 //! The scheduler keeps them in an [`ObjectStore`] fed by the cluster
 //! source's change stream (as kube-scheduler keeps informer caches); plugins
@@ -18,10 +20,11 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+    DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::RwLock;
 
@@ -66,11 +69,19 @@ pub enum ObjectKind {
     PodGroup,
     /// scheduling.k8s.io/v1beta1 Workload (kept, never read by plugins).
     Workload,
+    /// resource.k8s.io/v1 DeviceTaintRule.
+    DeviceTaintRule,
+    /// storage.k8s.io/v1 CSIDriver.
+    CsiDriver,
+    /// storage.k8s.io/v1 CSIStorageCapacity.
+    CsiStorageCapacity,
+    /// scheduling.k8s.io/v1 PriorityClass.
+    PriorityClass,
 }
 
 impl ObjectKind {
     /// Every kind.
-    pub const ALL: [ObjectKind; 16] = [
+    pub const ALL: [ObjectKind; 20] = [
         Self::Namespace,
         Self::PersistentVolume,
         Self::PersistentVolumeClaim,
@@ -87,6 +98,10 @@ impl ObjectKind {
         Self::ResourceSlice,
         Self::PodGroup,
         Self::Workload,
+        Self::DeviceTaintRule,
+        Self::CsiDriver,
+        Self::CsiStorageCapacity,
+        Self::PriorityClass,
     ];
 
     /// `(apiVersion, kind)` as objects carry them.
@@ -108,6 +123,10 @@ impl ObjectKind {
             Self::ResourceSlice => ("resource.k8s.io/v1", "ResourceSlice"),
             Self::PodGroup => ("scheduling.k8s.io/v1beta1", "PodGroup"),
             Self::Workload => ("scheduling.k8s.io/v1beta1", "Workload"),
+            Self::DeviceTaintRule => ("resource.k8s.io/v1", "DeviceTaintRule"),
+            Self::CsiDriver => ("storage.k8s.io/v1", "CSIDriver"),
+            Self::CsiStorageCapacity => ("storage.k8s.io/v1", "CSIStorageCapacity"),
+            Self::PriorityClass => ("scheduling.k8s.io/v1", "PriorityClass"),
         }
     }
 
@@ -131,6 +150,10 @@ impl ObjectKind {
             Self::ResourceSlice => "resourceslices",
             Self::PodGroup => "podgroups",
             Self::Workload => "workloads",
+            Self::DeviceTaintRule => "devicetaintrules",
+            Self::CsiDriver => "csidrivers",
+            Self::CsiStorageCapacity => "csistoragecapacities",
+            Self::PriorityClass => "priorityclasses",
         }
     }
 
@@ -152,6 +175,9 @@ impl ObjectKind {
                 | Self::CsiNode
                 | Self::DeviceClass
                 | Self::ResourceSlice
+                | Self::DeviceTaintRule
+                | Self::CsiDriver
+                | Self::PriorityClass
         )
     }
 
@@ -159,13 +185,9 @@ impl ObjectKind {
     pub fn parse(s: &str) -> Option<Self> {
         let lower = s.to_ascii_lowercase();
         Self::ALL.into_iter().find(|k| {
-            let kind = k.type_meta().1.to_ascii_lowercase();
-            let plural = if kind.ends_with('s') {
-                format!("{kind}es")
-            } else {
-                format!("{kind}s")
-            };
-            lower == kind || lower == plural || Some(lower.as_str()) == k.short_name()
+            lower == k.type_meta().1.to_ascii_lowercase()
+                || lower == k.plural()
+                || Some(lower.as_str()) == k.short_name()
         })
     }
 
@@ -180,7 +202,11 @@ impl ObjectKind {
             Self::ReplicaSet => "rs",
             Self::StatefulSet => "sts",
             Self::ReplicationController => "rc",
+            Self::PriorityClass => "pc",
             Self::CsiNode
+            | Self::CsiDriver
+            | Self::CsiStorageCapacity
+            | Self::DeviceTaintRule
             | Self::DeviceClass
             | Self::ResourceClaim
             | Self::ResourceClaimTemplate
@@ -202,6 +228,9 @@ impl ObjectKind {
             Self::ResourceClaim => Some(EventResource::ResourceClaim),
             Self::ResourceSlice => Some(EventResource::ResourceSlice),
             Self::PodGroup => Some(EventResource::PodGroup),
+            Self::DeviceTaintRule => Some(EventResource::DeviceTaintRule),
+            Self::CsiDriver => Some(EventResource::CsiDriver),
+            Self::CsiStorageCapacity => Some(EventResource::CsiStorageCapacity),
             _ => None,
         }
     }
@@ -242,6 +271,14 @@ pub enum KubeObject {
     PodGroup(Arc<PodGroup>),
     /// A workload.
     Workload(Arc<Workload>),
+    /// A device taint rule.
+    DeviceTaintRule(Arc<DeviceTaintRule>),
+    /// A CSI driver.
+    CsiDriver(Arc<CSIDriver>),
+    /// A CSI storage capacity.
+    CsiStorageCapacity(Arc<CSIStorageCapacity>),
+    /// A priority class.
+    PriorityClass(Arc<PriorityClass>),
 }
 
 macro_rules! each_object {
@@ -263,6 +300,10 @@ macro_rules! each_object {
             KubeObject::ResourceSlice($o) => $body,
             KubeObject::PodGroup($o) => $body,
             KubeObject::Workload($o) => $body,
+            KubeObject::DeviceTaintRule($o) => $body,
+            KubeObject::CsiDriver($o) => $body,
+            KubeObject::CsiStorageCapacity($o) => $body,
+            KubeObject::PriorityClass($o) => $body,
         }
     };
 }
@@ -287,6 +328,10 @@ impl KubeObject {
             Self::ResourceSlice(_) => ObjectKind::ResourceSlice,
             Self::PodGroup(_) => ObjectKind::PodGroup,
             Self::Workload(_) => ObjectKind::Workload,
+            Self::DeviceTaintRule(_) => ObjectKind::DeviceTaintRule,
+            Self::CsiDriver(_) => ObjectKind::CsiDriver,
+            Self::CsiStorageCapacity(_) => ObjectKind::CsiStorageCapacity,
+            Self::PriorityClass(_) => ObjectKind::PriorityClass,
         }
     }
 
@@ -327,6 +372,12 @@ impl KubeObject {
             Self::ResourceSlice(o) => Self::ResourceSlice(edit(o, |c| f(&mut c.metadata))),
             Self::PodGroup(o) => Self::PodGroup(edit(o, |c| f(&mut c.metadata))),
             Self::Workload(o) => Self::Workload(edit(o, |c| f(&mut c.metadata))),
+            Self::DeviceTaintRule(o) => Self::DeviceTaintRule(edit(o, |c| f(&mut c.metadata))),
+            Self::CsiDriver(o) => Self::CsiDriver(edit(o, |c| f(&mut c.metadata))),
+            Self::CsiStorageCapacity(o) => {
+                Self::CsiStorageCapacity(edit(o, |c| f(&mut c.metadata)))
+            }
+            Self::PriorityClass(o) => Self::PriorityClass(edit(o, |c| f(&mut c.metadata))),
         }
     }
 
@@ -385,6 +436,16 @@ impl KubeObject {
             }
             ObjectKind::PodGroup => Self::PodGroup(Arc::new(serde_json::from_value(value)?)),
             ObjectKind::Workload => Self::Workload(Arc::new(serde_json::from_value(value)?)),
+            ObjectKind::DeviceTaintRule => {
+                Self::DeviceTaintRule(Arc::new(serde_json::from_value(value)?))
+            }
+            ObjectKind::CsiDriver => Self::CsiDriver(Arc::new(serde_json::from_value(value)?)),
+            ObjectKind::CsiStorageCapacity => {
+                Self::CsiStorageCapacity(Arc::new(serde_json::from_value(value)?))
+            }
+            ObjectKind::PriorityClass => {
+                Self::PriorityClass(Arc::new(serde_json::from_value(value)?))
+            }
         })
     }
 }
@@ -437,6 +498,7 @@ impl ObjectStore {
             KubeObject::DeviceClass(c) => self.dra.upsert_class(c.clone()),
             KubeObject::ResourceClaim(c) => self.dra.upsert_claim(c.clone()),
             KubeObject::ResourceSlice(s) => self.dra.upsert_slice(s),
+            KubeObject::DeviceTaintRule(r) => self.dra.upsert_taint_rule(r.clone()),
             _ => {}
         }
         if let KubeObject::Namespace(ns) = &obj {
@@ -457,6 +519,7 @@ impl ObjectStore {
             KubeObject::DeviceClass(_) => self.dra.remove_class(&key.2),
             KubeObject::ResourceClaim(_) => self.dra.remove_claim(&key.1, &key.2),
             KubeObject::ResourceSlice(_) => self.dra.remove_slice(&key.2),
+            KubeObject::DeviceTaintRule(_) => self.dra.remove_taint_rule(&key.2),
             _ => {}
         }
         if key.0 == ObjectKind::Namespace {
@@ -559,6 +622,25 @@ impl ObjectStore {
     );
     getter!(pod_group, pod_groups, PodGroup, PodGroup);
     getter!(workload, workloads, Workload, Workload);
+    getter!(
+        device_taint_rule,
+        device_taint_rules,
+        DeviceTaintRule,
+        DeviceTaintRule
+    );
+    getter!(csi_driver, csi_drivers, CsiDriver, CSIDriver);
+    getter!(
+        csi_storage_capacity,
+        csi_storage_capacities,
+        CsiStorageCapacity,
+        CSIStorageCapacity
+    );
+    getter!(
+        priority_class,
+        priority_classes,
+        PriorityClass,
+        PriorityClass
+    );
 }
 
 #[cfg(test)]
@@ -604,5 +686,14 @@ mod tests {
             ObjectKind::parse("StorageClasses"),
             Some(ObjectKind::StorageClass)
         );
+        assert_eq!(
+            ObjectKind::parse("csistoragecapacities"),
+            Some(ObjectKind::CsiStorageCapacity)
+        );
+        assert_eq!(
+            ObjectKind::parse("devicetaintrules"),
+            Some(ObjectKind::DeviceTaintRule)
+        );
+        assert_eq!(ObjectKind::parse("pc"), Some(ObjectKind::PriorityClass));
     }
 }

@@ -31,6 +31,12 @@ pub enum EventResource {
     ResourceSlice,
     /// A scheduling.k8s.io PodGroup.
     PodGroup,
+    /// A resource.k8s.io DeviceTaintRule.
+    DeviceTaintRule,
+    /// A storage.k8s.io CSIDriver.
+    CsiDriver,
+    /// A storage.k8s.io CSIStorageCapacity.
+    CsiStorageCapacity,
     /// Every resource.
     WildCard,
 }
@@ -52,6 +58,9 @@ impl EventResource {
             Self::ResourceClaim => "resource.k8s.io/ResourceClaim",
             Self::ResourceSlice => "resource.k8s.io/ResourceSlice",
             Self::PodGroup => "scheduling.k8s.io/PodGroup",
+            Self::DeviceTaintRule => "resource.k8s.io/DeviceTaintRule",
+            Self::CsiDriver => "storage.k8s.io/CSIDriver",
+            Self::CsiStorageCapacity => "storage.k8s.io/CSIStorageCapacity",
             Self::WildCard => "*",
         }
     }

@@ -16,6 +16,7 @@ pub mod node;
 pub mod pod;
 pub mod pod_group;
 pub mod pod_object;
+pub mod priority;
 pub mod quantity;
 pub mod resource;
 pub mod selector;

@@ -156,6 +156,10 @@ fn object_label(kind: crate::cache::ObjectKind, action: usize) -> &'static str {
         ResourceSlice => "ResourceSlice",
         PodGroup => "PodGroup",
         Workload => "Workload",
+        DeviceTaintRule => "DeviceTaintRule",
+        CsiDriver => "CSIDriver",
+        CsiStorageCapacity => "CSIStorageCapacity",
+        PriorityClass => "PriorityClass",
     )
 }
 

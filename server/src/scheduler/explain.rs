@@ -342,6 +342,12 @@ impl Scheduler {
                 nr.details = details;
                 nr.filters = filters;
                 nr.verdict = verdict_of(&decisive);
+                if decisive.code() == Code::Error {
+                    // As in a cycle, a Filter error ends it: no node is
+                    // chosen and preemption is not tried.
+                    report.message = decisive.message();
+                    return Ok(report);
+                }
                 if decisive.is_success() {
                     feasible.push(i);
                 } else {

@@ -260,7 +260,13 @@ async fn a_dry_run_tells_the_victims_and_evicts_nothing() {
         .unwrap(),
     );
     let members: Vec<crate::model::PodRef> = (0..4)
-        .map(|i| Arc::new(member(&format!("b-{i}"), "b", "3500m").priority(1000).build()))
+        .map(|i| {
+            Arc::new(
+                member(&format!("b-{i}"), "b", "3500m")
+                    .priority(1000)
+                    .build(),
+            )
+        })
         .collect();
     let r = env
         .scheduler

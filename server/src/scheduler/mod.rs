@@ -6,6 +6,7 @@ mod algorithm;
 #[cfg(test)]
 mod batch_judge;
 mod batching;
+mod evaluations;
 mod event_handlers;
 mod explain;
 mod explain_group;
@@ -16,6 +17,8 @@ mod idle;
 mod look_ahead_tests;
 pub mod metrics;
 mod pod_group_cycle;
+#[cfg(test)]
+mod release_tests;
 mod schedule_one;
 mod schedule_one_podgroup;
 #[cfg(test)]
@@ -501,6 +504,17 @@ impl Scheduler {
     /// Whether the cluster's initial state is in the cache.
     pub fn is_synced(&self) -> bool {
         *self.synced.borrow()
+    }
+
+    /// The API server's Priority admission for a pod that reached berth
+    /// without one (DryRun, Simulate), against the PriorityClasses the
+    /// cluster holds.
+    pub fn admit_priority(
+        &self,
+        pod: &mut k8s_openapi::api::core::v1::Pod,
+    ) -> Result<(), crate::model::priority::PriorityRefused> {
+        let classes = self.shared.handle.objects().priority_classes("");
+        crate::model::priority::admit_priority(pod, classes.iter().map(|c| &**c))
     }
 
     /// The feature gates in force.

@@ -649,6 +649,63 @@ async fn the_search_stops_at_the_sampling_size_and_rotates() {
     assert_eq!(alg.next_start_node_index, (224 + 225) % 300);
 }
 
+/// scheduler_plugin_evaluation_total counts each Filter plugin's calls as
+/// upstream's instrumented plugins do: every node the search judged up to
+/// the plugin that rejected it, nothing for plugins PreFilter skipped, and
+/// nothing in dry runs.
+#[tokio::test]
+async fn plugin_evaluations_count_the_calls_the_search_made() {
+    use crate::framework::ExtensionPoint;
+    use crate::metrics::{Metrics, Point};
+    let (fw, snap) = framework_for_search(50);
+    let metrics = Arc::new(Metrics::default());
+    fw.attach_metrics(&metrics);
+    let pod = make_pod("p").req_cpu("2").build();
+    let mut alg = Algorithm::new(50, FastRng::new(1));
+    let nominated = Default::default();
+    let mut state = CycleState::new();
+    let found = alg
+        .find_nodes_that_fit(&fw, &mut state, &pod, &snap, &nominated)
+        .await
+        .ok()
+        .unwrap();
+    // As in the test above: 224 nodes judged, 74 rejected by
+    // NodeResourcesFit, 150 feasible.
+    assert_eq!((found.evaluated, found.nodes.len()), (224, 150));
+    let profile = fw.profile_name().to_string();
+    let count = |point, plugin| metrics.evaluations(&profile, point, plugin).unwrap();
+    let filters = fw.plugin_names(ExtensionPoint::Filter);
+    let fit = filters
+        .iter()
+        .position(|n| *n == "NodeResourcesFit")
+        .unwrap();
+    for (i, name) in filters.iter().enumerate() {
+        let want = if state.skip_filter.contains(i) {
+            0
+        } else if i <= fit {
+            224
+        } else {
+            150
+        };
+        assert_eq!(count(Point::Filter, name), want, "{name}");
+    }
+    assert!(!state.skip_filter.is_empty(), "some plugins skipped");
+    for name in fw.plugin_names(ExtensionPoint::PreFilter) {
+        assert_eq!(count(Point::PreFilter, name), 1, "{name}");
+    }
+
+    // A dry run's calls are not counted.
+    let before = count(Point::Filter, "NodeResourcesFit");
+    let mut dry = CycleState::new();
+    dry.dry_run = true;
+    alg.find_nodes_that_fit(&fw, &mut dry, &pod, &snap, &nominated)
+        .await
+        .ok()
+        .unwrap();
+    assert_eq!(count(Point::Filter, "NodeResourcesFit"), before);
+    assert_eq!(count(Point::PreFilter, "NodeResourcesFit"), 1);
+}
+
 #[tokio::test]
 async fn the_adaptive_percentage_applies_when_none_is_set() {
     let (fw, snap) = framework_for_search(0);
@@ -909,12 +966,14 @@ fn the_default_profile_places_plugins_at_upstreams_points() {
             ],
         ),
         (PostFilter, &["DynamicResources", "DefaultPreemption"]),
+        // VolumeBinding scores under StorageCapacityScoring (on in v1.37).
         (
             PreScore,
             &[
                 "TaintToleration",
                 "NodeAffinity",
                 "NodeResourcesFit",
+                "VolumeBinding",
                 "PodTopologySpread",
                 "InterPodAffinity",
                 "NodeResourcesBalancedAllocation",
@@ -926,6 +985,7 @@ fn the_default_profile_places_plugins_at_upstreams_points() {
                 "TaintToleration",
                 "NodeAffinity",
                 "NodeResourcesFit",
+                "VolumeBinding",
                 "PodTopologySpread",
                 "InterPodAffinity",
                 "DynamicResources",
@@ -992,6 +1052,7 @@ profiles:
             ("NodeResourcesFit", 4),
             ("TaintToleration", 3),
             ("NodeAffinity", 2),
+            ("VolumeBinding", 1),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
             ("DynamicResources", 2),
@@ -1092,11 +1153,26 @@ async fn a_preemptor_is_nominated_victims_go_and_it_binds_there() {
     match env.next().await {
         Decision::Failed { pod, message, .. } => {
             assert_eq!(pod, "default/high");
-            // Preemption succeeded: no "preemption:" explanation is added.
-            assert_eq!(message, "0/1 nodes are available: 1 Insufficient cpu.");
+            // Preemption found a node: v1.37 names it and counts the
+            // victims (v1.36 added nothing).
+            assert_eq!(
+                message,
+                "0/1 nodes are available: 1 Insufficient cpu. preemption: found a potential placement for pod on node n1, preempting 1 victims"
+            );
         }
         other => panic!("{other:?}"),
     }
+    let failed = env
+        .events_for("high")
+        .into_iter()
+        .find(|e| e.0 == "FailedScheduling")
+        .expect("a FailedScheduling event");
+    assert!(
+        failed.2.ends_with(
+            "preemption: found a potential placement for pod on node n1, preempting 1 victims"
+        ),
+        "{failed:?}"
+    );
     // The victim is gone, the preemptor nominated, then bound on the node.
     assert_eq!(env.next().await, scheduled("high", "n1"));
     assert!(env.node_of("low").is_none() && env.cluster.get_pod("default", "low").is_none());

@@ -60,8 +60,12 @@ use crate::model::{PodInfo, PodRef};
 
 /// The kinds other than nodes and pods that kube mode watches: every kind
 /// of [`ObjectKind::ALL`] but ResourceClaimTemplates, which only the
-/// resourceclaim controller reads (kube-scheduler does not watch them).
-pub const KUBE_WATCHED: [ObjectKind; 13] = [
+/// resourceclaim controller reads, and PriorityClasses, which only the API
+/// server's admission reads (kube-scheduler watches neither).
+/// DeviceTaintRules are watched only under the DRADeviceTaintRules gate
+/// ([`KubeOptions::device_taint_rules`]), as upstream registers their
+/// informer only then.
+pub const KUBE_WATCHED: [ObjectKind; 16] = [
     ObjectKind::Namespace,
     ObjectKind::PersistentVolume,
     ObjectKind::PersistentVolumeClaim,
@@ -75,6 +79,9 @@ pub const KUBE_WATCHED: [ObjectKind; 13] = [
     ObjectKind::DeviceClass,
     ObjectKind::ResourceClaim,
     ObjectKind::ResourceSlice,
+    ObjectKind::DeviceTaintRule,
+    ObjectKind::CsiDriver,
+    ObjectKind::CsiStorageCapacity,
 ];
 
 /// Upstream's field selector for the scheduler's pod informer: finished
@@ -113,6 +120,9 @@ pub struct KubeOptions {
     /// that informer only with the `GenericWorkload` gate on: a cluster
     /// without the beta API serves none).
     pub watch_pod_groups: bool,
+    /// Whether to watch DeviceTaintRules (the DRADeviceTaintRules gate:
+    /// resource.k8s.io/v1 serves them from v1.37 on).
+    pub device_taint_rules: bool,
 }
 
 impl Default for KubeOptions {
@@ -121,7 +131,19 @@ impl Default for KubeOptions {
             identity: hostname(),
             client: ClientOptions::default(),
             watch_pod_groups: false,
+            device_taint_rules: true,
         }
+    }
+}
+
+impl KubeOptions {
+    /// The kinds of [`KUBE_WATCHED`] these options watch.
+    pub fn watched(&self) -> Vec<ObjectKind> {
+        KUBE_WATCHED
+            .into_iter()
+            .filter(|k| *k != ObjectKind::DeviceTaintRule || self.device_taint_rules)
+            .chain(self.watch_pod_groups.then_some(ObjectKind::PodGroup))
+            .collect()
     }
 }
 
@@ -633,8 +655,8 @@ impl KubeCluster {
     pub fn start(client: kube::Client, events: kube::Client, options: KubeOptions) -> Arc<Self> {
         let mirror = Arc::new(Mirror::default());
         // Counted before any watcher runs: Synced waits for all of them.
-        mirror.state.lock().watchers =
-            2 + KUBE_WATCHED.len() + usize::from(options.watch_pod_groups);
+        let watched = options.watched();
+        mirror.state.lock().watchers = 2 + watched.len();
         // Lists from the watch cache (resourceVersion=0), as informers do.
         let config = || watcher::Config::default().any_semantic();
         // Pods and nodes are decoded straight into what berth keeps (see
@@ -655,7 +677,7 @@ impl KubeCluster {
         );
         macro_rules! objects {
             ($($kind:ident => $ty:ty),* $(,)?) => {$(
-                spawn_watcher(
+                if watched.contains(&ObjectKind::$kind) { spawn_watcher(
                     mirror.clone(),
                     Api::<$ty>::all(client.clone()),
                     config(),
@@ -664,11 +686,11 @@ impl KubeCluster {
                         strip_meta(kube::Resource::meta_mut(&mut o));
                         Obj::Other(KubeObject::$kind(Arc::new(o)))
                     },
-                );
+                ); }
             )*};
         }
         use k8s_openapi::api::{apps, core, policy, resource, storage};
-        // Every kind of KUBE_WATCHED.
+        // Every kind of KUBE_WATCHED, and PodGroups with GenericWorkload.
         objects!(
             Namespace => core::v1::Namespace,
             PersistentVolume => core::v1::PersistentVolume,
@@ -683,10 +705,11 @@ impl KubeCluster {
             DeviceClass => resource::v1::DeviceClass,
             ResourceClaim => resource::v1::ResourceClaim,
             ResourceSlice => resource::v1::ResourceSlice,
+            DeviceTaintRule => resource::v1::DeviceTaintRule,
+            CsiDriver => storage::v1::CSIDriver,
+            CsiStorageCapacity => storage::v1::CSIStorageCapacity,
+            PodGroup => k8s_openapi::api::scheduling::v1beta1::PodGroup,
         );
-        if options.watch_pod_groups {
-            objects!(PodGroup => k8s_openapi::api::scheduling::v1beta1::PodGroup);
-        }
         let events = events::EventSink::start(events, options.identity);
         Arc::new(Self {
             client,
