@@ -36,10 +36,13 @@ fn pod_names(env: &Env) -> Vec<String> {
 }
 
 impl Env {
-    /// Decisions in arrival order until `n` pods were bound.
+    /// Decisions in arrival order until `n` pods were bound; a group that
+    /// keeps failing (no preemption made room) fails the test after a few
+    /// attempts instead of retrying forever.
     async fn until_bound(&mut self, n: usize) -> Vec<Decision> {
         let mut v = Vec::new();
         while v.iter().filter(|d| scheduled(d)).count() < n {
+            assert!(v.len() < 40, "never bound: {v:?}");
             v.push(self.decisions.recv().await.expect("scheduler running"));
         }
         v
