@@ -26,6 +26,8 @@
 
 #![warn(missing_docs)]
 
+pub mod answer;
+
 use berth_proto::json::{from_struct, to_struct};
 use berth_proto::v1::cluster_client::ClusterClient;
 use berth_proto::v1::scheduler_client::SchedulerClient;
@@ -35,6 +37,7 @@ use berth_proto::v1::{
 };
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
+pub use answer::{Conclusion, EXIT_INCOMPLETE};
 pub use berth_proto::v1 as pb;
 pub use berth_proto::v1::{
     DryRunResponse, EventType, NodeVerdict, ObjectReference, QueueName, QueuedPod, SchedulingEvent,

@@ -694,3 +694,192 @@ async fn a_dead_ignorable_extender_is_skipped() -> Result<()> {
     berthd.stop().await?;
     Ok(())
 }
+
+/// A command's exit code and output.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn run(program: PathBuf, args: &[&str]) -> Result<Run> {
+    let out = tokio::time::timeout(
+        GUARD,
+        Command::new(&program)
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .map_err(|_| anyhow!("{} {args:?} hung", program.display()))??;
+    Ok(Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// grpcurl's DryRun (grpcurl's default message limit, proto3 JSON) of `pod`.
+async fn grpcurl_dry_run(addr: &str, pod: &Value) -> Result<Value> {
+    let body = json!({ "pod": pod, "allNodes": true }).to_string();
+    let r = run(
+        berth_e2e::grpcurl_path()?,
+        &["-plaintext", "-d", &body, addr, "berth.v1.Scheduler/DryRun"],
+    )
+    .await?;
+    ensure!(r.code == Some(0), "grpcurl: {}", r.stderr);
+    Ok(serde_json::from_str(&r.stdout)?)
+}
+
+/// Each node's verdict in a grpcurl DryRun answer.
+fn node_verdicts(answer: &Value) -> BTreeMap<String, String> {
+    answer["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|n| {
+            (
+                n["node"].as_str().unwrap_or("").to_string(),
+                n["verdict"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 28, item 1: with the non-ignorable extender down, a dry run must
+/// not say the pod fits. Before, grpcurl got every node
+/// NODE_VERDICT_FEASIBLE (gold-hdd too, which the extender rejects) and
+/// berthctl listed every node "ok" and exited 0. Now every node the
+/// extender could not judge is NODE_VERDICT_UNKNOWN with the reason, the
+/// answer is COMPLETENESS_INCOMPLETE naming the extender, and berthctl
+/// exits 3 (dry-run and simulate alike).
+#[tokio::test]
+async fn a_dry_run_while_the_extender_is_down_is_incomplete_not_a_fit() -> Result<()> {
+    let (ext, mut berthd, dir) = start("dry-run-down", false).await?;
+    let addr = berthd.addr.clone();
+    let ssd = pod("web", Some("disk=ssd"));
+    let file = dir.write("web.yaml", &serde_yaml::to_string(&ssd)?)?;
+    let ctl = berth_e2e::berthctl_path()?;
+
+    // With the extender up: complete; it rejects the nodes without an SSD.
+    let up = grpcurl_dry_run(&addr, &ssd).await?;
+    assert_eq!(up["completeness"], "COMPLETENESS_COMPLETE", "{up}");
+    assert_eq!(up["selectedNode"], "silver-ssd", "{up}");
+    assert_eq!(
+        node_verdicts(&up)["gold-hdd"],
+        "NODE_VERDICT_UNRESOLVABLE",
+        "{up}"
+    );
+    let ok = run(ctl.clone(), &["-s", &addr, "dry-run", "-f", &file]).await?;
+    assert_eq!(ok.code, Some(0), "{}{}", ok.stdout, ok.stderr);
+
+    ext.kill().await?;
+    wait_disconnected(&mut berthd).await?;
+
+    let down = grpcurl_dry_run(&addr, &ssd).await?;
+    assert_eq!(down["completeness"], "COMPLETENESS_INCOMPLETE", "{down}");
+    assert!(down["selectedNode"].is_null(), "{down}");
+    let verdicts = node_verdicts(&down);
+    assert_eq!(verdicts.len(), 4, "{down}");
+    assert!(
+        verdicts.values().all(|v| v == "NODE_VERDICT_UNKNOWN"),
+        "no node judged without the extender: {verdicts:?}"
+    );
+    for n in down["nodes"].as_array().context("nodes")? {
+        let reason = n["reason"].as_str().unwrap_or("");
+        assert!(
+            reason.contains("extender \"label-tier\" failed at Filter: not connected"),
+            "{n}"
+        );
+        let tier = n["filters"]
+            .as_array()
+            .and_then(|f| f.iter().find(|f| f["plugin"] == EXTENDER))
+            .context("the extender's filter result")?;
+        assert_eq!(tier["code"], "Unknown", "{n}");
+    }
+    let incomplete = &down["incomplete"][0];
+    assert_eq!(incomplete["plugin"], EXTENDER, "{down}");
+    assert_eq!(incomplete["point"], "Filter", "{down}");
+    assert_eq!(incomplete["nodes"], 4, "{down}");
+
+    let dry = run(ctl.clone(), &["-s", &addr, "dry-run", "-f", &file]).await?;
+    assert_eq!(dry.code, Some(3), "{}{}", dry.stdout, dry.stderr);
+    assert!(dry.stdout.contains("INCOMPLETE"), "{}", dry.stdout);
+    assert!(
+        !dry.stdout.lines().any(|l| l.trim_end().ends_with(" ok")),
+        "no node listed ok:\n{}",
+        dry.stdout
+    );
+    let gold = dry
+        .stdout
+        .lines()
+        .find(|l| l.contains("gold-hdd"))
+        .context("gold-hdd's row")?;
+    assert!(gold.contains("unknown: "), "{gold}");
+    assert!(
+        dry.stderr
+            .contains(&format!("{file}: the answer is incomplete")),
+        "{}",
+        dry.stderr
+    );
+
+    let sim = run(
+        ctl,
+        &["-s", &addr, "simulate", "-f", &file, "--replicas", "3"],
+    )
+    .await?;
+    assert_eq!(sim.code, Some(3), "{}{}", sim.stdout, sim.stderr);
+    assert!(
+        sim.stdout
+            .contains("0 scheduled, 0 unschedulable, 3 unknown"),
+        "{}",
+        sim.stdout
+    );
+    assert_eq!(sim.stdout.matches("<unknown>").count(), 3, "{}", sim.stdout);
+    berthd.stop().await?;
+    Ok(())
+}
+
+/// Issue 28, item 1: an ignorable extender that is down is skipped, as the
+/// scheduler skips it, and the answer says so (complete: berthctl exits 0).
+#[tokio::test]
+async fn a_dry_run_names_an_ignorable_extender_it_skipped() -> Result<()> {
+    let (ext, mut berthd, dir) = start("dry-run-ignorable", true).await?;
+    let addr = berthd.addr.clone();
+    ext.kill().await?;
+    wait_disconnected(&mut berthd).await?;
+    let gpu = pod("gpu", Some("gpu=true"));
+    let answer = grpcurl_dry_run(&addr, &gpu).await?;
+    assert_eq!(answer["completeness"], "COMPLETENESS_COMPLETE", "{answer}");
+    assert!(
+        node_verdicts(&answer)
+            .values()
+            .all(|v| v == "NODE_VERDICT_FEASIBLE"),
+        "{answer}"
+    );
+    let skipped: Vec<(&str, &str)> = answer["skipped"]
+        .as_array()
+        .context("skipped")?
+        .iter()
+        .map(|n| {
+            (
+                n["plugin"].as_str().unwrap_or(""),
+                n["point"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(skipped, [(EXTENDER, "Filter"), (EXTENDER, "Score")]);
+    let file = dir.write("gpu.yaml", &serde_yaml::to_string(&gpu)?)?;
+    let ctl = berth_e2e::berthctl_path()?;
+    let dry = run(ctl, &["-s", &addr, "dry-run", "-f", &file]).await?;
+    assert_eq!(dry.code, Some(0), "{}{}", dry.stdout, dry.stderr);
+    assert!(
+        dry.stdout.contains(
+            "Skipped (ignorable, as the scheduler skips them):\n  label-tier at Filter: "
+        ),
+        "{}",
+        dry.stdout
+    );
+    berthd.stop().await?;
+    Ok(())
+}

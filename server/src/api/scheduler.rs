@@ -17,7 +17,7 @@ use super::{ApiError, Closing};
 use crate::framework::{Code, FilterVerdict, NodeDetail, Status as PluginStatus};
 use crate::queue::QueueName;
 use crate::scheduler::{
-    DryRunReport, EventKind, PluginOutcome, PodIdentity, Scheduler, SchedulingEvent,
+    DryRunReport, EventKind, PluginNote, PluginOutcome, PodIdentity, Scheduler, SchedulingEvent,
     UnknownProfile, Verdict,
 };
 
@@ -109,6 +109,7 @@ pub fn dry_run_response(r: &DryRunReport) -> pb::DryRunResponse {
                     Verdict::Unresolvable => pb::NodeVerdict::Unresolvable,
                     Verdict::Error => pb::NodeVerdict::Error,
                     Verdict::NotEvaluated => pb::NodeVerdict::NotEvaluated,
+                    Verdict::Unknown => pb::NodeVerdict::Unknown,
                 } as i32,
                 filters: n
                     .filters
@@ -118,6 +119,10 @@ pub fn dry_run_response(r: &DryRunReport) -> pb::DryRunResponse {
                             FilterVerdict::Ran(s) => (s.code().as_str().to_string(), reasons(s)),
                             FilterVerdict::Skipped => (Code::Skip.as_str().to_string(), Vec::new()),
                             FilterVerdict::NotEvaluated => ("NotEvaluated".to_string(), Vec::new()),
+                            FilterVerdict::Unknown(s) => ("Unknown".to_string(), vec![s.message()]),
+                            FilterVerdict::Ignored(why) => {
+                                ("Ignored".to_string(), vec![why.clone()])
+                            }
                         };
                         pb::FilterResult {
                             plugin: plugin.to_string(),
@@ -142,6 +147,7 @@ pub fn dry_run_response(r: &DryRunReport) -> pb::DryRunResponse {
                 top_score: n.top,
                 unsatisfied: n.details.iter().filter_map(unsatisfied).collect(),
                 devices: n.details.iter().filter_map(allocated_device).collect(),
+                reason: n.reason.clone(),
             })
             .collect(),
         evaluated_nodes: r.evaluated as u32,
@@ -155,6 +161,27 @@ pub fn dry_run_response(r: &DryRunReport) -> pb::DryRunResponse {
                 .collect(),
             message: p.message.clone(),
         }),
+        completeness: completeness(r.is_complete()) as i32,
+        incomplete: r.incomplete.iter().map(plugin_note).collect(),
+        skipped: r.skipped.iter().map(plugin_note).collect(),
+    }
+}
+
+fn completeness(complete: bool) -> pb::Completeness {
+    if complete {
+        pb::Completeness::Complete
+    } else {
+        pb::Completeness::Incomplete
+    }
+}
+
+fn plugin_note(n: &PluginNote) -> pb::PluginNote {
+    pb::PluginNote {
+        plugin: n.plugin.to_string(),
+        point: n.point.to_string(),
+        reason: n.reason.clone(),
+        nodes: n.nodes as u32,
+        pods: n.pods as u32,
     }
 }
 
@@ -329,9 +356,14 @@ impl SchedulerService for SchedulerApi {
         }
         let report = sim.finish();
         let scheduled = report.pods.iter().filter(|p| p.node.is_some()).count() as u32;
+        let unknown = report.pods.iter().filter(|p| p.unknown).count() as u32;
         Ok(Response::new(pb::SimulateResponse {
             scheduled,
-            unschedulable: report.pods.len() as u32 - scheduled,
+            unschedulable: report.pods.len() as u32 - scheduled - unknown,
+            unknown,
+            completeness: completeness(report.incomplete.is_empty()) as i32,
+            incomplete: report.incomplete.iter().map(plugin_note).collect(),
+            skipped: report.skipped.iter().map(plugin_note).collect(),
             pods: report
                 .pods
                 .iter()
@@ -340,6 +372,13 @@ impl SchedulerService for SchedulerApi {
                     name: p.name.to_string(),
                     node: p.node.as_deref().unwrap_or("").to_string(),
                     reason: p.reason.to_string(),
+                    outcome: if p.node.is_some() {
+                        pb::SimulatedOutcome::Placed
+                    } else if p.unknown {
+                        pb::SimulatedOutcome::Unknown
+                    } else {
+                        pb::SimulatedOutcome::Unschedulable
+                    } as i32,
                 })
                 .collect(),
             nodes: report

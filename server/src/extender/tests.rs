@@ -25,6 +25,8 @@ use crate::plugins::in_tree_registry;
 use crate::scheduler::{Decision, Decisions, Options, Scheduler};
 use crate::testing::{NodeBuilder, PodBuilder, make_node, make_pod};
 
+mod dry_run;
+
 /// What the scripted extender does.
 #[derive(Clone, Default)]
 struct Script {

@@ -101,6 +101,13 @@ pub enum FilterVerdict {
     Skipped,
     /// An earlier plugin already rejected the node.
     NotEvaluated,
+    /// The plugin could not judge the node: a batch plugin (a remote
+    /// extender) failed as a whole (down, timed out, answered out of
+    /// protocol). The status says why.
+    Unknown(Status),
+    /// A batch plugin of an ignorable extender failed and was skipped: the
+    /// node passes, as the scheduler passes it; the text says what failed.
+    Ignored(String),
 }
 
 /// Nodes a batch Filter plugin did not pass, by position, with their status.
@@ -915,68 +922,6 @@ impl Framework {
             }
         }
         Status::success()
-    }
-
-    /// Each Filter plugin's verdict on one node, for explanations: skipped
-    /// for plugins whose PreFilter skipped them, and, unless `all`, not
-    /// evaluated for plugins after the first that does not succeed (the
-    /// scheduler does not run them). The decisive status is the first
-    /// non-success.
-    pub fn run_filter_each(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        node: &NodeInfo,
-        all: bool,
-    ) -> Vec<(&'static str, FilterVerdict)> {
-        let mut out = Vec::with_capacity(self.filter.len());
-        let mut rejected = false;
-        for (i, p) in self.filter.iter().enumerate() {
-            let verdict = if state.skip_filter.contains(i) {
-                FilterVerdict::Skipped
-            } else if self.batch_filter.contains(i) {
-                // Judged later, with every node that passes the others.
-                FilterVerdict::NotEvaluated
-            } else if rejected && !all {
-                FilterVerdict::NotEvaluated
-            } else {
-                let s = p.filter(state, pod, node);
-                let s = if s.is_success() {
-                    s
-                } else {
-                    self.filter_failure(p.name(), s)
-                };
-                rejected |= !s.is_success();
-                FilterVerdict::Ran(s)
-            };
-            out.push((p.name(), verdict));
-        }
-        out
-    }
-
-    /// Dry runs: the details Filter plugins give about `node`; those of
-    /// `plugins` on a node they rejected, or every plugin's on the node the
-    /// pod would go to (`plugins` empty).
-    pub fn explain_node(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        node: &NodeInfo,
-        plugins: &[&str],
-    ) -> Vec<(&'static str, super::NodeDetail)> {
-        let rejected = !plugins.is_empty();
-        self.filter
-            .iter()
-            .enumerate()
-            .filter(|(i, p)| {
-                !state.skip_filter.contains(*i) && (!rejected || plugins.contains(&p.name()))
-            })
-            .flat_map(|(_, p)| {
-                p.explain(state, pod, node, rejected)
-                    .into_iter()
-                    .map(|d| (p.name(), d))
-            })
-            .collect()
     }
 
     /// Whether any Filter plugin judges nodes in batches.
@@ -2014,5 +1959,6 @@ fn go_list<'a>(names: impl IntoIterator<Item = &'a &'static str>) -> String {
     format!("[{}]", v.join(" "))
 }
 
+mod explain;
 #[cfg(test)]
 mod tests;

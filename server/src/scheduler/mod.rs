@@ -30,8 +30,8 @@ pub use algorithm::{
     num_feasible_nodes_to_find,
 };
 pub use explain::{
-    DryRunReport, NodeReport, NodeUse, PluginOutcome, PreemptionReport, ScoreRow, SimulatedPod,
-    Simulation, SimulationReport, UnknownProfile, Verdict,
+    DryRunReport, NodeReport, NodeUse, PluginNote, PluginOutcome, PreemptionReport, ScoreRow,
+    SimulatedPod, Simulation, SimulationReport, UnknownProfile, Verdict,
 };
 pub use metrics::{HistogramSnapshot, MetricsSnapshot, SchedulerMetrics};
 

@@ -1,7 +1,9 @@
 //! berthctl: the command-line client for berthd.
 //!
 //! Exit codes: 0 on success, 1 on any error (connection, gRPC, file), 2 on
-//! usage errors.
+//! usage errors, 3 when a dry run's or simulation's answer is incomplete
+//! (berthd could not run a point that applies, as an extender that is
+//! down: see `berth_client::Conclusion`).
 
 mod apply;
 mod dryrun;
@@ -235,7 +237,9 @@ async fn connect(target: &Target) -> Result<Client> {
         .rpc()
 }
 
-async fn run(args: Args) -> Result<()> {
+/// Runs the command; the exit code it asks for (0 unless its answer says
+/// otherwise).
+async fn run(args: Args) -> Result<u8> {
     let format = args.output;
     let target = Target::from_args(&args)?;
     let server = &target;
@@ -244,7 +248,7 @@ async fn run(args: Args) -> Result<()> {
     match args.command {
         Command::Apply { files } => {
             let inputs = files::read_all(&files)?;
-            apply::apply(&mut connect(server).await?, format, &inputs).await
+            apply::apply(&mut connect(server).await?, format, &inputs).await?;
         }
         Command::Delete {
             kind,
@@ -258,7 +262,7 @@ async fn run(args: Args) -> Result<()> {
                 _ => apply::Targets::Files(files::read_all(&files)?),
             };
             let c = &mut connect(server).await?;
-            apply::delete(c, format, targets, &namespace, ignore_not_found).await
+            apply::delete(c, format, targets, &namespace, ignore_not_found).await?;
         }
         Command::Get {
             kind,
@@ -266,7 +270,7 @@ async fn run(args: Args) -> Result<()> {
             namespace,
         } => {
             let c = &mut connect(server).await?;
-            get::run(c, format, &kind, name.as_deref(), &namespace).await
+            get::run(c, format, &kind, name.as_deref(), &namespace).await?;
         }
         Command::DryRun {
             file,
@@ -276,7 +280,7 @@ async fn run(args: Args) -> Result<()> {
             let src = files::Source::read(&file)?;
             let docs = src.objects()?;
             let c = &mut connect(server).await?;
-            dryrun::run(c, format, &src, &docs, all_nodes, &profile).await
+            return dryrun::run(c, format, &src, &docs, all_nodes, &profile).await;
         }
         Command::Simulate {
             files,
@@ -285,17 +289,18 @@ async fn run(args: Args) -> Result<()> {
         } => {
             let inputs = files::read_all(&files)?;
             let c = &mut connect(server).await?;
-            simulate::run(c, format, &inputs, replicas, &profile).await
+            return simulate::run(c, format, &inputs, replicas, &profile).await;
         }
         Command::Queue { namespace } => {
-            queue::run(&mut connect(server).await?, format, &namespace).await
+            queue::run(&mut connect(server).await?, format, &namespace).await?;
         }
         Command::Watch { namespace, kind } => {
             let c = &mut connect(server).await?;
             let shown = berth_client::normalize_addr(&server.server);
-            watch::run(c, format, &shown, &namespace, kind.as_deref()).await
+            watch::run(c, format, &shown, &namespace, kind.as_deref()).await?;
         }
     }
+    Ok(0)
 }
 
 /// Whether the failure may be a plaintext connection that broke before any
@@ -332,7 +337,7 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     let target = Target::from_args(&args).ok();
     match run(args).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) if e.is::<StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
             match &target {
