@@ -93,7 +93,7 @@ cargo test --workspace --locked "$@"
 # (scheduler_perf's shapes, tiny) through the real scheduler, each checked
 # for its end state (all measured pods bound, the ones that never fit
 # parked, placement rules kept). Its timings mean nothing here and nothing
-# asserts them; a debug build is enough. The full run is in README.md,
-# "Performance".
+# asserts them; a debug build is enough. The full run's figures are in
+# docs/performance.md.
 cargo build --locked -q -p berth-bench --bins
 cargo run --locked -q -p berth-bench --bin berth-bench -- --quick

@@ -1,7 +1,7 @@
 //! The API workload: berthd's gRPC API as a client meets it. The real
 //! `berth_server::api::serve` (the listener berthd uses, TLS off) over the
 //! embedded cluster loaded with the built-in sample cluster, its pending
-//! pods scheduled first; then the README's `DryRun` (a pod of 500m and 1Gi
+//! pods scheduled first; then the `DryRun` of docs/getting-started.md (a pod of 500m and 1Gi
 //! with a zone selector) through the real Rust client over loopback TCP:
 //!
 //! 1. latency: `dry_runs` calls one after the other on one connection
@@ -69,7 +69,7 @@ pub struct ApiSize {
     pub clients: usize,
 }
 
-/// The README's DryRun pod.
+/// The DryRun pod of docs/getting-started.md.
 fn web_pod() -> serde_json::Value {
     json!({
         "metadata": {"name": "web", "namespace": "shop"},

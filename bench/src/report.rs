@@ -1,5 +1,5 @@
 //! The results of a benchmark run: per-workload outcomes, the machine they
-//! ran on, and the markdown table for the README.
+//! ran on, and the markdown table for docs/performance.md.
 
 use serde::{Deserialize, Serialize};
 

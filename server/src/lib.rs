@@ -11,6 +11,7 @@ pub mod cache;
 pub mod cluster;
 pub mod config;
 pub mod extender;
+pub mod features;
 pub mod framework;
 pub mod leader;
 pub mod metrics;

@@ -19,16 +19,17 @@ use berth_server::cluster::embedded::{
 };
 use berth_server::cluster::kube::{self as kube_source, KubeCluster, KubeOptions};
 use berth_server::config::{self, LeaderElection, parse_go_duration};
+use berth_server::features::{FeatureGates, GATES, RELEASE, Serves, Stage};
 use berth_server::leader::{ElectionConfig, Outcome, default_identity};
 use berth_server::observe::health::{HealthChecks, Scope};
 use berth_server::observe::telemetry::{self, TraceConfig};
 use berth_server::plugins::in_tree_registry;
 use berth_server::scheduler::{Options, Scheduler};
-use clap::{Parser, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 /// mimalloc: the scheduling loop allocates and frees many small, short-lived
 /// buffers, and measured faster with it than with glibc's allocator
-/// (README, Figures).
+/// (docs/performance.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -178,6 +179,11 @@ struct Args {
     #[arg(long, value_name = "TYPE")]
     kube_api_content_type: Option<String>,
 
+    /// Feature gates, as kube-scheduler takes them: `Name=true,Name2=false`
+    /// (may be given more than once). Defaults are kube-scheduler v1.37's.
+    #[arg(long, value_name = "Name=bool,...")]
+    feature_gates: Vec<String>,
+
     /// On SIGTERM/SIGINT, how long in-flight binding cycles get to bind or
     /// Unreserve before berthd exits anyway (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
@@ -260,8 +266,43 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     parse_go_duration(s)
 }
 
+/// `--feature-gates`' long help: the gates one may set, as component-base
+/// lists them (GA gates left out), with what berth implements.
+fn feature_gates_help() -> String {
+    let mut lines = vec![format!(
+        "Feature gates, as kube-scheduler takes them: Name=true,Name2=false (may be given more than once). \
+         Defaults are kube-scheduler v1.{RELEASE}'s; a value berth does not implement stops startup. Options are:"
+    )];
+    lines.push("AllAlpha=true|false (ALPHA - default=false)".into());
+    lines.push("AllBeta=true|false (BETA - default=false)".into());
+    for g in GATES {
+        let s = g.spec();
+        if matches!(s.stage, Stage::Ga | Stage::Deprecated | Stage::PreAlpha) {
+            continue;
+        }
+        let only = match g.serves {
+            Serves::Both => String::new(),
+            Serves::DefaultOnly => format!(", berth: {} only", s.default),
+        };
+        lines.push(format!(
+            "{}=true|false ({} - default={}{only})",
+            g.name,
+            s.stage.label(),
+            s.default
+        ));
+    }
+    lines.join("\n")
+}
+
 fn main() -> Result<()> {
-    let args = Args::parse();
+    let help = feature_gates_help();
+    let matches = Args::command()
+        .mut_arg("feature_gates", |a| a.long_help(help))
+        .get_matches();
+    let args = match Args::from_arg_matches(&matches) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(berth_server::worker_threads(args.worker_threads))
         .enable_all()
@@ -290,15 +331,30 @@ async fn run(args: Args) -> Result<()> {
     }
     let signal = shutdown_signal()?;
 
+    // As kube-scheduler: a gate that is unknown, malformed or locked stops
+    // startup, naming it; so does a value berth does not implement.
+    let gates = FeatureGates::from_flags(&args.feature_gates)?;
+    let set: Vec<String> = gates
+        .explicitly_set()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
+    tracing::info!(
+        release = %format!("v1.{RELEASE}"),
+        set = %set.join(","),
+        gates = %gates.summary(),
+        "feature gates in force"
+    );
+
     let registry = in_tree_registry();
     let known = |name: &str| registry.contains(name);
     let mut cfg = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            config::parse(&text, &known).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+            config::parse_gated(&text, &known, &gates)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
         }
-        None => config::default_config(&known),
+        None => config::default_config_gated(&known, &gates),
     };
 
     args.apply_leader_election(&mut cfg.leader_election)?;

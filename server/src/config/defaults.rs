@@ -1,12 +1,17 @@
 //! Upstream's default profile: every default plugin enabled through
 //! `multiPoint`, in kube-scheduler's order, with its Score weight.
 
+use crate::features::{Feature, FeatureGates};
+
 /// The default `multiPoint.enabled` list of `kubescheduler.config.k8s.io/v1`
-/// as kube-scheduler v1.36 builds it with its default feature gates:
-/// NodeDeclaredFeatures (beta) appended, DynamicResources (GA) inserted
-/// before DefaultPreemption with weight 2, so that PostFilter deallocates an
-/// idle claim before preemption evicts anyone. Plugins not in the registry
-/// are left out of the default profile.
+/// as kube-scheduler v1.37 builds it with its default feature gates
+/// (upstream's `getDefaultPlugins` and `applyFeatureGates`):
+/// NodeDeclaredFeatures (GA, locked on) appended, DynamicResources
+/// (DynamicResourceAllocation, GA, locked on) inserted before
+/// DefaultPreemption with weight 2, so that PostFilter deallocates an idle
+/// claim before preemption evicts anyone. Plugins not in the registry are
+/// left out of the default profile. [`default_multi_point`] gives the list
+/// for other gates.
 pub const DEFAULT_MULTI_POINT: &[(&str, Option<i32>)] = &[
     ("SchedulingGates", None),
     ("PrioritySort", None),
@@ -29,6 +34,20 @@ pub const DEFAULT_MULTI_POINT: &[(&str, Option<i32>)] = &[
     ("DefaultBinder", None),
     ("NodeDeclaredFeatures", None),
 ];
+
+/// The default `multiPoint.enabled` list under `gates`: the gated entries
+/// of [`DEFAULT_MULTI_POINT`] only where their gate is on.
+pub fn default_multi_point(gates: &FeatureGates) -> Vec<(&'static str, Option<i32>)> {
+    DEFAULT_MULTI_POINT
+        .iter()
+        .filter(|(name, _)| match *name {
+            "NodeDeclaredFeatures" => gates.enabled(Feature::NodeDeclaredFeatures),
+            "DynamicResources" => gates.enabled(Feature::DynamicResourceAllocation),
+            _ => true,
+        })
+        .copied()
+        .collect()
+}
 
 /// kube-scheduler's default parallelism.
 pub const DEFAULT_PARALLELISM: i32 = 16;

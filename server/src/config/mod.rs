@@ -27,6 +27,8 @@ pub use extenders::{ExtenderConfig, HttpExtenderConfig, ManagedResource};
 pub use points::ExtensionPoint;
 pub use types::*;
 
+use crate::features::FeatureGates;
+
 /// The only apiVersion accepted.
 pub const API_VERSION: &str = "kubescheduler.config.k8s.io/v1";
 /// The kind accepted.
@@ -372,6 +374,10 @@ pub struct SchedulerConfig {
     pub extenders: Vec<ExtenderConfig>,
     /// kube-scheduler's HTTP extenders.
     pub http_extenders: Vec<HttpExtenderConfig>,
+    /// The feature gates in force (`--feature-gates`; not a field of the
+    /// file, as for kube-scheduler): they choose the default plugins, and
+    /// plugins read them once when they are built.
+    pub feature_gates: FeatureGates,
 }
 
 /// Parses a KubeSchedulerConfiguration YAML (or JSON) document.
@@ -381,27 +387,53 @@ pub fn parse(
     text: &str,
     plugin_known: &dyn Fn(&str) -> bool,
 ) -> Result<SchedulerConfig, ConfigError> {
+    parse_gated(text, plugin_known, &FeatureGates::default())
+}
+
+/// [`parse`] under the given feature gates.
+pub fn parse_gated(
+    text: &str,
+    plugin_known: &dyn Fn(&str) -> bool,
+    gates: &FeatureGates,
+) -> Result<SchedulerConfig, ConfigError> {
     let de = serde_yaml::Deserializer::from_str(text);
     let raw: RawConfiguration =
         serde_path_to_error::deserialize(de).map_err(|e| ConfigError::from_serde("", e))?;
-    resolve(raw, plugin_known)
+    resolve_gated(raw, plugin_known, gates)
 }
 
 /// The configuration used when none is given: one `default-scheduler`
 /// profile with the default plugins.
 pub fn default_config(plugin_known: &dyn Fn(&str) -> bool) -> SchedulerConfig {
+    default_config_gated(plugin_known, &FeatureGates::default())
+}
+
+/// [`default_config`] under the given feature gates.
+pub fn default_config_gated(
+    plugin_known: &dyn Fn(&str) -> bool,
+    gates: &FeatureGates,
+) -> SchedulerConfig {
     let raw = RawConfiguration {
         api_version: Some(API_VERSION.into()),
         kind: Some(KIND.into()),
         ..Default::default()
     };
-    resolve(raw, plugin_known).expect("the default configuration is valid")
+    resolve_gated(raw, plugin_known, gates).expect("the default configuration is valid")
 }
 
-/// Defaults and validates a parsed document.
+/// Defaults and validates a parsed document (under v1.37's default gates).
 pub fn resolve(
     raw: RawConfiguration,
     plugin_known: &dyn Fn(&str) -> bool,
+) -> Result<SchedulerConfig, ConfigError> {
+    resolve_gated(raw, plugin_known, &FeatureGates::default())
+}
+
+/// Defaults and validates a parsed document under the given gates.
+pub fn resolve_gated(
+    raw: RawConfiguration,
+    plugin_known: &dyn Fn(&str) -> bool,
+    gates: &FeatureGates,
 ) -> Result<SchedulerConfig, ConfigError> {
     match raw.api_version.as_deref() {
         Some(API_VERSION) => {}
@@ -487,7 +519,7 @@ pub fn resolve(
         if let Some(p) = rp.percentage_of_nodes_to_score {
             validate_percentage(&format!("{path}.percentageOfNodesToScore"), p)?;
         }
-        let plugins = resolve_plugins(rp.plugins.unwrap_or_default(), &path, plugin_known);
+        let plugins = resolve_plugins(rp.plugins.unwrap_or_default(), &path, plugin_known, gates);
         let mut seen = HashSet::new();
         let mut plugin_config = Vec::new();
         for (j, pc) in rp.plugin_config.into_iter().enumerate() {
@@ -549,6 +581,7 @@ pub fn resolve(
         profiles,
         leader_election,
         client_connection: resolve_client_connection(raw.client_connection.unwrap_or_default())?,
+        feature_gates: gates.clone(),
     })
 }
 
@@ -704,15 +737,16 @@ fn resolve_plugins(
     raw: RawPlugins,
     profile_path: &str,
     plugin_known: &dyn Fn(&str) -> bool,
+    gates: &FeatureGates,
 ) -> Plugins {
     let mut plugins = Plugins::default();
     let default_multi = PluginSet {
-        enabled: DEFAULT_MULTI_POINT
-            .iter()
+        enabled: default_multi_point(gates)
+            .into_iter()
             .filter(|(name, _)| plugin_known(name))
             .map(|(name, weight)| PluginRef {
-                name: (*name).to_string(),
-                weight: *weight,
+                name: name.to_string(),
+                weight,
                 path: format!("{profile_path}.plugins.multiPoint (default)"),
             })
             .collect(),

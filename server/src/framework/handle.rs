@@ -14,6 +14,7 @@ use super::extender::PreemptionExtender;
 use super::parallelize::Parallelizer;
 use super::waiting_pods::WaitingPods;
 use crate::cache::{KubeObject, ObjectKind, ObjectStore, Snapshot};
+use crate::features::Features;
 use crate::model::PodInfo;
 
 /// Why a write to the cluster failed.
@@ -210,6 +211,7 @@ struct Inner {
     nominator: RwLock<Option<Arc<dyn PodNominator>>>,
     objects: Arc<ObjectStore>,
     extenders: RwLock<Arc<[Arc<dyn PreemptionExtender>]>>,
+    features: Features,
 }
 
 /// The plugins' way to the rest of the scheduler. Cheap to clone.
@@ -233,6 +235,16 @@ impl Handle {
         events: Arc<dyn EventRecorder>,
         parallelizer: Parallelizer,
     ) -> Self {
+        Self::with_features(cluster, events, parallelizer, Features::default())
+    }
+
+    /// A handle whose plugins see `features` (the feature gates in force).
+    pub fn with_features(
+        cluster: Arc<dyn ClusterClient>,
+        events: Arc<dyn EventRecorder>,
+        parallelizer: Parallelizer,
+        features: Features,
+    ) -> Self {
         Self(Arc::new(Inner {
             snapshot: RwLock::new(Arc::new(Snapshot::new())),
             waiting_pods: WaitingPods::default(),
@@ -242,7 +254,14 @@ impl Handle {
             nominator: RwLock::new(None),
             objects: Arc::default(),
             extenders: RwLock::new(Arc::new([])),
+            features,
         }))
+    }
+
+    /// The feature gates plugins read, once, when they are built (never in
+    /// a hot loop: a plugin copies what it needs into itself).
+    pub fn features(&self) -> &Features {
+        &self.0.features
     }
 
     /// The snapshot of the scheduling cycle in progress (or the last one).

@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use super::handle::Handle;
 use super::interface::Plugin;
 use crate::config::ConfigError;
+use crate::features::Features;
 
 /// A plugin's arguments: parsed from `pluginConfig[].args`, with defaults
 /// for what is left out and validation naming the field path.
@@ -19,6 +20,18 @@ pub trait PluginArgs: Sized + Send + Sync + 'static {
     /// Parses `args` (`None`: all defaults). `path` is where the args are in
     /// the configuration, for error messages.
     fn parse(args: Option<&serde_json::Value>, path: &str) -> Result<Self, ConfigError>;
+
+    /// Parses `args` under the feature gates in force: args whose defaults
+    /// or validation depend on a gate (as upstream's do, through the global
+    /// gate) override this; the others are [`PluginArgs::parse`].
+    fn parse_gated(
+        args: Option<&serde_json::Value>,
+        path: &str,
+        features: &Features,
+    ) -> Result<Self, ConfigError> {
+        let _ = features;
+        Self::parse(args, path)
+    }
 }
 
 /// Arguments of plugins that take none: only `{}` (or nothing) is accepted.
@@ -125,7 +138,7 @@ impl Registry {
         self.register_factory(
             name,
             Arc::new(move |args, path, handle| {
-                let args = A::parse(args, path)?;
+                let args = A::parse_gated(args, path, handle.features())?;
                 let plugin = factory(args, handle).map_err(|e| {
                     ConfigError::new(path, format!("initializing plugin {plugin_name:?}: {e}"))
                 })?;

@@ -27,6 +27,21 @@ pub fn render(scheduler: &Scheduler) -> String {
     let mut e = Exposition::new();
     scheduler.prometheus().render(&mut e);
 
+    // component-base's gauge, as every Kubernetes component serves it: one
+    // sample per gate, 1 if on, labelled with its stage ("" for GA).
+    e.family(
+        "kubernetes_feature_enabled",
+        "gauge",
+        "This metric records the data about the stage and enablement of a k8s feature.",
+    );
+    for (name, stage, on) in scheduler.feature_gates().all() {
+        e.sample(
+            "kubernetes_feature_enabled",
+            &[("name", name), ("stage", stage.label())],
+            u64::from(on),
+        );
+    }
+
     let c = scheduler.queue_counts();
     e.family(
         "scheduler_pending_pods",

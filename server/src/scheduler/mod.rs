@@ -40,6 +40,7 @@ use crate::cluster::ClusterSource;
 use crate::config::{ConfigError, SchedulerConfig};
 use crate::extender::http::HttpExtenders;
 use crate::extender::{Extenders, NodeFeed};
+use crate::features::FeatureGates;
 use crate::framework::{EventRecorder, Framework, Handle, Parallelizer, PodEvent, Registry};
 use crate::model::PodInfo;
 use crate::queue::{QueueConfig, QueueCounts, SchedulingQueue};
@@ -217,7 +218,8 @@ pub struct Options {
     pub leader: Option<watch::Receiver<bool>>,
     /// Identical pods reuse each other's per-node Filter verdicts and raw
     /// scores on nodes that did not change (placements are those of the
-    /// unbatched path; see `scheduler/batching.rs`). On by default.
+    /// unbatched path; see `scheduler/batching.rs`). On by default; off
+    /// too when the OpportunisticBatching gate is.
     pub batching: bool,
     /// Batch Filter calls of remote extenders that allow it are sent for
     /// the queue's next pod while the current cycle waits for its own
@@ -284,6 +286,8 @@ pub(crate) struct Shared {
     pub metrics: Arc<SchedulerMetrics>,
     /// kube-scheduler's Prometheus metrics.
     pub prom: Arc<crate::metrics::Metrics>,
+    /// The feature gates in force, for `kubernetes_feature_enabled`.
+    pub feature_gates: FeatureGates,
 }
 
 /// A running scheduler's public face.
@@ -371,7 +375,8 @@ impl Scheduler {
             events: events.clone(),
             metrics: metrics.clone(),
         });
-        let handle = Handle::new(cluster.clone(), recorder, parallelizer);
+        let features = config.feature_gates.features();
+        let handle = Handle::with_features(cluster.clone(), recorder, parallelizer, features);
         let extenders = Arc::new(Extenders::start(config, &handle)?);
         let mut registry = registry.clone();
         extenders.register(&mut registry)?;
@@ -411,6 +416,7 @@ impl Scheduler {
             http_extenders,
             metrics,
             prom,
+            feature_gates: config.feature_gates.clone(),
         });
         let (synced_tx, synced) = watch::channel(false);
         tokio::spawn(event_handlers::run(
@@ -427,7 +433,7 @@ impl Scheduler {
             .seed
             .map_or_else(FastRng::from_entropy, FastRng::new);
         let algorithm = Algorithm::new(config.percentage_of_nodes_to_score, rng)
-            .with_batching(options.batching)
+            .with_batching(options.batching && features.enable_opportunistic_batching)
             .with_look_ahead(options.look_ahead.then(|| queue.clone()));
         let mut ready = synced.clone();
         let loop_shared = shared.clone();
@@ -452,6 +458,11 @@ impl Scheduler {
     /// Whether the cluster's initial state is in the cache.
     pub fn is_synced(&self) -> bool {
         *self.synced.borrow()
+    }
+
+    /// The feature gates in force.
+    pub fn feature_gates(&self) -> &FeatureGates {
+        &self.shared.feature_gates
     }
 
     /// kube-scheduler's metrics, as `/metrics` shows them.
