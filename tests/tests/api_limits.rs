@@ -139,7 +139,7 @@ async fn each_bad_input_gets_its_code_and_field_and_berthd_stays_up() -> Result<
         "limits below requests",
         status(c.apply(&[over], "").await)?,
         Code::InvalidArgument,
-        "objects[0]: spec.containers[0].resources.requests.cpu: Invalid value: \"1\": must be less than or equal to cpu limit of 500m".into(),
+        "objects[0]: spec.containers[0].resources.requests: Invalid value: \"1\": must be less than or equal to cpu limit of 500m".into(),
     ));
 
     // 2. A hundred million replicas: refused before anything is built

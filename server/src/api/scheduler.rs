@@ -442,6 +442,7 @@ impl SchedulerService for SchedulerApi {
         req: Request<pb::GetQueueRequest>,
     ) -> Result<Response<pb::GetQueueResponse>, Status> {
         let ns = req.into_inner().namespace;
+        super::convert::namespace_arg(&ns)?;
         let queue = self.scheduler.queue();
         let now = tokio::time::Instant::now();
         let pods = queue
@@ -488,6 +489,7 @@ impl SchedulerService for SchedulerApi {
         req: Request<pb::WatchEventsRequest>,
     ) -> Result<Response<EventStream>, Status> {
         let ns = req.into_inner().namespace;
+        super::convert::namespace_arg(&ns)?;
         let stream = BroadcastStream::new(self.scheduler.events()).filter_map(move |e| match e {
             Ok(e) if ns.is_empty() || *e.pod.namespace == *ns => Some(Ok(event(&e))),
             // A slow reader misses events rather than holding the scheduler up.

@@ -4,12 +4,12 @@
 use anyhow::{Result, bail};
 use berth_client::answer::describe;
 use berth_client::pb::{DryRunResponse, NodeResult, NodeVerdict, PluginResult};
-use berth_client::{Client, Conclusion, pb};
+use berth_client::{Client, ClientError, Conclusion, pb};
 
-use crate::Rpc;
-use crate::files::{Doc, Source};
+use crate::files::{Doc, Source, locate_field};
 use crate::output::{Output, emit, emit_proto};
 use crate::table::Table;
+use crate::{Rpc, RpcError};
 
 /// `berthctl dry-run -f POD_FILE`; the exit code the answer asks for
 /// ([`Conclusion::exit_code`]: non-zero when it is incomplete).
@@ -28,7 +28,17 @@ pub async fn run(
             docs.len()
         );
     };
-    let resp = client.dry_run(&doc.value, profile, all_nodes).await.rpc()?;
+    let resp = match client.dry_run(&doc.value, profile, all_nodes).await {
+        Ok(r) => r,
+        Err(ClientError::Status(s)) => {
+            return Err(RpcError {
+                code: s.code(),
+                message: locate_field(s.message(), "pod", &[doc]),
+            }
+            .into());
+        }
+        Err(e) => return Err(e).rpc(),
+    };
     if format != Output::Table {
         emit_proto(format, &resp)?;
     } else {

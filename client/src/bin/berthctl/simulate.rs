@@ -4,13 +4,13 @@
 use anyhow::{Result, bail};
 use berth_client::answer::describe;
 use berth_client::pb::{SimulateResponse, SimulatedOutcome};
-use berth_client::{Client, Conclusion};
+use berth_client::{Client, ClientError, Conclusion};
 
-use crate::Rpc;
-use crate::files::{Doc, Source};
+use crate::files::{Doc, Source, locate_field};
 use crate::output::{Output, emit, emit_proto};
 use crate::quantity::{format_bytes, format_cpu, percent};
 use crate::table::Table;
+use crate::{Rpc, RpcError};
 
 /// `berthctl simulate -f FILE...`; the exit code the answer asks for
 /// ([`Conclusion::exit_code`]: non-zero when it is incomplete).
@@ -30,7 +30,18 @@ pub async fn run(
         bail!("{}: no objects to simulate", names.join(", "));
     }
     let names: Vec<&str> = inputs.iter().map(|(s, _)| s.name.as_str()).collect();
-    let resp = client.simulate(&objects, replicas, profile).await.rpc()?;
+    let resp = match client.simulate(&objects, replicas, profile).await {
+        Ok(r) => r,
+        Err(ClientError::Status(s)) => {
+            let docs: Vec<&Doc> = inputs.iter().flat_map(|(_, d)| d).collect();
+            return Err(RpcError {
+                code: s.code(),
+                message: locate_field(s.message(), "pods", &docs),
+            }
+            .into());
+        }
+        Err(e) => return Err(e).rpc(),
+    };
     if format != Output::Table {
         emit_proto(format, &resp)?;
     } else {
