@@ -444,6 +444,7 @@ impl SchedulerService for SchedulerApi {
         let ns = req.into_inner().namespace;
         super::convert::namespace_arg(&ns)?;
         let queue = self.scheduler.queue();
+        let waiting = self.scheduler.handle().waiting_pods();
         let now = tokio::time::Instant::now();
         let pods = queue
             .list()
@@ -476,6 +477,21 @@ impl SchedulerService for SchedulerApi {
                         .nominated_node(&q.pod.uid)
                         .map(|n| n.to_string())
                         .unwrap_or_default(),
+                    permit_wait: (e.queue == QueueName::InFlight)
+                        .then(|| waiting.get(&q.pod.uid))
+                        .flatten()
+                        .map(|wp| pb::PermitWait {
+                            node: wp.node().to_string(),
+                            since: Some(wall_clock(wp.since())),
+                            waiting_for: wp
+                                .pending_until()
+                                .into_iter()
+                                .map(|(plugin, until)| pb::PermitWaiter {
+                                    plugin: plugin.to_string(),
+                                    until: Some(wall_clock(until)),
+                                })
+                                .collect(),
+                        }),
                 }
             })
             .collect();

@@ -32,6 +32,32 @@ fn queue_name(q: i32) -> &'static str {
     }
 }
 
+/// Why the pod waits: for a pod held at Permit, who holds it, since when,
+/// until when; otherwise its last failure.
+fn reason(p: &QueuedPod) -> String {
+    let Some(w) = p.permit_wait.as_ref() else {
+        return p.last_failure.clone();
+    };
+    let since = w
+        .since
+        .as_ref()
+        .map(crate::watch::time_of_day)
+        .unwrap_or_default();
+    let who: Vec<String> = w
+        .waiting_for
+        .iter()
+        .map(|x| match x.until.as_ref() {
+            Some(t) => format!("{} (until {})", x.plugin, crate::watch::time_of_day(t)),
+            None => x.plugin.clone(),
+        })
+        .collect();
+    format!(
+        "waiting at Permit on {} since {since} for {}",
+        w.node,
+        who.join(", ")
+    )
+}
+
 /// The queue as a table; BACKOFF-UNTIL and NOMINATED appear when some pod
 /// has them.
 pub fn render(pods: &[QueuedPod]) -> String {
@@ -65,7 +91,7 @@ pub fn render(pods: &[QueuedPod]) -> String {
         if nominated {
             row.push(p.nominated_node_name.clone());
         }
-        row.push(p.last_failure.clone());
+        row.push(reason(p));
         t.row(row);
     }
     t.render()
@@ -126,6 +152,26 @@ default     a      unschedulable          0          1   0/3 nodes are available
                 nanos: 0
             })),
             "{row_b}"
+        );
+    }
+
+    #[test]
+    fn a_pod_held_at_permit_says_by_whom_and_until_when() {
+        let at = |seconds| prost_types::Timestamp { seconds, nanos: 0 };
+        let mut p = pod("first", QueueName::InFlight);
+        p.permit_wait = Some(berth_client::pb::PermitWait {
+            node: "n1".into(),
+            since: Some(at(0)),
+            waiting_for: vec![berth_client::pb::PermitWaiter {
+                plugin: "Coscheduling".into(),
+                until: Some(at(600)),
+            }],
+        });
+        let since = crate::watch::time_of_day(&at(0));
+        let until = crate::watch::time_of_day(&at(600));
+        assert_eq!(
+            reason(&p),
+            format!("waiting at Permit on n1 since {since} for Coscheduling (until {until})")
         );
     }
 }
