@@ -10,6 +10,7 @@ mod error;
 pub mod limits;
 pub mod paging;
 mod scheduler;
+pub mod simulations;
 mod tls;
 
 use std::net::SocketAddr;

@@ -12,7 +12,8 @@ use tonic::{Request, Response, Status};
 
 pub use super::convert::MAX_SIMULATED_PODS;
 use super::convert::{object, pod_from_json, simulation_plan};
-use super::paging::{Page, page};
+use super::paging::{MAX_PAGE_BYTES, Page, page};
+use super::simulations::{Simulations, check_limit};
 use super::{ApiError, Closing};
 use crate::framework::{Code, FilterVerdict, NodeDetail, Status as PluginStatus};
 use crate::queue::QueueName;
@@ -26,6 +27,8 @@ use crate::scheduler::{
 pub struct SchedulerApi {
     scheduler: Scheduler,
     closing: Closing,
+    /// Simulations whose placements are paged out.
+    simulations: std::sync::Arc<Simulations>,
 }
 
 impl SchedulerApi {
@@ -34,6 +37,7 @@ impl SchedulerApi {
         Self {
             scheduler,
             closing: Closing::never(),
+            simulations: Default::default(),
         }
     }
 
@@ -277,6 +281,51 @@ fn node_usage(n: &std::sync::Arc<crate::cache::NodeInfo>) -> pb::NodeUsage {
     }
 }
 
+/// A GetQueue page's `continue` token: the namespace asked for, where the
+/// next page starts, and the uid of the pod before it (the page resumes
+/// after that pod if it is still queued, else at the same position).
+fn queue_token(ns: &str, next: usize, last_uid: &str) -> String {
+    let text = format!("q1\0{ns}\0{next}\0{last_uid}");
+    text.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn queue_page_start(
+    token: &str,
+    ns: &str,
+    entries: &[crate::queue::QueueEntry],
+) -> Result<usize, ApiError> {
+    if token.is_empty() {
+        return Ok(0);
+    }
+    let invalid =
+        |why: &str| ApiError::InvalidArgument(format!("continue: Invalid value: {token:?}: {why}"));
+    let bytes: Option<Vec<u8>> = (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
+        .collect();
+    let text = bytes
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| invalid("not a continue token of GetQueue"))?;
+    let mut parts = text.splitn(4, '\0');
+    let (Some("q1"), Some(tns), Some(next), Some(uid)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(invalid("not a continue token of GetQueue"));
+    };
+    if tns != ns {
+        return Err(invalid(
+            "the token belongs to another namespace: send the same namespace as for the first page",
+        ));
+    }
+    let next: usize = next
+        .parse()
+        .map_err(|_| invalid("not a continue token of GetQueue"))?;
+    Ok(entries
+        .iter()
+        .position(|e| *e.info.pod.uid == *uid)
+        .map_or(next.min(entries.len()), |i| i + 1))
+}
+
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SchedulingEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -301,6 +350,18 @@ impl SchedulerService for SchedulerApi {
         req: Request<pb::SimulateRequest>,
     ) -> Result<Response<pb::SimulateResponse>, Status> {
         let req = req.into_inner();
+        let limit = check_limit(req.limit)?;
+        if !req.r#continue.is_empty() {
+            if !req.pods.is_empty() || req.replicas > 0 || !req.profile.is_empty() {
+                return Err(ApiError::InvalidArgument(
+                    "continue: Forbidden: a continue token asks for the rest of an earlier simulation: pods, replicas and profile must be empty".into(),
+                )
+                .into());
+            }
+            return Ok(Response::new(
+                self.simulations.next_page(&req.r#continue, limit)?,
+            ));
+        }
         // Bounded before anything is built: the replicas asked for, then
         // each object's count as its own fields say.
         if req.replicas as usize > MAX_SIMULATED_PODS {
@@ -357,30 +418,14 @@ impl SchedulerService for SchedulerApi {
         let report = sim.finish();
         let scheduled = report.pods.iter().filter(|p| p.node.is_some()).count() as u32;
         let unknown = report.pods.iter().filter(|p| p.unknown).count() as u32;
-        Ok(Response::new(pb::SimulateResponse {
+        let summary = pb::SimulateResponse {
             scheduled,
             unschedulable: report.pods.len() as u32 - scheduled - unknown,
             unknown,
             completeness: completeness(report.incomplete.is_empty()) as i32,
             incomplete: report.incomplete.iter().map(plugin_note).collect(),
             skipped: report.skipped.iter().map(plugin_note).collect(),
-            pods: report
-                .pods
-                .iter()
-                .map(|p| pb::SimulatedPod {
-                    namespace: p.namespace.to_string(),
-                    name: p.name.to_string(),
-                    node: p.node.as_deref().unwrap_or("").to_string(),
-                    reason: p.reason.to_string(),
-                    outcome: if p.node.is_some() {
-                        pb::SimulatedOutcome::Placed
-                    } else if p.unknown {
-                        pb::SimulatedOutcome::Unknown
-                    } else {
-                        pb::SimulatedOutcome::Unschedulable
-                    } as i32,
-                })
-                .collect(),
+            pods: Vec::new(),
             nodes: report
                 .nodes
                 .iter()
@@ -399,7 +444,14 @@ impl SchedulerService for SchedulerApi {
                     }
                 })
                 .collect(),
-        }))
+            r#continue: String::new(),
+            remaining_pods: 0,
+        };
+        Ok(Response::new(self.simulations.first_page(
+            summary,
+            report.pods,
+            limit,
+        )))
     }
 
     async fn list_node_usage(
@@ -441,16 +493,27 @@ impl SchedulerService for SchedulerApi {
         &self,
         req: Request<pb::GetQueueRequest>,
     ) -> Result<Response<pb::GetQueueResponse>, Status> {
-        let ns = req.into_inner().namespace;
+        let req = req.into_inner();
+        let ns = req.namespace;
         super::convert::namespace_arg(&ns)?;
+        let limit = check_limit(req.limit)?;
         let queue = self.scheduler.queue();
         let waiting = self.scheduler.handle().waiting_pods();
         let now = tokio::time::Instant::now();
-        let pods = queue
+        let entries: Vec<_> = queue
             .list()
             .into_iter()
             .filter(|e| ns.is_empty() || *e.info.pod.namespace == *ns)
-            .map(|e| {
+            .collect();
+        let start = queue_page_start(&req.r#continue, &ns, &entries)?;
+        let mut bytes = 0usize;
+        let mut pods = Vec::new();
+        let mut end = start;
+        for e in &entries[start..] {
+            if pods.len() >= limit {
+                break;
+            }
+            let item = {
                 let q = &e.info;
                 pb::QueuedPod {
                     namespace: q.pod.namespace.to_string(),
@@ -493,9 +556,26 @@ impl SchedulerService for SchedulerApi {
                                 .collect(),
                         }),
                 }
-            })
-            .collect();
-        Ok(Response::new(pb::GetQueueResponse { pods }))
+            };
+            let len = prost::Message::encoded_len(&item) + 8;
+            if !pods.is_empty() && bytes + len > MAX_PAGE_BYTES {
+                break;
+            }
+            bytes += len;
+            pods.push(item);
+            end += 1;
+        }
+        let remaining = entries.len() - end;
+        let next = if remaining > 0 && end > start {
+            queue_token(&ns, end, &entries[end - 1].info.pod.uid)
+        } else {
+            String::new()
+        };
+        Ok(Response::new(pb::GetQueueResponse {
+            pods,
+            remaining_item_count: if next.is_empty() { 0 } else { remaining as i64 },
+            r#continue: next,
+        }))
     }
 
     type WatchEventsStream = EventStream;

@@ -12,7 +12,13 @@ use crate::table::Table;
 pub async fn run(client: &mut Client, format: Output, namespace: &str) -> Result<()> {
     let pods = client.get_queue(namespace).await.rpc()?;
     if format != Output::Table {
-        return emit_proto(format, &GetQueueResponse { pods });
+        return emit_proto(
+            format,
+            &GetQueueResponse {
+                pods,
+                ..Default::default()
+            },
+        );
     }
     if pods.is_empty() {
         eprintln!("No pods are waiting.");
