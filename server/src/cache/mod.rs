@@ -113,6 +113,19 @@ pub struct Cache {
     /// How many nodes have each image, for ImageLocality.
     image_nodes: ImageCounts,
     images_version: u64,
+    /// Told of pods' placements, when extenders follow them.
+    sink: Option<Arc<dyn PlacementSink>>,
+}
+
+/// Told of every change to where pods are placed, bound or assumed (the
+/// extenders' pod feed). Called with the cache's lock held: must not call
+/// back into the cache, and should be quick.
+pub trait PlacementSink: Send + Sync + std::fmt::Debug {
+    /// `pod` is placed on its node (newly, or changed: assumed to bound,
+    /// a new version of its object, another node).
+    fn placed(&self, pod: &PodRef, assumed: bool);
+    /// `pod` left the cache (deleted, forgotten, expired).
+    fn removed(&self, pod: &PodRef);
 }
 
 /// How many nodes have each image: read once per scored node by
@@ -134,6 +147,24 @@ impl Cache {
             assumed: HashSet::new(),
             image_nodes: ImageCounts::default(),
             images_version: 0,
+            sink: None,
+        }
+    }
+
+    /// Tells `sink` of every placement from now on.
+    pub fn set_placement_sink(&mut self, sink: Arc<dyn PlacementSink>) {
+        self.sink = Some(sink);
+    }
+
+    fn placed(&self, pod: &PodRef, assumed: bool) {
+        if let Some(s) = &self.sink {
+            s.placed(pod, assumed);
+        }
+    }
+
+    fn removed(&self, pod: &PodRef) {
+        if let Some(s) = &self.sink {
+            s.removed(pod);
         }
     }
 
@@ -262,6 +293,7 @@ impl Cache {
             return Err(CacheError::NoNode(pod.key()));
         }
         self.add_pod_to_node(pod.clone());
+        self.placed(&pod, true);
         self.assumed.insert(pod.uid.clone());
         self.pods.insert(
             pod.uid.clone(),
@@ -304,6 +336,7 @@ impl Cache {
         let state = self.pods.remove(uid).expect("present above");
         self.assumed.remove(uid);
         self.remove_pod_from_node(&state.pod);
+        self.removed(&state.pod);
         Ok(())
     }
 
@@ -324,6 +357,7 @@ impl Cache {
             None => {}
         }
         self.add_pod_to_node(pod.clone());
+        self.placed(&pod, false);
         self.pods.insert(
             pod.uid.clone(),
             PodState {
@@ -347,6 +381,7 @@ impl Cache {
         let old = state.pod.clone();
         self.remove_pod_from_node(&old);
         self.add_pod_to_node(pod.clone());
+        self.placed(&pod, false);
         let uid = pod.uid.clone();
         self.pods.get_mut(&uid).expect("present").pod = pod;
         Ok(())
@@ -360,6 +395,7 @@ impl Cache {
             .ok_or_else(|| CacheError::PodNotFound(uid.to_string()))?;
         self.assumed.remove(uid);
         self.remove_pod_from_node(&state.pod);
+        self.removed(&state.pod);
         Ok(state.pod)
     }
 

@@ -387,6 +387,10 @@ impl Scheduler {
         for fw in profiles.values() {
             fw.attach_metrics(&prom);
         }
+        let mut cache = Cache::new(options.assumed_pod_ttl);
+        if let Some(feed) = extenders.feed() {
+            cache.set_placement_sink(feed);
+        }
         let queue = SchedulingQueue::new(
             QueueConfig {
                 initial_backoff: config.pod_initial_backoff,
@@ -398,7 +402,7 @@ impl Scheduler {
         handle.set_nominator(queue.clone());
         let shared = Arc::new(Shared {
             profiles,
-            cache: Mutex::new(Cache::new(options.assumed_pod_ttl)),
+            cache: Mutex::new(cache),
             queue: queue.clone(),
             cluster: cluster.clone(),
             handle,
