@@ -69,11 +69,17 @@ impl PyExtender {
     /// Starts `label_tier.py --listen listen` and reads the address from its
     /// first stderr line.
     async fn start(listen: &str) -> Result<Self> {
+        Self::start_with(listen, &[]).await
+    }
+
+    /// As [`PyExtender::start`], with more command-line arguments.
+    async fn start_with(listen: &str, args: &[&str]) -> Result<Self> {
         let python = python_path()?;
         let script = workspace_root().join("extenders/python/label_tier.py");
         let mut child = Command::new(&python)
             .arg(&script)
             .args(["--listen", listen])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -226,6 +232,8 @@ async fn start(tag: &str, ignorable: bool) -> Result<(PyExtender, Berthd, TempDi
     let connected = wait_connected(&mut berthd).await?;
     assert_eq!(connected["fields"]["remote_name"], EXTENDER);
     assert_eq!(connected["fields"]["wants_nodes"], true);
+    // Written before the pod feed: it does not ask for pods.
+    assert_eq!(connected["fields"]["wants_pods"], false);
     assert_eq!(
         connected["fields"]["endpoint"],
         format!("http://{}", ext.addr).as_str()
@@ -460,6 +468,13 @@ async fn python_filter_and_score_decide_where_pods_go() -> Result<()> {
     );
     ext.wait_for(|l| l.contains("filter pod=default/needs-gpu nodes=4 rejected=4"))
         .await?;
+    // An extender that did not ask for pods gets none (the pods assumed
+    // and bound so far would have come on the stream before this cycle).
+    assert!(
+        !ext.seen.iter().any(|l| l.contains("pod placed")),
+        "{:#?}",
+        ext.seen
+    );
     ext.wait_for(|l| {
         l.contains("score pod=default/needs-ssd scores=")
             && l.contains("silver-ssd:50")
@@ -882,4 +897,104 @@ async fn a_dry_run_names_an_ignorable_extender_it_skipped() -> Result<()> {
     );
     berthd.stop().await?;
     Ok(())
+}
+
+/// Issue 28, item 6: the Python extender started with `--wants-pods` asks
+/// for the pod feed at Hello and gets the pods on the nodes from berthd: a
+/// pod bound in the cluster file before NodesSynced, a new pod assumed then
+/// bound (the same id), and its removal, each once, with its node.
+#[tokio::test]
+async fn the_python_extender_that_wants_pods_follows_them_on_their_nodes() -> Result<()> {
+    let mut ext = PyExtender::start_with("127.0.0.1:0", &["--wants-pods"]).await?;
+    let dir = TempDir::new("pod-feed")?;
+    let bound = r#"
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: resident, namespace: default, uid: uid-resident}
+spec:
+  nodeName: plain-ssd
+  containers: [{name: c, image: busybox}]
+"#;
+    let cluster = dir.write("cluster.yaml", &format!("{NODES}{bound}"))?;
+    let cfg = dir.write("config.yaml", &config(&ext.addr, false))?;
+    let mut berthd =
+        Berthd::start(&["--cluster", &cluster, "--config", &cfg, "--seed", "1"]).await?;
+    let connected = wait_connected(&mut berthd).await?;
+    assert_eq!(connected["fields"]["wants_pods"], true);
+    // The table first: the resident pod, before NodesSynced.
+    let synced = ext.wait_for(|l| l.contains("nodes synced")).await?;
+    assert!(
+        synced.contains("nodes synced nodes=4 cached=4 pods=1"),
+        "{synced}"
+    );
+    let resident = ext
+        .wait_for(|l| l.contains("pod placed") && l.contains("pod=default/resident"))
+        .await?;
+    assert!(
+        resident.contains("id=1 pod=default/resident node=plain-ssd node_id="),
+        "{resident}"
+    );
+    assert!(
+        resident.ends_with(" assumed=false pods_on_node=1"),
+        "{resident}"
+    );
+    // Named by the id berthd gave its node (ids start at 1).
+    assert_ne!(word(&resident, "node_id="), "0", "{resident}");
+    let at = |line: &str| ext.seen.iter().position(|l| l == line);
+    assert!(at(&resident) < at(&synced), "{:#?}", ext.seen);
+
+    // A new pod: assumed on the node the extender's Score picks, then bound.
+    let mut events = Events::open(&berthd).await?;
+    let mut client = berthd.client().await?;
+    client.apply(&[pod("newcomer", None)], "").await?;
+    let e = events
+        .next("newcomer", &[EventType::Scheduled, EventType::Failed])
+        .await?;
+    assert_eq!(
+        (e.r#type(), e.node.as_str()),
+        (EventType::Scheduled, "gold-hdd")
+    );
+    let assumed = ext
+        .wait_for(|l| l.contains("pod=default/newcomer") && l.contains("assumed=true"))
+        .await?;
+    let bound = ext
+        .wait_for(|l| l.contains("pod=default/newcomer") && l.contains("assumed=false"))
+        .await?;
+    for l in [&assumed, &bound] {
+        assert_eq!(word(l, "id="), "2", "{l}");
+        assert_eq!(word(l, "node="), "gold-hdd", "{l}");
+    }
+    let gold = word(&bound, "node_id=");
+    assert_eq!(word(&assumed, "node_id="), gold);
+    assert_ne!(gold, "0");
+    assert_ne!(gold, word(&resident, "node_id="));
+
+    // Deleted: removed once, from its node.
+    client.delete("Pod", "default", "newcomer").await?;
+    let removed = ext.wait_for(|l| l.contains("pod removed")).await?;
+    assert!(
+        removed.contains("pod removed id=2 pod=default/newcomer node=gold-hdd node_id="),
+        "{removed}"
+    );
+    assert_eq!(word(&removed, "node_id="), gold);
+    // Each change once: two upserts (assumed, bound) and one removal.
+    let newcomer: Vec<&String> = ext
+        .seen
+        .iter()
+        .filter(|l| {
+            l.contains("pod=default/newcomer")
+                && (l.contains("pod placed") || l.contains("pod removed"))
+        })
+        .collect();
+    assert_eq!(newcomer.len(), 3, "{newcomer:#?}");
+    berthd.stop().await?;
+    Ok(())
+}
+
+/// The value of `key` (such as "node_id=") in a `key=value` log line.
+fn word<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key))
+        .unwrap_or("")
 }
