@@ -379,6 +379,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
                 burst: cfg.client_connection.burst,
                 purpose: "",
             },
+            ..KubeOptions::default()
         },
     )?;
     let source: std::sync::Arc<dyn ClusterSource> = source;

@@ -525,6 +525,19 @@ impl Client {
         }
     }
 
+    /// The scheduler's profiles (their schedulerNames), sorted by name.
+    pub async fn profiles(&mut self) -> Result<Vec<String>, ClientError> {
+        let r = self
+            .scheduler
+            .list_profiles(pb::ListProfilesRequest {})
+            .await?;
+        Ok(r.into_inner()
+            .profiles
+            .into_iter()
+            .map(|p| p.scheduler_name)
+            .collect())
+    }
+
     /// One object as Kubernetes JSON.
     pub async fn get(
         &mut self,

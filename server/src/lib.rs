@@ -17,6 +17,7 @@ pub mod leader;
 pub mod metrics;
 pub mod model;
 pub mod observe;
+pub mod outage;
 pub mod plugins;
 pub mod prom;
 pub mod queue;

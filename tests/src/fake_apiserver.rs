@@ -9,7 +9,8 @@
 //!
 //! * discovery (`/version`, `/api`, `/apis`, the group versions) from the
 //!   recordings when they can be found;
-//! * lists (namespace, `fieldSelector`, `limit`/`continue` paging) with the
+//! * lists (namespace, `fieldSelector`, equality-based `labelSelector`,
+//!   `limit`/`continue` paging) with the
 //!   list's resourceVersion;
 //! * watches as chunked JSON lines from a resourceVersion (replaying what
 //!   happened since, then live events), a `BOOKMARK` after the replay when
@@ -20,15 +21,30 @@
 //!   resourceVersion), status patches (strategic merge with conditions
 //!   merged by type, or merge patch), delete with a UID precondition (a
 //!   bound pod is only marked terminating, as there is no kubelet), and
-//!   `pods/binding` (201, 409 already assigned or stale UID, 404);
+//!   `pods/binding` (201, 409 already assigned or stale UID, 404; staged
+//!   with [`FakeApiServer::before_binding`]: a race, an error status, or
+//!   the binding stored and the connection dropped without an answer);
 //! * Leases like any other object (create, get, replace with conflicts);
+//! * `pods/portforward` over WebSocket, to the pod's `status.podIP`
+//!   ([`crate::portforward`]);
 //! * `metadata.generateName` on create (a deterministic suffix);
 //! * `resource.k8s.io/v1` objects: a ResourceClaim's `PUT` keeps its
 //!   status and a `PUT` of its `status` keeps the rest, and strategic merge
 //!   patches of `reservedFor` merge by UID (`$patch: delete` removes one),
 //!   a UID in the patch's metadata being a precondition.
 //!
-//! Tests can drop every watch connection and hold new ones back
+//! With users added ([`FakeApiServer::add_user`]) it authenticates as the
+//! API server does (a bearer token it does not know, or none: 401
+//! `Unauthorized`) and authorizes as its RBAC authorizer does: each user's
+//! ClusterRole and Role rules (API groups, resources with subresources,
+//! verbs, `resourceNames`), refusals answered 403 `Forbidden` with the
+//! recorded message naming the user, verb, resource, group and namespace
+//! (a refused watch gets the `Status` as its whole answer). Discovery is
+//! open to every authenticated user, as `system:discovery` makes it.
+//!
+//! Tests can take the whole server down ([`FakeApiServer::go_down`]:
+//! every connection closed unanswered) and bring it back, drop every watch
+//! connection and hold new ones back
 //! ([`FakeApiServer::hold_watches`]), change objects meanwhile, compact the
 //! history (so resuming watchers get 410 Gone and relist), then release
 //! them. Every request is recorded (method, path, query, content type,
@@ -85,7 +101,32 @@ pub enum BeforeBinding {
         /// Whether the binding was stored anyway.
         commit: bool,
     },
+    /// The binding is stored, then the connection is dropped without an
+    /// answer, and the watches with it (the API server killed just after
+    /// it persisted the write): new watches wait for
+    /// [`FakeApiServer::release_watches`].
+    DropAnswer,
+    /// Nothing is stored and the server goes down (as
+    /// [`FakeApiServer::go_down`]) before answering.
+    GoDown,
 }
+
+/// What the server does instead of answering: drops the connection.
+#[derive(Debug)]
+struct Dropped;
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection dropped without an answer")
+    }
+}
+
+impl std::error::Error for Dropped {}
+
+/// The status that stands for "no answer": the connection is dropped.
+const NO_ANSWER: u16 = 0;
+/// The status that stands for "the server goes down now".
+const GO_DOWN: u16 = 1;
 
 /// Where a resource lives: `api/v1/pods`, `apis/coordination.k8s.io/v1/leases`.
 type Resource = String;
@@ -119,6 +160,156 @@ struct State {
     watchers: Vec<Watcher>,
     requests: Vec<Recorded>,
     before_binding: BTreeMap<(String, String), BeforeBinding>,
+    /// Users by bearer token; empty: no authentication or authorization.
+    users: BTreeMap<String, User>,
+}
+
+/// One rule of a Role or ClusterRole, as RBAC's `PolicyRule`.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRule {
+    /// API groups (`""` the core group, `*` all).
+    #[serde(default)]
+    pub api_groups: Vec<String>,
+    /// Resources, `pods/binding` for a subresource, `*` all.
+    #[serde(default)]
+    pub resources: Vec<String>,
+    /// Object names the rule is limited to (none: all).
+    #[serde(default)]
+    pub resource_names: Vec<String>,
+    /// Verbs, `*` all.
+    pub verbs: Vec<String>,
+}
+
+impl PolicyRule {
+    /// Rules from the `rules` of a Role or ClusterRole (as JSON).
+    pub fn from_role(role: &Value) -> Result<Vec<Self>> {
+        Ok(serde_json::from_value(role["rules"].clone())?)
+    }
+
+    /// Whether this rule lets `verb` act on `resource` (`pods/binding`) of
+    /// `group`, for an object named `name` (none for create and list).
+    pub fn grants(&self, verb: &str, group: &str, resource: &str, name: Option<&str>) -> bool {
+        let any = |list: &[String], v: &str| list.iter().any(|x| x == "*" || x == v);
+        any(&self.api_groups, group)
+            && any(&self.resources, resource)
+            && any(&self.verbs, verb)
+            && (self.resource_names.is_empty()
+                || name.is_some_and(|n| self.resource_names.iter().any(|x| x == n)))
+    }
+}
+
+/// A user the server knows by token, with what RBAC grants it.
+#[derive(Debug, Clone)]
+struct User {
+    name: String,
+    /// ClusterRoles bound with ClusterRoleBindings: every namespace.
+    cluster: Vec<PolicyRule>,
+    /// Roles bound with RoleBindings: their namespace only.
+    namespaced: Vec<(String, Vec<PolicyRule>)>,
+}
+
+impl User {
+    fn allows(&self, verb: &str, t: &Target) -> bool {
+        let resource = match &t.subresource {
+            Some(sub) => format!("{}/{sub}", t.plural),
+            None => t.plural.clone(),
+        };
+        let name = t.name.as_deref();
+        self.cluster
+            .iter()
+            .any(|r| r.grants(verb, t.group(), &resource, name))
+            || t.namespace.as_ref().is_some_and(|ns| {
+                self.namespaced
+                    .iter()
+                    .filter(|(n, _)| n == ns)
+                    .flat_map(|(_, rules)| rules)
+                    .any(|r| r.grants(verb, t.group(), &resource, name))
+            })
+    }
+}
+
+/// The RBAC verb of a request.
+fn rbac_verb(method: &str, t: &Target, watching: bool) -> &'static str {
+    match (method, t.name.is_some()) {
+        ("GET", _) if watching => "watch",
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => "unknown",
+    }
+}
+
+/// The 403 the API server answers `user` for `verb` on `t`.
+fn forbidden(user: &str, verb: &str, t: &Target) -> Value {
+    let resource = match &t.subresource {
+        Some(sub) => format!("{}/{sub}", t.plural),
+        None => t.plural.clone(),
+    };
+    let subject = match &t.name {
+        Some(n) => format!("{} {n:?}", t.qualified()),
+        None => t.qualified(),
+    };
+    let scope = match &t.namespace {
+        Some(ns) => format!("in the namespace {ns:?}"),
+        None => "at the cluster scope".into(),
+    };
+    let mut d = serde_json::Map::new();
+    if let Some(n) = &t.name {
+        d.insert("name".into(), json!(n));
+    }
+    if !t.group().is_empty() {
+        d.insert("group".into(), json!(t.group()));
+    }
+    d.insert("kind".into(), json!(t.plural));
+    status_body(
+        403,
+        "Forbidden",
+        &format!(
+            "{subject} is forbidden: User {user:?} cannot {verb} resource {resource:?} in API group {:?} {scope}",
+            t.group()
+        ),
+        Value::Object(d),
+    )
+}
+
+impl State {
+    /// Authentication and authorization: `None` when the request may go
+    /// on, else the answer.
+    fn authorize(
+        &self,
+        method: &str,
+        path: &str,
+        watching: bool,
+        authorization: Option<&str>,
+    ) -> Option<(u16, Value)> {
+        if self.users.is_empty() {
+            return None;
+        }
+        let user = authorization
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .and_then(|token| self.users.get(token.trim()));
+        let Some(user) = user else {
+            return Some((
+                401,
+                status_body(401, "Unauthorized", "Unauthorized", Value::Null),
+            ));
+        };
+        // Discovery (`/version`, `/api`, `/apis/<group>/<version>`), which
+        // names no resource: open to every authenticated user
+        // (system:discovery).
+        let t = Target::parse(path)?;
+        let verb = rbac_verb(method, &t, watching);
+        if user.allows(verb, &t) {
+            None
+        } else {
+            Some((403, forbidden(&user.name, verb, &t)))
+        }
+    }
 }
 
 struct Shared {
@@ -127,6 +318,11 @@ struct Shared {
     recorded: watch::Sender<usize>,
     /// True while new watches are held back.
     held: watch::Sender<bool>,
+    /// True while the server is down: connections are closed at once,
+    /// unanswered.
+    down: watch::Sender<bool>,
+    /// Connections closed unanswered while down.
+    refused: watch::Sender<usize>,
     discovery: BTreeMap<String, Value>,
 }
 
@@ -276,6 +472,10 @@ fn kind_of(plural: &str) -> String {
         "resourceclaims" => "ResourceClaim",
         "resourceclaimtemplates" => "ResourceClaimTemplate",
         "resourceslices" => "ResourceSlice",
+        "devicetaintrules" => "DeviceTaintRule",
+        "csidrivers" => "CSIDriver",
+        "csistoragecapacities" => "CSIStorageCapacity",
+        "priorityclasses" => "PriorityClass",
         other => return other.trim_end_matches('s').to_string(),
     }
     .to_string()
@@ -293,7 +493,9 @@ fn status_body(code: u16, reason: &str, message: &str, details: Value) -> Value 
     if code >= 300 {
         v["message"] = json!(message);
         v["reason"] = json!(reason);
-        v["details"] = details;
+        if !details.is_null() {
+            v["details"] = details;
+        }
     }
     v
 }
@@ -364,6 +566,18 @@ fn matches(obj: &Value, selector: &[FieldTerm]) -> bool {
     selector
         .iter()
         .all(|t| (field(obj, &t.path) == t.value) == t.equal)
+}
+
+/// Whether `obj`'s labels satisfy an equality-based label selector
+/// (`k=v`, `k==v`, `k!=v`; a label that is absent is not equal to any
+/// value), as `labelSelector` filters lists. Keys are whole (they hold
+/// dots and slashes), unlike field paths.
+fn matches_labels(obj: &Value, selector: &[FieldTerm]) -> bool {
+    let labels = &obj["metadata"]["labels"];
+    selector.iter().all(|t| {
+        let value = labels.get(&t.path).and_then(Value::as_str);
+        (value == Some(t.value.as_str())) == t.equal
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -684,6 +898,13 @@ impl State {
                 BeforeBinding::Delete => {
                     self.remove(t, name);
                 }
+                BeforeBinding::GoDown => return (GO_DOWN, Value::Null),
+                BeforeBinding::DropAnswer => {
+                    // Dies with it: the watchers hear nothing of it.
+                    self.watchers.clear();
+                    self.bind(t, name, binding);
+                    return (NO_ANSWER, Value::Null);
+                }
                 BeforeBinding::BindTo(node) => {
                     let uid = self
                         .objects
@@ -748,6 +969,7 @@ impl State {
 
     fn list(&self, t: &Target, query: &BTreeMap<String, String>) -> Value {
         let selector = parse_selector(query.get("fieldSelector").map_or("", String::as_str));
+        let labels = parse_selector(query.get("labelSelector").map_or("", String::as_str));
         let resource = t.resource();
         // Objects of one resource are adjacent in the map (the key starts
         // with the resource); only the page's are copied.
@@ -757,7 +979,7 @@ impl State {
             .take_while(|((r, _, _), _)| *r == resource)
             .filter(|((_, ns, _), _)| t.namespace.as_ref().is_none_or(|want| want == ns))
             .map(|(_, o)| o)
-            .filter(|o| matches(o, &selector))
+            .filter(|o| matches(o, &selector) && matches_labels(o, &labels))
             .collect();
         let start: usize = query
             .get("continue")
@@ -830,7 +1052,8 @@ fn watch_event_line(kind: &str, object: &Value) -> Bytes {
 // ---------------------------------------------------------------------------
 // HTTP
 
-type Body = BoxBody<Bytes, Infallible>;
+/// The bodies the stand-in answers with.
+pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
 fn json_response(status: u16, body: &Value) -> Response<Body> {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
@@ -878,13 +1101,21 @@ fn parse_query(q: Option<&str>) -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Dropped> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let query = parse_query(req.uri().query());
+    if method == "GET" && path.ends_with("/portforward") {
+        return Ok(port_forward(&shared, req, &path));
+    }
     let content_type = req
         .headers()
         .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let authorization = req
+        .headers()
+        .get("authorization")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let body = match req.into_body().collect().await {
@@ -900,8 +1131,21 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         body: body.clone(),
         status: 0,
     };
+    if *shared.down.borrow() {
+        shared.refused.send_modify(|n| *n += 1);
+        return Err(Dropped);
+    }
     let watching =
         method == "GET" && matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
+    let refused = shared
+        .state
+        .lock()
+        .authorize(&method, &path, watching, authorization.as_deref());
+    if let Some((status, out)) = refused {
+        rec.status = status;
+        record(&shared, rec);
+        return Ok(json_response(status, &out));
+    }
     if watching {
         rec.status = 200;
         record(&shared, rec);
@@ -917,7 +1161,79 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     );
     rec.status = status;
     record(&shared, rec);
+    if status == NO_ANSWER {
+        return Err(Dropped);
+    }
     Ok(json_response(status, &out))
+}
+
+/// `pods/portforward`: the checks the API server makes, then the WebSocket
+/// ([`crate::portforward`]).
+fn port_forward(shared: &Shared, req: Request<Incoming>, path: &str) -> Response<Body> {
+    let query = req.uri().query().unwrap_or_default().to_string();
+    let ports: Vec<String> = query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| *k == "ports")
+        .map(|(_, v)| decode(v))
+        .collect();
+    let rec = |status: u16| Recorded {
+        method: "GET".into(),
+        path: path.to_string(),
+        query: parse_query(Some(&query)),
+        content_type: None,
+        body: Value::Null,
+        status,
+    };
+    let refuse = |status: u16, body: Value| {
+        record(shared, rec(status));
+        crate::portforward::refusal(status, &body)
+    };
+    let Some(t) = Target::parse(path).filter(|t| t.resource() == "api/v1/pods") else {
+        return refuse(
+            404,
+            status_body(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+                json!({}),
+            ),
+        );
+    };
+    let name = t.name.clone().unwrap_or_default();
+    let Some(pod) = shared
+        .state
+        .lock()
+        .objects
+        .get(&State::key(&t, &name))
+        .cloned()
+    else {
+        let (status, body) = not_found(&t, &name);
+        return refuse(status, body);
+    };
+    if pod["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        let message = format!("pod {name} does not have a host assigned");
+        return refuse(400, status_body(400, "BadRequest", &message, json!({})));
+    }
+    let ports = match crate::portforward::parse_ports(
+        &ports.iter().map(String::as_str).collect::<Vec<_>>(),
+    ) {
+        Ok(p) => p,
+        Err(message) => return refuse(400, status_body(400, "BadRequest", &message, json!({}))),
+    };
+    if !crate::portforward::is_websocket(&req) {
+        return refuse(
+            400,
+            status_body(400, "BadRequest", "Upgrade request required", json!({})),
+        );
+    }
+    let answer = crate::portforward::upgrade(req, &pod, ports);
+    record(shared, rec(answer.status().as_u16()));
+    answer
 }
 
 fn record(shared: &Shared, rec: Recorded) {
@@ -961,7 +1277,21 @@ fn answer(
             None => not_found(&t, &name),
         },
         ("POST", None, _) => s.create(&t, body.clone()),
-        ("POST", Some(name), Some("binding")) => s.bind(&t, &name, body),
+        ("POST", Some(name), Some("binding")) => {
+            let answer = s.bind(&t, &name, body);
+            if answer.0 == GO_DOWN {
+                shared.down.send_replace(true);
+                s.watchers.clear();
+                return (NO_ANSWER, Value::Null);
+            }
+            if answer.0 == NO_ANSWER {
+                // The server died: its watches end and new ones wait until
+                // the test releases them.
+                shared.held.send_replace(true);
+                s.watchers.clear();
+            }
+            answer
+        }
         ("PUT", Some(name), None | Some("status")) => s.replace(&t, &name, body.clone()),
         ("PATCH", Some(name), None | Some("status")) => {
             let strategic = content_type.is_some_and(|c| c.contains("strategic-merge-patch"));
@@ -1007,15 +1337,21 @@ async fn start_watch(
     path: &str,
     query: &BTreeMap<String, String>,
 ) -> Response<Body> {
-    // Held: wait until released (the connection stays open meanwhile).
-    let mut held = shared.held.subscribe();
-    let _ = held.wait_for(|h| !*h).await;
     let Some(t) = Target::parse(path) else {
         return json_response(404, &status_body(404, "NotFound", "not found", json!({})));
     };
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     {
-        let mut s = shared.state.lock();
+        // Held: wait until released (the connection stays open meanwhile);
+        // checked again under the lock, which holding takes too.
+        let mut held = shared.held.subscribe();
+        let mut s = loop {
+            let _ = held.wait_for(|h| !*h).await;
+            let s = shared.state.lock();
+            if !*shared.held.borrow() {
+                break s;
+            }
+        };
         let from: u64 = query
             .get("resourceVersion")
             .and_then(|r| r.parse().ok())
@@ -1078,6 +1414,8 @@ impl FakeApiServer {
             state: Mutex::new(State::default()),
             recorded: watch::channel(0).0,
             held: watch::channel(false).0,
+            down: watch::channel(false).0,
+            refused: watch::channel(0).0,
             discovery: load_discovery(recordings_dir().as_deref()),
         });
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
@@ -1089,12 +1427,18 @@ impl FakeApiServer {
                     _ = &mut stopped => break,
                 };
                 let Ok((stream, _)) = conn else { continue };
+                if *server.down.borrow() {
+                    server.refused.send_modify(|n| *n += 1);
+                    drop(stream);
+                    continue;
+                }
                 let shared = server.clone();
                 tokio::spawn(async move {
                     let service =
                         hyper::service::service_fn(move |req| handle(shared.clone(), req));
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .with_upgrades()
                         .await;
                 });
             }
@@ -1168,6 +1512,44 @@ impl FakeApiServer {
         Ok(out)
     }
 
+    /// Authenticates requests by bearer token from now on and authorizes
+    /// those with `token` as RBAC authorizes `user` bound to ClusterRoles
+    /// with `cluster` rules and to Roles with `namespaced` rules (by
+    /// namespace). Requests with no token or an unknown one get 401.
+    pub fn add_user(
+        &self,
+        token: &str,
+        user: &str,
+        cluster: Vec<PolicyRule>,
+        namespaced: Vec<(String, Vec<PolicyRule>)>,
+    ) {
+        self.shared.state.lock().users.insert(
+            token.to_string(),
+            User {
+                name: user.to_string(),
+                cluster,
+                namespaced,
+            },
+        );
+    }
+
+    /// Writes a kubeconfig pointing at this server that authenticates with
+    /// the bearer `token` to `path`.
+    pub fn write_kubeconfig_with_token(&self, path: &Path, token: &str) -> Result<()> {
+        self.write_kubeconfig(path)?;
+        let text = std::fs::read_to_string(path)?;
+        let text = text.replace("  user: {}\n", &format!("  user:\n    token: {token}\n"));
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// The requests the server refused with 403.
+    pub fn forbidden_requests(&self) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.status == 403)
+            .collect()
+    }
+
     /// Stages a race for the next binding of `namespace/name`.
     pub fn before_binding(&self, namespace: &str, name: &str, action: BeforeBinding) {
         self.shared
@@ -1175,6 +1557,29 @@ impl FakeApiServer {
             .lock()
             .before_binding
             .insert((namespace.into(), name.into()), action);
+    }
+
+    /// Takes the server down: every connection, new or open, is closed
+    /// unanswered (the watches end), until [`Self::come_back`].
+    pub fn go_down(&self) {
+        self.shared.down.send_replace(true);
+        self.shared.state.lock().watchers.clear();
+    }
+
+    /// Answers again after [`Self::go_down`].
+    pub fn come_back(&self) {
+        self.shared.down.send_replace(false);
+    }
+
+    /// Waits until `n` connections or requests in all were closed
+    /// unanswered while the server was down.
+    pub async fn wait_refused(&self, n: usize) -> Result<()> {
+        let mut rx = self.shared.refused.subscribe();
+        tokio::time::timeout(GUARD, rx.wait_for(|r| *r >= n))
+            .await
+            .map_err(|_| anyhow!("fewer than {n} refused connections within {GUARD:?}"))?
+            .map_err(|_| anyhow!("server gone"))?;
+        Ok(())
     }
 
     /// Ends every open watch connection and holds new watch requests open
@@ -1405,6 +1810,62 @@ mod tests {
             s.replace(&lease_t, "berth", renew),
             (409, stale["response"]["body"].clone())
         );
+    }
+
+    /// A user with no role gets the recorded 403s, word for word, and a
+    /// request without a known token the recorded 401.
+    #[test]
+    fn refusals_match_the_recorded_rbac_authorizer() {
+        let mut s = State::default();
+        s.users.insert(
+            "t".into(),
+            User {
+                name: "system:serviceaccount:kube-system:berth".into(),
+                cluster: Vec::new(),
+                namespaced: Vec::new(),
+            },
+        );
+        for name in [
+            "forbidden-binding",
+            "forbidden-lease-get",
+            "forbidden-list-resourceslices",
+            "forbidden-watch-resourceclaims",
+        ] {
+            let rec = recording(name).unwrap();
+            let path = rec["request"]["path"].as_str().unwrap();
+            let (path, query) = path.split_once('?').unwrap_or((path, ""));
+            let query = parse_query(Some(query));
+            let watching = query.get("watch").is_some_and(|w| w == "true");
+            let method = rec["request"]["method"].as_str().unwrap();
+            let got = s.authorize(method, path, watching, Some("Bearer t"));
+            assert_eq!(got, Some((403, rec["response"]["body"].clone())), "{name}");
+        }
+        let rec = recording("unauthorized-bad-token").unwrap();
+        assert_eq!(
+            s.authorize("GET", "/api/v1/nodes", false, Some("Bearer nope")),
+            Some((401, rec["response"]["body"].clone()))
+        );
+        // Discovery is open; a rule with resourceNames allows only those.
+        assert_eq!(
+            s.authorize("GET", "/apis/resource.k8s.io/v1", false, Some("Bearer t")),
+            None
+        );
+        let lease_rule: PolicyRule = serde_json::from_value(json!({
+            "apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "resourceNames": ["kube-scheduler"], "verbs": ["get", "update"],
+        }))
+        .unwrap();
+        s.users.get_mut("t").unwrap().namespaced = vec![("kube-system".into(), vec![lease_rule])];
+        let lease = |name: &str| {
+            s.authorize(
+                "GET",
+                &format!("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}"),
+                false,
+                Some("Bearer t"),
+            )
+        };
+        assert_eq!(lease("kube-scheduler"), None);
+        assert_eq!(lease("berth").map(|(c, _)| c), Some(403));
     }
 
     #[test]

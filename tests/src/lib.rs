@@ -6,6 +6,8 @@
 //! against a hung process.
 
 pub mod fake_apiserver;
+pub mod manifests;
+pub mod portforward;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -141,6 +143,24 @@ pub fn berthctl_path() -> Result<PathBuf> {
         .map_err(|e| anyhow!(e))
 }
 
+/// The kubectl-berth binary (the kubectl plugin), built once per test
+/// process like [`berthd_path`].
+pub fn kubectl_berth_path() -> Result<PathBuf> {
+    static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PATH.get_or_init(|| build_binary("berth-client", "kubectl-berth"))
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
+/// The berth-bench binary (the benchmark harness), built once per test
+/// process like [`berthd_path`].
+pub fn bench_path() -> Result<PathBuf> {
+    static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PATH.get_or_init(|| build_binary("berth-bench", "berth-bench"))
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
 /// A running berthd.
 pub struct Berthd {
     child: Child,
@@ -183,8 +203,15 @@ impl Berthd {
     /// Starts berthd with `args` (plus `--listen 127.0.0.1:0` and JSON logs)
     /// and waits until it serves.
     pub async fn start(args: &[&str]) -> Result<Self> {
+        let mut all = vec!["--listen", "127.0.0.1:0", "--log-format", "json"];
+        all.extend_from_slice(args);
+        Self::start_exact(&all).await
+    }
+
+    /// Starts berthd with exactly `args` (which must ask for JSON logs) and
+    /// waits until it serves.
+    pub async fn start_exact(args: &[&str]) -> Result<Self> {
         let mut child = Command::new(berthd_path()?)
-            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -315,6 +342,32 @@ impl Berthd {
         tokio::time::timeout(GUARD, read)
             .await
             .map_err(|_| anyhow!("berthd did not exit within {GUARD:?}"))?
+    }
+}
+
+impl Berthd {
+    /// Reads the log lines left until berthd exits; returns its exit
+    /// status and every line it logged, in order.
+    pub async fn exit_with_all_lines(
+        mut self,
+    ) -> Result<(std::process::ExitStatus, Vec<serde_json::Value>)> {
+        let read = async {
+            self.backlog.clear();
+            while let Some(v) = self.logs.recv().await {
+                self.seen.push(v);
+            }
+            let status = self.child.wait().await?;
+            Ok::<_, anyhow::Error>(status)
+        };
+        let status = tokio::time::timeout(GUARD, read)
+            .await
+            .map_err(|_| anyhow!("berthd did not exit within {GUARD:?}"))??;
+        Ok((status, std::mem::take(&mut self.seen)))
+    }
+
+    /// The log lines read so far that satisfy `pred`.
+    pub fn lines_where(&self, pred: impl Fn(&serde_json::Value) -> bool) -> Vec<serde_json::Value> {
+        self.seen.iter().filter(|l| pred(l)).cloned().collect()
     }
 }
 

@@ -731,6 +731,58 @@ async fn simulate_and_queue_tables() -> Result<()> {
     Ok(())
 }
 
+/// `why` reads the pod from berthd's cluster and answers with its exit
+/// code: 1 for a pod that fits nowhere (with the plugin that rejects each
+/// node) or waits for a gate, 0 for a bound one, 2 for errors.
+#[tokio::test]
+async fn why_explains_a_pod_of_the_embedded_cluster() -> Result<()> {
+    let dir = TempDir::new("why")?;
+    let b = start(&dir).await?;
+    let out = ctl(&b.addr, &["why", "big"]).await?;
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout)?;
+    assert!(
+        text.starts_with("Pod default/big, scheduler default-scheduler\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("In berth's queue: unschedulable, 1 attempt\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Now: does not fit. 0/4 nodes are available:"),
+        "{text}"
+    );
+    // The cordoned node is rejected by NodeUnschedulable, the others by
+    // NodeResourcesFit.
+    assert!(
+        cells(row(&text, "n4")).contains(&"NodeUnschedulable"),
+        "{text}"
+    );
+    assert_eq!(
+        cells(row(&text, "n1"))[2..],
+        ["NodeResourcesFit", "Insufficient cpu"]
+    );
+
+    let out = ctl(&b.addr, &["why", "gated"]).await?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8(out.stdout)?.contains("Waiting for scheduling gates: [example.com/wait]")
+    );
+
+    let out = ctl_ok(&b.addr, &["why", "a"]).await?;
+    assert!(out.contains("Bound to n1: nothing to explain."), "{out}");
+    let json: serde_json::Value =
+        serde_json::from_str(&ctl_ok(&b.addr, &["why", "c", "-n", "shop", "-o", "json"]).await?)?;
+    assert_eq!(json["fits"], true);
+    assert_eq!(json["pod"]["nodeName"], "n2");
+
+    let err = ctl_err(&b.addr, &["why", "nope"], 2).await?;
+    assert!(err.contains("NotFound"), "{err}");
+    b.stop().await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn apply_and_delete_round_trip() -> Result<()> {
     let dir = TempDir::new("apply")?;

@@ -11,159 +11,11 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use anyhow::{Context, Result, anyhow, bail, ensure};
+use anyhow::{Context, Result, anyhow};
+use berth_e2e::fake_apiserver::{PolicyRule, recording};
+use berth_e2e::manifests::{flag_values, manifests};
 use berth_e2e::{berthd_path, workspace_root};
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use serde_json::Value;
-
-/// kubectl: `KUBECTL`, else the one on PATH. tests/run.sh installs Debian's
-/// kubernetes-client when there is none.
-fn kubectl() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("KUBECTL") {
-        return Ok(PathBuf::from(p));
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("kubectl"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            anyhow!(
-                "kubectl not found on PATH; run tests/run.sh, which installs Debian's kubernetes-client"
-            )
-        })
-}
-
-/// The objects `kubectl kustomize deploy/` renders.
-fn render() -> Result<Vec<Value>> {
-    let dir = workspace_root().join("deploy");
-    let out = Command::new(kubectl()?)
-        .arg("kustomize")
-        .arg(&dir)
-        .output()
-        .context("running kubectl kustomize")?;
-    ensure!(
-        out.status.success(),
-        "kubectl kustomize {} failed: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout)?;
-    let mut objects = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v: Value = serde::Deserialize::deserialize(doc)?;
-        if !v.is_null() {
-            objects.push(v);
-        }
-    }
-    Ok(objects)
-}
-
-/// The first place where `a` and `b` differ, as a JSON path.
-fn first_difference(a: &Value, b: &Value, path: &str) -> Option<String> {
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            for (k, va) in x {
-                let p = format!("{path}.{k}");
-                match y.get(k) {
-                    None => return Some(format!("{p}: not a field of the type (dropped)")),
-                    Some(vb) => {
-                        if let Some(d) = first_difference(va, vb, &p) {
-                            return Some(d);
-                        }
-                    }
-                }
-            }
-            y.keys()
-                .find(|k| !x.contains_key(*k))
-                .map(|k| format!("{path}.{k}: added by the type"))
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            if x.len() != y.len() {
-                return Some(format!("{path}: {} items became {}", x.len(), y.len()));
-            }
-            x.iter()
-                .zip(y)
-                .enumerate()
-                .find_map(|(i, (va, vb))| first_difference(va, vb, &format!("{path}[{i}]")))
-        }
-        _ if a == b => None,
-        _ => Some(format!("{path}: {a} became {b}")),
-    }
-}
-
-/// Parses `v` as `T` and checks that nothing was lost or changed.
-fn typed<T: DeserializeOwned + Serialize>(v: &Value) -> Result<T> {
-    let name = format!(
-        "{} {}",
-        v["kind"].as_str().unwrap_or("?"),
-        v["metadata"]["name"].as_str().unwrap_or("?")
-    );
-    let t: T = serde_json::from_value(v.clone()).with_context(|| format!("{name}: schema"))?;
-    let back = serde_json::to_value(&t)?;
-    if let Some(d) = first_difference(v, &back, "") {
-        bail!("{name}: does not match its schema at {d}");
-    }
-    Ok(t)
-}
-
-struct Manifests {
-    service_account: ServiceAccount,
-    cluster_role: ClusterRole,
-    cluster_role_binding: ClusterRoleBinding,
-    role: Role,
-    role_binding: RoleBinding,
-    config_map: ConfigMap,
-    deployment: Deployment,
-    service: Service,
-}
-
-fn manifests() -> Result<Manifests> {
-    let mut sa = None;
-    let mut cr = None;
-    let mut crb = None;
-    let mut role = None;
-    let mut rb = None;
-    let mut cm = None;
-    let mut dep = None;
-    let mut svc = None;
-    for v in render()? {
-        let kind = v["kind"].as_str().unwrap_or_default().to_string();
-        match kind.as_str() {
-            "ServiceAccount" => sa = Some(typed(&v)?),
-            "ClusterRole" => cr = Some(typed(&v)?),
-            "ClusterRoleBinding" => crb = Some(typed(&v)?),
-            "Role" => role = Some(typed(&v)?),
-            "RoleBinding" => rb = Some(typed(&v)?),
-            "ConfigMap" => cm = Some(typed(&v)?),
-            "Deployment" => dep = Some(typed(&v)?),
-            "Service" => svc = Some(typed(&v)?),
-            other => bail!("deploy/ renders an unexpected kind {other:?}"),
-        }
-    }
-    let missing = |what: &str| anyhow!("deploy/ renders no {what}");
-    Ok(Manifests {
-        service_account: sa.ok_or_else(|| missing("ServiceAccount"))?,
-        cluster_role: cr.ok_or_else(|| missing("ClusterRole"))?,
-        cluster_role_binding: crb.ok_or_else(|| missing("ClusterRoleBinding"))?,
-        role: role.ok_or_else(|| missing("Role"))?,
-        role_binding: rb.ok_or_else(|| missing("RoleBinding"))?,
-        config_map: cm.ok_or_else(|| missing("ConfigMap"))?,
-        deployment: dep.ok_or_else(|| missing("Deployment"))?,
-        service: svc.ok_or_else(|| missing("Service"))?,
-    })
-}
-
-/// `--name=value` arguments as (name, value).
-fn flag_values(args: &[String]) -> Vec<(&str, &str)> {
-    args.iter()
-        .filter_map(|a| a.strip_prefix("--"))
-        .map(|a| a.split_once('=').unwrap_or((a, "")))
-        .collect()
-}
+use berth_server::cluster::kube::access::{self, LeaseRef, Need};
 
 fn port_of(addr: &str) -> Result<i32> {
     let (_, port) = addr
@@ -192,10 +44,122 @@ fn every_object_matches_its_schema_and_the_namespace_and_image_are_set() -> Resu
         .spec
         .as_ref()
         .ok_or_else(|| anyhow!("the Deployment has no pod spec"))?;
+    // The version, never latest, pulled only when the node lacks it: an
+    // image loaded into kind or minikube is used as it is.
+    let version = env!("CARGO_PKG_VERSION");
     assert_eq!(
         pod.containers[0].image.as_deref(),
-        Some("ghcr.io/berth-scheduler/berthd:latest")
+        Some(format!("ghcr.io/berth-scheduler/berthd:{version}").as_str())
     );
+    assert_eq!(
+        pod.containers[0].image_pull_policy.as_deref(),
+        Some("IfNotPresent")
+    );
+    Ok(())
+}
+
+/// deploy/deploy.sh, run for real where nothing needs a daemon or a
+/// cluster: its arguments, the commands it would run (--dry-run) for kind,
+/// minikube and a registry, and the manifests it renders with a registry's
+/// image (through the real kustomize).
+#[test]
+fn the_deploy_script_builds_loads_or_pushes_the_versioned_image_and_sets_it() -> Result<()> {
+    let script = workspace_root().join("deploy/deploy.sh");
+    let root = workspace_root().display().to_string();
+    let version = env!("CARGO_PKG_VERSION");
+    let run = |args: &[&str]| -> Result<(i32, String, String)> {
+        let out = Command::new(&script).args(args).output()?;
+        Ok((
+            out.status.code().unwrap_or(-1),
+            String::from_utf8(out.stdout)?,
+            String::from_utf8(out.stderr)?,
+        ))
+    };
+
+    let (code, out, _) = run(&["--help"])?;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("registry REGISTRY") && out.contains("kind [CLUSTER]"),
+        "{out}"
+    );
+    for (args, says) in [
+        (&[][..], "no command given"),
+        (&["bogus"][..], "unknown command bogus"),
+        (&["registry"][..], "registry needs REGISTRY"),
+        (&["--tag", "latest", "image"][..], "--tag latest"),
+        (&["--tag"][..], "--tag needs a value"),
+        (
+            &["--frobnicate", "image"][..],
+            "unknown option --frobnicate",
+        ),
+        (&["kind", "a", "b"][..], "at most one argument"),
+    ] {
+        let (code, out, err) = run(args)?;
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+
+    let image = format!("ghcr.io/berth-scheduler/berthd:{version}");
+    let build = format!("+ docker build -f {root}/deploy/Dockerfile -t {image} {root}");
+    let (code, out, err) = run(&["--dry-run", "kind", "dev"])?;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            build.as_str(),
+            &format!("+ kind load docker-image {image} --name dev"),
+            &format!("+ kubectl apply -k {root}/deploy"),
+        ]
+    );
+    let (_, out, _) = run(&["--dry-run", "minikube"])?;
+    assert!(
+        out.contains(&format!(
+            "+ minikube image load {image} --profile minikube\n"
+        )),
+        "{out}"
+    );
+    let (_, out, _) = run(&[
+        "--dry-run",
+        "--tag",
+        "dev-3",
+        "registry",
+        "registry.example.com/team",
+    ])?;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(
+        lines[0].contains("-t registry.example.com/team/berthd:dev-3 "),
+        "{out}"
+    );
+    assert_eq!(
+        lines[1],
+        "+ docker push registry.example.com/team/berthd:dev-3"
+    );
+    assert!(lines[2].starts_with("+ kubectl apply -k "), "{out}");
+
+    // What would be applied with a registry: deploy/ with the image set.
+    let (code, out, err) = run(&["render", "localhost:5000"])?;
+    assert_eq!(code, 0, "{err}");
+    let mut objects = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&out) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+        objects.push(v);
+    }
+    let rendered = berth_e2e::manifests::manifests_of(&objects)?;
+    let c = &rendered
+        .deployment
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .context("pod spec")?
+        .containers[0];
+    assert_eq!(
+        c.image.as_deref(),
+        Some(format!("localhost:5000/berthd:{version}").as_str())
+    );
+    assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
     Ok(())
 }
 
@@ -432,5 +396,114 @@ fn the_dockerfile_builds_berthd_locked_and_runs_it_as_the_deployments_user() -> 
         .and_then(|p| p.security_context.as_ref())
         .context("pod securityContext")?;
     assert_eq!(psc.run_as_user, Some(uid));
+    Ok(())
+}
+
+/// What of `needs` neither the ClusterRole rules `cluster` nor the Role
+/// rules `namespaced` (by namespace) grant, one line per verb.
+fn ungranted(
+    needs: &[Need],
+    cluster: &[PolicyRule],
+    namespaced: &[(String, Vec<PolicyRule>)],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for n in needs {
+        let in_roles = n.namespace.as_ref().map_or(Vec::new(), |ns| {
+            namespaced
+                .iter()
+                .filter(|(x, _)| x == ns)
+                .flat_map(|(_, r)| r.iter())
+                .collect::<Vec<_>>()
+        });
+        for verb in &n.verbs {
+            let granted = cluster
+                .iter()
+                .chain(in_roles.iter().copied())
+                .any(|r| r.grants(verb, n.group, n.resource, n.name.as_deref()));
+            if !granted {
+                out.push(format!("{verb} on {n}"));
+            }
+        }
+    }
+    out
+}
+
+fn lease_of(m: &berth_e2e::manifests::Manifests) -> Result<LeaseRef> {
+    let text = m
+        .config_map
+        .data
+        .as_ref()
+        .and_then(|d| d.get("config.yaml"))
+        .context("the ConfigMap's config.yaml")?;
+    let registry = berth_server::plugins::in_tree_registry();
+    let cfg = berth_server::config::parse(text, &|n| registry.contains(n))
+        .map_err(|e| anyhow!("config.yaml: {e}"))?;
+    Ok(LeaseRef {
+        namespace: cfg.leader_election.resource_namespace,
+        name: cfg.leader_election.resource_name,
+    })
+}
+
+/// Adding a watch or a write to berthd without its rule here fails this
+/// test: the rules come from berthd's own list (access::needed), and
+/// deploy/'s ClusterRole and Role must grant every one of them.
+#[test]
+fn deploys_rbac_grants_everything_berthd_watches_and_writes() -> Result<()> {
+    let m = manifests()?;
+    let lease = lease_of(&m)?;
+    let needs = access::needed(Some(&lease));
+    let cluster = PolicyRule::from_role(&serde_json::to_value(&m.cluster_role)?)?;
+    let role = PolicyRule::from_role(&serde_json::to_value(&m.role)?)?;
+    let ns = m.role.metadata.namespace.clone().unwrap_or_default();
+    let missing = ungranted(&needs, &cluster, &[(ns, role)]);
+    assert!(
+        missing.is_empty(),
+        "deploy/rbac.yaml does not grant what berthd needs:\n  {}",
+        missing.join("\n  ")
+    );
+    // The DRA kinds are among them (deploy/'s role had none of them).
+    assert!(needs.iter().any(|n| n.resource == "resourceslices"));
+    Ok(())
+}
+
+/// As a replacement for kube-scheduler, under its built-in roles (bound
+/// to the user system:kube-scheduler in every cluster): everything but
+/// the Lease is granted, and the Lease only under the name kube-scheduler.
+#[test]
+fn kube_schedulers_built_in_roles_grant_it_with_the_kube_scheduler_lease() -> Result<()> {
+    let mut cluster = Vec::new();
+    for name in [
+        "clusterrole-system-kube-scheduler",
+        "clusterrole-system-volume-scheduler",
+    ] {
+        cluster.extend(PolicyRule::from_role(&recording(name)?["body"])?);
+    }
+    // The roles were recorded from v1.36, where DRADeviceTaintRules was off
+    // by default; v1.37's bootstrap policy grants kube-scheduler read access
+    // to DeviceTaintRules whenever the gate is on (GA in v1.37).
+    cluster.push(PolicyRule {
+        api_groups: vec!["resource.k8s.io".into()],
+        resources: vec!["devicetaintrules".into()],
+        resource_names: vec![],
+        verbs: vec!["get".into(), "list".into(), "watch".into()],
+    });
+    let lease = |name: &str| LeaseRef {
+        namespace: "kube-system".into(),
+        name: name.into(),
+    };
+    let missing = ungranted(
+        &access::needed(Some(&lease("kube-scheduler"))),
+        &cluster,
+        &[],
+    );
+    assert!(missing.is_empty(), "{missing:#?}");
+    let missing = ungranted(&access::needed(Some(&lease("berth"))), &cluster, &[]);
+    assert_eq!(
+        missing,
+        [
+            r#"get on {apiGroups: ["coordination.k8s.io"], resources: ["leases"], resourceNames: ["berth"], verbs: ["get", "update"]}"#,
+            r#"update on {apiGroups: ["coordination.k8s.io"], resources: ["leases"], resourceNames: ["berth"], verbs: ["get", "update"]}"#,
+        ]
+    );
     Ok(())
 }

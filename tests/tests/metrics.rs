@@ -352,7 +352,9 @@ async fn readyz_says_which_extender_holds_scheduling_back() -> Result<()> {
     let (status, body) = get(&http, "/readyz?verbose").await?;
     assert_eq!(status, 500);
     assert!(
-        body.contains("[-]extenders failed: reason withheld"),
+        body.contains(
+            "[-]extenders failed: waiting for extenders before scheduling: away: no Hello yet ("
+        ),
         "{body}"
     );
     b.stop().await?;

@@ -105,6 +105,11 @@ fn unmet(expected: &[Value], pods: &[Value], queue: &[berth_client::pb::QueuedPo
 }
 
 async fn run(file: &str) -> Result<()> {
+    run_with(file, &[]).await
+}
+
+/// Runs a scenario with berthd's `extra` flags too.
+async fn run_with(file: &str, extra: &[&str]) -> Result<()> {
     let path = workspace_root().join("tests/scenarios").join(file);
     let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
     let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
@@ -119,9 +124,10 @@ async fn run(file: &str) -> Result<()> {
     let initial: Vec<&Value> = objects.iter().filter(|o| stage(o) == 0).collect();
     let last_stage = objects.iter().map(stage).max().unwrap_or(0);
     let dir = std::env::temp_dir().join(format!(
-        "berth-scenario-{}-{}",
+        "berth-scenario-{}-{}-{}",
         std::process::id(),
-        file.replace('/', "_")
+        file.replace('/', "_"),
+        extra.len()
     ));
     std::fs::create_dir_all(&dir)?;
     let cluster = dir.join("cluster.json");
@@ -163,6 +169,7 @@ async fn run(file: &str) -> Result<()> {
         std::fs::write(&p, serde_yaml::to_string(&cfg)?)?;
         args.extend(["--config".into(), p.display().to_string()]);
     }
+    args.extend(extra.iter().map(|a| a.to_string()));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut berthd = Berthd::start(&argv).await?;
     let mut client = berthd.client().await?;
@@ -265,4 +272,35 @@ scenarios! {
     dynamic_resources => "dynamic_resources.yaml",
     dynamic_resources_unreserve => "dynamic_resources_unreserve.yaml",
     dynamic_resources_extended => "dynamic_resources_extended.yaml",
+}
+
+/// The scenarios' expectations are kube-scheduler v1.36.2's placements
+/// (none exercises what v1.37 changed): with the gates set back to v1.36's
+/// defaults they hold as they do under v1.37's.
+#[tokio::test]
+async fn every_scenario_holds_with_v1_36_s_gates() -> Result<()> {
+    let flag = format!(
+        "--feature-gates={}",
+        berth_server::features::previous_release_flag()
+    );
+    for file in [
+        "node_resources.yaml",
+        "node_name_and_unschedulable.yaml",
+        "scheduling_gates.yaml",
+        "preemption.yaml",
+        "coscheduling.yaml",
+        "taint_toleration.yaml",
+        "node_affinity.yaml",
+        "node_ports.yaml",
+        "image_locality.yaml",
+        "inter_pod_affinity.yaml",
+        "pod_topology_spread.yaml",
+        "volumes.yaml",
+        "dynamic_resources.yaml",
+        "dynamic_resources_unreserve.yaml",
+        "dynamic_resources_extended.yaml",
+    ] {
+        run_with(file, &[flag.as_str()]).await?;
+    }
+    Ok(())
 }

@@ -99,14 +99,28 @@ fn pod_info(field: &str, mut pod: Pod, uid_prefix: &str) -> Result<PodInfo, ApiE
 }
 
 /// Parses a pod given as JSON at request field `field`, as the API server
-/// would admit it.
+/// would admit it (without PriorityClasses).
+#[cfg(test)]
 pub fn pod_from_json(
     field: &str,
     value: serde_json::Value,
     uid_prefix: &str,
 ) -> Result<PodInfo, ApiError> {
+    pod_from_json_with_priority(field, value, uid_prefix, |_| Ok(()))
+}
+
+/// Parses a pod given as JSON at request field `field`, as the API server
+/// would admit it, the Priority admission run by `admit` (against the
+/// cluster's PriorityClasses) before the pod is parsed for scheduling.
+pub fn pod_from_json_with_priority(
+    field: &str,
+    value: serde_json::Value,
+    uid_prefix: &str,
+    admit: impl FnOnce(&mut Pod) -> Result<(), crate::model::priority::PriorityRefused>,
+) -> Result<PodInfo, ApiError> {
     check_kind(field, &value, "Pod")?;
-    let pod = admission::pod_from_json(value).map_err(|e| at(field, e))?;
+    let mut pod = admission::pod_from_json(value).map_err(|e| at(field, e))?;
+    admit(&mut pod).map_err(|e| ApiError::InvalidArgument(format!("{field}: {e}")))?;
     pod_info(field, pod, uid_prefix)
 }
 
@@ -125,6 +139,16 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Runs the Priority admission on the template (the classes are the
+    /// cluster's), naming the field on refusal.
+    pub fn admit_priority(
+        &mut self,
+        admit: impl FnOnce(&mut Pod) -> Result<(), crate::model::priority::PriorityRefused>,
+    ) -> Result<(), ApiError> {
+        admit(&mut self.template)
+            .map_err(|e| ApiError::InvalidArgument(format!("{}: {e}", self.field)))
+    }
+
     /// The `i`-th pod: `<name>-<i>`, with a fresh UID.
     pub fn pod(&self, i: usize) -> Result<PodInfo, ApiError> {
         let mut pod = self.template.clone();

@@ -11,7 +11,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use tonic::{Request, Response, Status};
 
 pub use super::convert::MAX_SIMULATED_PODS;
-use super::convert::{object, pod_from_json, simulation_plan};
+use super::convert::{object, pod_from_json_with_priority, simulation_plan};
 use super::paging::{MAX_PAGE_BYTES, Page, page};
 use super::simulations::{Simulations, check_limit};
 use super::{ApiError, Closing};
@@ -335,7 +335,10 @@ impl SchedulerService for SchedulerApi {
         req: Request<pb::DryRunRequest>,
     ) -> Result<Response<pb::DryRunResponse>, Status> {
         let req = req.into_inner();
-        let pod = pod_from_json("pod", object("pod", req.pod.as_ref())?, "dry-run")?;
+        let pod =
+            pod_from_json_with_priority("pod", object("pod", req.pod.as_ref())?, "dry-run", |p| {
+                self.scheduler.admit_priority(p)
+            })?;
         let profile = Some(req.profile.as_str()).filter(|p| !p.is_empty());
         let report = self
             .scheduler
@@ -386,7 +389,8 @@ impl SchedulerService for SchedulerApi {
         let mut total = 0usize;
         for (i, s) in req.pods.iter().enumerate() {
             let field = format!("pods[{i}]");
-            let plan = simulation_plan(&field, object(&field, Some(s))?, replicas)?;
+            let mut plan = simulation_plan(&field, object(&field, Some(s))?, replicas)?;
+            plan.admit_priority(|p| self.scheduler.admit_priority(p))?;
             total = total.saturating_add(plan.count);
             if total > MAX_SIMULATED_PODS {
                 return Err(ApiError::InvalidArgument(format!(
@@ -487,6 +491,22 @@ impl SchedulerService for SchedulerApi {
             r#continue: next,
             remaining_item_count: remaining,
         }))
+    }
+
+    async fn list_profiles(
+        &self,
+        _req: Request<pb::ListProfilesRequest>,
+    ) -> Result<Response<pb::ListProfilesResponse>, Status> {
+        let mut profiles: Vec<pb::Profile> = self
+            .scheduler
+            .profiles()
+            .keys()
+            .map(|name| pb::Profile {
+                scheduler_name: name.to_string(),
+            })
+            .collect();
+        profiles.sort_by(|a, b| a.scheduler_name.cmp(&b.scheduler_name));
+        Ok(Response::new(pb::ListProfilesResponse { profiles }))
     }
 
     async fn get_queue(

@@ -179,10 +179,24 @@ struct Args {
     #[arg(long, value_name = "TYPE")]
     kube_api_content_type: Option<String>,
 
+    /// How long a replica that took the leader Lease may lead without its
+    /// cache synced (an informer refused or failing) before it gives the
+    /// Lease up for a standby that can serve, and campaigns again only once
+    /// it has synced (Go duration; 0s: never give it up).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    cache_sync_timeout: Duration,
+
     /// Feature gates, as kube-scheduler takes them: `Name=true,Name2=false`
     /// (may be given more than once). Defaults are kube-scheduler v1.37's.
     #[arg(long, value_name = "Name=bool,...")]
     feature_gates: Vec<String>,
+
+    /// While the API server or a remote extender is down, how often berthd
+    /// logs a summary of the outage (attempts failed and skipped, pods
+    /// waiting), between its one line when it goes down and its one line
+    /// when it is back (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration)]
+    outage_summary_interval: Duration,
 
     /// On SIGTERM/SIGINT, how long in-flight binding cycles get to bind or
     /// Unreserve before berthd exits anyway (Go duration).
@@ -330,6 +344,10 @@ async fn run(args: Args) -> Result<()> {
         tracing::info!(endpoint, "exporting trace spans over OTLP");
     }
     let signal = shutdown_signal()?;
+    if args.outage_summary_interval.is_zero() {
+        anyhow::bail!("--outage-summary-interval: must be greater than zero");
+    }
+    berth_server::outage::set_summary_every(args.outage_summary_interval);
 
     // As kube-scheduler: a gate that is unknown, malformed or locked stops
     // startup, naming it; so does a value berth does not implement.
@@ -369,19 +387,8 @@ async fn run(args: Args) -> Result<()> {
         (None, true) => Some(kube_source::config_in_cluster()?),
         (None, false) => None,
     };
-    // Kube mode elects a leader (unless leaderElect is off); the embedded
-    // cluster never does: it is always the leader.
-    let election = match &kube_config {
-        Some(config) if cfg.leader_election.leader_elect => {
-            let client = kube_source::client(
-                config.clone(),
-                &client_options.for_purpose("leader-election"),
-            )?;
-            let ecfg = ElectionConfig::from_config(&cfg.leader_election, default_identity());
-            Some(berth_server::leader::Election::start(client, ecfg))
-        }
-        _ => None,
-    };
+    let election_config = kube_config.clone();
+    let mut kube_cluster: Option<Arc<KubeCluster>> = None;
     let (source, backend): (Arc<dyn ClusterSource>, ClusterBackend) = match kube_config {
         Some(config) => {
             let server = config.cluster_url.to_string();
@@ -403,9 +410,12 @@ async fn run(args: Args) -> Result<()> {
                 config,
                 KubeOptions {
                     client: client_options.clone(),
+                    device_taint_rules: gates
+                        .enabled(berth_server::features::Feature::DRADeviceTaintRules),
                     ..KubeOptions::default()
                 },
             )?;
+            kube_cluster = Some(kube.clone());
             (kube.clone(), kube.into())
         }
         None => {
@@ -417,6 +427,35 @@ async fn run(args: Args) -> Result<()> {
             let embedded = EmbeddedCluster::from_objects(objects)?;
             (embedded.clone(), embedded.into())
         }
+    };
+    // Kube mode elects a leader (unless leaderElect is off); the embedded
+    // cluster never does: it is always the leader. A leader whose cache has
+    // not synced within --cache-sync-timeout hands the Lease over.
+    let election = match (&election_config, &kube_cluster) {
+        (Some(config), Some(kube)) if cfg.leader_election.leader_elect => {
+            let client = kube_source::client(
+                config.clone(),
+                &client_options.for_purpose("leader-election"),
+            )?;
+            let mut ecfg = ElectionConfig::from_config(&cfg.leader_election, default_identity());
+            ecfg.sync_timeout = args.cache_sync_timeout;
+            let kube = kube.clone();
+            let serving: berth_server::leader::Serving = Arc::new(move || {
+                let waiting = kube.unsynced();
+                if waiting.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "waiting for informers to sync: {}",
+                        waiting.join(", ")
+                    ))
+                }
+            });
+            Some(berth_server::leader::Election::start_serving(
+                client, ecfg, serving,
+            ))
+        }
+        _ => None,
     };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(TlsConfig::load(&TlsFiles {
@@ -462,6 +501,18 @@ async fn run(args: Args) -> Result<()> {
     for p in &cfg.profiles {
         tracing::info!(profile = %p.scheduler_name, "profile ready");
     }
+    // An API server outage's summaries say how many pods wait.
+    if let Some(o) = kube_cluster.as_ref().and_then(|k| k.api_outage()) {
+        let s = scheduler.clone();
+        o.set_context(Box::new(move || {
+            let c = s.queue_counts();
+            format!(
+                "{} pods wait to be scheduled and {} bindings are under way",
+                c.active + c.backoff + c.unschedulable + c.gated + c.in_flight,
+                s.bindings_in_flight()
+            )
+        }));
+    }
     // Only now that the configuration has been accepted: a bad one stops
     // startup before anything claims to serve.
     tracing::info!(%addr, tls = tls_on, mtls = mtls_on, "serving gRPC on {addr}");
@@ -470,14 +521,23 @@ async fn run(args: Args) -> Result<()> {
     // cache holds the cluster, until shutdown starts.
     let health = Arc::new(HealthChecks::new());
     let synced = scheduler.clone();
+    let watching = kube_cluster.clone();
     health.register(
         "sched-handler-sync",
         Scope::Ready,
         Arc::new(move || {
             if synced.is_synced() {
-                Ok(())
-            } else {
+                return Ok(());
+            }
+            // Kube mode says which informers have not listed, and why.
+            let waiting = watching.as_ref().map(|k| k.unsynced()).unwrap_or_default();
+            if waiting.is_empty() {
                 Err("waiting for handlers to sync".into())
+            } else {
+                Err(format!(
+                    "waiting for informers to sync: {}",
+                    waiting.join(", ")
+                ))
             }
         }),
     );

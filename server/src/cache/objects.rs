@@ -2,7 +2,9 @@
 //! namespaces, volumes and their classes, CSI nodes, disruption budgets,
 //! the workload objects whose selectors default topology spreading, and
 //! Dynamic Resource Allocation's device classes, claims, claim templates
-//! and resource slices (`resource.k8s.io/v1`).
+//! and resource slices (`resource.k8s.io/v1`), DeviceTaintRules, CSI
+//! drivers and storage capacities, and PriorityClasses (which the embedded
+//! cluster's admission reads).
 //!
 //! The scheduler keeps them in an [`ObjectStore`] fed by the cluster
 //! source's change stream (as kube-scheduler keeps informer caches); plugins
@@ -17,9 +19,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+    DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::RwLock;
 
@@ -60,11 +63,19 @@ pub enum ObjectKind {
     ResourceClaimTemplate,
     /// resource.k8s.io/v1 ResourceSlice.
     ResourceSlice,
+    /// resource.k8s.io/v1 DeviceTaintRule.
+    DeviceTaintRule,
+    /// storage.k8s.io/v1 CSIDriver.
+    CsiDriver,
+    /// storage.k8s.io/v1 CSIStorageCapacity.
+    CsiStorageCapacity,
+    /// scheduling.k8s.io/v1 PriorityClass.
+    PriorityClass,
 }
 
 impl ObjectKind {
     /// Every kind.
-    pub const ALL: [ObjectKind; 14] = [
+    pub const ALL: [ObjectKind; 18] = [
         Self::Namespace,
         Self::PersistentVolume,
         Self::PersistentVolumeClaim,
@@ -79,6 +90,10 @@ impl ObjectKind {
         Self::ResourceClaim,
         Self::ResourceClaimTemplate,
         Self::ResourceSlice,
+        Self::DeviceTaintRule,
+        Self::CsiDriver,
+        Self::CsiStorageCapacity,
+        Self::PriorityClass,
     ];
 
     /// `(apiVersion, kind)` as objects carry them.
@@ -98,6 +113,43 @@ impl ObjectKind {
             Self::ResourceClaim => ("resource.k8s.io/v1", "ResourceClaim"),
             Self::ResourceClaimTemplate => ("resource.k8s.io/v1", "ResourceClaimTemplate"),
             Self::ResourceSlice => ("resource.k8s.io/v1", "ResourceSlice"),
+            Self::DeviceTaintRule => ("resource.k8s.io/v1", "DeviceTaintRule"),
+            Self::CsiDriver => ("storage.k8s.io/v1", "CSIDriver"),
+            Self::CsiStorageCapacity => ("storage.k8s.io/v1", "CSIStorageCapacity"),
+            Self::PriorityClass => ("scheduling.k8s.io/v1", "PriorityClass"),
+        }
+    }
+
+    /// The resource name the API serves this kind under (`namespaces`,
+    /// `resourceclaims`), as RBAC rules and paths name it.
+    pub fn plural(&self) -> &'static str {
+        match self {
+            Self::Namespace => "namespaces",
+            Self::PersistentVolume => "persistentvolumes",
+            Self::PersistentVolumeClaim => "persistentvolumeclaims",
+            Self::StorageClass => "storageclasses",
+            Self::CsiNode => "csinodes",
+            Self::PodDisruptionBudget => "poddisruptionbudgets",
+            Self::Service => "services",
+            Self::ReplicaSet => "replicasets",
+            Self::StatefulSet => "statefulsets",
+            Self::ReplicationController => "replicationcontrollers",
+            Self::DeviceClass => "deviceclasses",
+            Self::ResourceClaim => "resourceclaims",
+            Self::ResourceClaimTemplate => "resourceclaimtemplates",
+            Self::ResourceSlice => "resourceslices",
+            Self::DeviceTaintRule => "devicetaintrules",
+            Self::CsiDriver => "csidrivers",
+            Self::CsiStorageCapacity => "csistoragecapacities",
+            Self::PriorityClass => "priorityclasses",
+        }
+    }
+
+    /// The API group (`""` for the core group).
+    pub fn group(&self) -> &'static str {
+        match self.type_meta().0.rsplit_once('/') {
+            Some((group, _)) => group,
+            None => "",
         }
     }
 
@@ -111,6 +163,9 @@ impl ObjectKind {
                 | Self::CsiNode
                 | Self::DeviceClass
                 | Self::ResourceSlice
+                | Self::DeviceTaintRule
+                | Self::CsiDriver
+                | Self::PriorityClass
         )
     }
 
@@ -118,13 +173,9 @@ impl ObjectKind {
     pub fn parse(s: &str) -> Option<Self> {
         let lower = s.to_ascii_lowercase();
         Self::ALL.into_iter().find(|k| {
-            let kind = k.type_meta().1.to_ascii_lowercase();
-            let plural = if kind.ends_with('s') {
-                format!("{kind}es")
-            } else {
-                format!("{kind}s")
-            };
-            lower == kind || lower == plural || Some(lower.as_str()) == k.short_name()
+            lower == k.type_meta().1.to_ascii_lowercase()
+                || lower == k.plural()
+                || Some(lower.as_str()) == k.short_name()
         })
     }
 
@@ -139,7 +190,11 @@ impl ObjectKind {
             Self::ReplicaSet => "rs",
             Self::StatefulSet => "sts",
             Self::ReplicationController => "rc",
+            Self::PriorityClass => "pc",
             Self::CsiNode
+            | Self::CsiDriver
+            | Self::CsiStorageCapacity
+            | Self::DeviceTaintRule
             | Self::DeviceClass
             | Self::ResourceClaim
             | Self::ResourceClaimTemplate
@@ -158,6 +213,9 @@ impl ObjectKind {
             Self::DeviceClass => Some(EventResource::DeviceClass),
             Self::ResourceClaim => Some(EventResource::ResourceClaim),
             Self::ResourceSlice => Some(EventResource::ResourceSlice),
+            Self::DeviceTaintRule => Some(EventResource::DeviceTaintRule),
+            Self::CsiDriver => Some(EventResource::CsiDriver),
+            Self::CsiStorageCapacity => Some(EventResource::CsiStorageCapacity),
             _ => None,
         }
     }
@@ -194,6 +252,14 @@ pub enum KubeObject {
     ResourceClaimTemplate(Arc<ResourceClaimTemplate>),
     /// A resource slice.
     ResourceSlice(Arc<ResourceSlice>),
+    /// A device taint rule.
+    DeviceTaintRule(Arc<DeviceTaintRule>),
+    /// A CSI driver.
+    CsiDriver(Arc<CSIDriver>),
+    /// A CSI storage capacity.
+    CsiStorageCapacity(Arc<CSIStorageCapacity>),
+    /// A priority class.
+    PriorityClass(Arc<PriorityClass>),
 }
 
 macro_rules! each_object {
@@ -213,6 +279,10 @@ macro_rules! each_object {
             KubeObject::ResourceClaim($o) => $body,
             KubeObject::ResourceClaimTemplate($o) => $body,
             KubeObject::ResourceSlice($o) => $body,
+            KubeObject::DeviceTaintRule($o) => $body,
+            KubeObject::CsiDriver($o) => $body,
+            KubeObject::CsiStorageCapacity($o) => $body,
+            KubeObject::PriorityClass($o) => $body,
         }
     };
 }
@@ -235,6 +305,10 @@ impl KubeObject {
             Self::ResourceClaim(_) => ObjectKind::ResourceClaim,
             Self::ResourceClaimTemplate(_) => ObjectKind::ResourceClaimTemplate,
             Self::ResourceSlice(_) => ObjectKind::ResourceSlice,
+            Self::DeviceTaintRule(_) => ObjectKind::DeviceTaintRule,
+            Self::CsiDriver(_) => ObjectKind::CsiDriver,
+            Self::CsiStorageCapacity(_) => ObjectKind::CsiStorageCapacity,
+            Self::PriorityClass(_) => ObjectKind::PriorityClass,
         }
     }
 
@@ -273,6 +347,12 @@ impl KubeObject {
                 Self::ResourceClaimTemplate(edit(o, |c| f(&mut c.metadata)))
             }
             Self::ResourceSlice(o) => Self::ResourceSlice(edit(o, |c| f(&mut c.metadata))),
+            Self::DeviceTaintRule(o) => Self::DeviceTaintRule(edit(o, |c| f(&mut c.metadata))),
+            Self::CsiDriver(o) => Self::CsiDriver(edit(o, |c| f(&mut c.metadata))),
+            Self::CsiStorageCapacity(o) => {
+                Self::CsiStorageCapacity(edit(o, |c| f(&mut c.metadata)))
+            }
+            Self::PriorityClass(o) => Self::PriorityClass(edit(o, |c| f(&mut c.metadata))),
         }
     }
 
@@ -329,6 +409,16 @@ impl KubeObject {
             ObjectKind::ResourceSlice => {
                 Self::ResourceSlice(Arc::new(serde_json::from_value(value)?))
             }
+            ObjectKind::DeviceTaintRule => {
+                Self::DeviceTaintRule(Arc::new(serde_json::from_value(value)?))
+            }
+            ObjectKind::CsiDriver => Self::CsiDriver(Arc::new(serde_json::from_value(value)?)),
+            ObjectKind::CsiStorageCapacity => {
+                Self::CsiStorageCapacity(Arc::new(serde_json::from_value(value)?))
+            }
+            ObjectKind::PriorityClass => {
+                Self::PriorityClass(Arc::new(serde_json::from_value(value)?))
+            }
         })
     }
 }
@@ -381,6 +471,7 @@ impl ObjectStore {
             KubeObject::DeviceClass(c) => self.dra.upsert_class(c.clone()),
             KubeObject::ResourceClaim(c) => self.dra.upsert_claim(c.clone()),
             KubeObject::ResourceSlice(s) => self.dra.upsert_slice(s),
+            KubeObject::DeviceTaintRule(r) => self.dra.upsert_taint_rule(r.clone()),
             _ => {}
         }
         if let KubeObject::Namespace(ns) = &obj {
@@ -401,6 +492,7 @@ impl ObjectStore {
             KubeObject::DeviceClass(_) => self.dra.remove_class(&key.2),
             KubeObject::ResourceClaim(_) => self.dra.remove_claim(&key.1, &key.2),
             KubeObject::ResourceSlice(_) => self.dra.remove_slice(&key.2),
+            KubeObject::DeviceTaintRule(_) => self.dra.remove_taint_rule(&key.2),
             _ => {}
         }
         if key.0 == ObjectKind::Namespace {
@@ -501,6 +593,25 @@ impl ObjectStore {
         ResourceSlice,
         ResourceSlice
     );
+    getter!(
+        device_taint_rule,
+        device_taint_rules,
+        DeviceTaintRule,
+        DeviceTaintRule
+    );
+    getter!(csi_driver, csi_drivers, CsiDriver, CSIDriver);
+    getter!(
+        csi_storage_capacity,
+        csi_storage_capacities,
+        CsiStorageCapacity,
+        CSIStorageCapacity
+    );
+    getter!(
+        priority_class,
+        priority_classes,
+        PriorityClass,
+        PriorityClass
+    );
 }
 
 #[cfg(test)]
@@ -546,5 +657,14 @@ mod tests {
             ObjectKind::parse("StorageClasses"),
             Some(ObjectKind::StorageClass)
         );
+        assert_eq!(
+            ObjectKind::parse("csistoragecapacities"),
+            Some(ObjectKind::CsiStorageCapacity)
+        );
+        assert_eq!(
+            ObjectKind::parse("devicetaintrules"),
+            Some(ObjectKind::DeviceTaintRule)
+        );
+        assert_eq!(ObjectKind::parse("pc"), Some(ObjectKind::PriorityClass));
     }
 }

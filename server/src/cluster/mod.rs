@@ -84,4 +84,12 @@ pub trait ClusterSource: ClusterClient + EventRecorder {
 
     /// A human name for logs ("embedded", "kube").
     fn kind(&self) -> &'static str;
+
+    /// Whether the cluster's API server is down, or came back so recently
+    /// that the attempts under way during the outage are still ending: its
+    /// outage reporter speaks for the writes that fail meanwhile, so their
+    /// per-attempt lines go to DEBUG.
+    fn unreachable(&self) -> bool {
+        false
+    }
 }

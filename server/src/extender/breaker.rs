@@ -22,7 +22,9 @@
 //! counts timeouts, a broken or missing stream and answers out of protocol;
 //! an extender answering `Error` on purpose works as designed). A breaker
 //! with a threshold of 0 never opens. Its state is published through the
-//! extender's metrics and logged at each change.
+//! extender's metrics; opening is the start of an outage for the
+//! extender's outage reporter (one line saying what the breaker does and
+//! when it probes), closing its end, and the changes in between are DEBUG.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -37,6 +39,7 @@ use tower::{BoxError, Layer, Service};
 use super::connection::CallError;
 use crate::config::extenders::CircuitBreakerConfig;
 use crate::metrics::ExtenderMetrics;
+use crate::outage::{Outage, human};
 
 /// Whether a failed call says the extender is unhealthy: if so, what went
 /// wrong (as the breaker's messages quote it).
@@ -76,6 +79,7 @@ pub struct Breaker {
     cfg: CircuitBreakerConfig,
     state: Mutex<State>,
     metrics: Arc<ExtenderMetrics>,
+    outage: Arc<Outage>,
 }
 
 /// What the breaker decided for one call.
@@ -90,6 +94,7 @@ impl Breaker {
         extender: &'static str,
         cfg: CircuitBreakerConfig,
         metrics: Arc<ExtenderMetrics>,
+        outage: Arc<Outage>,
     ) -> Arc<Self> {
         Arc::new(Self {
             extender,
@@ -100,6 +105,7 @@ impl Breaker {
                 last_error: String::new(),
             }),
             metrics,
+            outage,
         })
     }
 
@@ -126,7 +132,7 @@ impl Breaker {
                     )));
                 }
                 self.set(&mut st, Mode::HalfOpen { probing: true });
-                tracing::info!(
+                tracing::debug!(
                     extender = self.extender,
                     "circuit breaker half-open: the next call probes the extender"
                 );
@@ -154,10 +160,12 @@ impl Breaker {
                 st.failures = 0;
                 if st.mode != Mode::Closed {
                     self.set(&mut st, Mode::Closed);
-                    tracing::info!(
+                    drop(st);
+                    tracing::debug!(
                         extender = self.extender,
                         "circuit breaker closed: the extender answered the probe"
                     );
+                    self.outage.succeeded();
                 }
             }
             Some(error) => {
@@ -172,15 +180,16 @@ impl Breaker {
                     let until = Instant::now() + self.cfg.cool_down;
                     self.set(&mut st, Mode::Open { until });
                     self.metrics.circuit_opened.inc();
-                    tracing::warn!(
-                        extender = self.extender,
-                        failures = st.failures,
-                        last_error = %st.last_error,
-                        cool_down = ?self.cfg.cool_down,
-                        "circuit breaker open after {} failed calls in a row (the last: {}): calls fail at once for {:?}, then one probe",
-                        st.failures,
-                        st.last_error,
-                        self.cfg.cool_down
+                    let (failures, error) = (st.failures, st.last_error.clone());
+                    drop(st);
+                    tracing::debug!(
+                        extender = self.extender, failures, last_error = %error,
+                        "circuit breaker open after {failures} failed calls in a row"
+                    );
+                    let cool_down = human(self.cfg.cool_down);
+                    self.outage.failed(
+                        &format!("{failures} calls in a row failed, the last: {error}"),
+                        &|| format!("its circuit breaker is open: calls fail at once for {cool_down}, then one call probes it"),
                     );
                 }
             }
@@ -202,7 +211,7 @@ impl Breaker {
         st.failures = 0;
         if st.mode != Mode::Closed {
             self.set(&mut st, Mode::Closed);
-            tracing::info!(extender = self.extender, "circuit breaker closed: {why}");
+            tracing::debug!(extender = self.extender, "circuit breaker closed: {why}");
         }
     }
 
@@ -359,6 +368,7 @@ mod tests {
                 cool_down: Duration::from_secs(10),
             },
             metrics.clone(),
+            Outage::new("extender \"x\""),
         );
         let fail = Arc::new(AtomicBool::new(true));
         let calls = Arc::new(AtomicUsize::new(0));
@@ -403,6 +413,7 @@ mod tests {
                 cool_down: Duration::from_secs(1),
             },
             metrics,
+            Outage::new("extender \"x\""),
         );
         let fail = Arc::new(AtomicBool::new(true));
         let calls = Arc::new(AtomicUsize::new(0));
@@ -450,6 +461,7 @@ mod tests {
                 cool_down: Duration::from_secs(1),
             },
             Arc::new(ExtenderMetrics::default()),
+            Outage::new("extender \"x\""),
         );
         let calls = Arc::new(AtomicUsize::new(0));
         let s = svc(&breaker, Arc::new(AtomicBool::new(true)), calls.clone());

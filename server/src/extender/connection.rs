@@ -63,6 +63,7 @@ use crate::config::ExtenderConfig;
 use crate::framework::{CycleToken, ExtensionPoint, Handle};
 use crate::metrics::ExtenderMetrics;
 use crate::model::PodInfo;
+use crate::outage::{Outage, human};
 
 /// The first reconnect delay.
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
@@ -688,9 +689,16 @@ struct PermitBook {
 pub type Dial =
     Arc<dyn Fn() -> BoxFuture<'static, Result<Channel, tonic::transport::Error>> + Send + Sync>;
 
+/// Told an extender's name when a stream to it opens.
+pub type OnBack = Arc<dyn Fn(&'static str) + Send + Sync>;
+
 /// The shared state of a connection.
 struct Inner {
     cfg: ExtenderConfig,
+    /// Its outages, as people read them (see [`crate::outage`]).
+    outage: Arc<Outage>,
+    /// Told when a stream opens.
+    on_back: std::sync::OnceLock<OnBack>,
     name: &'static str,
     handle: Handle,
     feed: Arc<NodeFeed>,
@@ -841,6 +849,36 @@ impl Drop for PendingGuard {
 }
 
 impl Inner {
+    /// What goes on while the extender is down, as its outage's first
+    /// line says: what the breaker does, when berthd dials again, what
+    /// becomes of pods.
+    fn meanwhile(&self, redial_in: Option<Duration>) -> String {
+        let b = &self.cfg.circuit_breaker;
+        let breaker = if b.consecutive_failures == 0 {
+            "every call is tried (no circuit breaker)".to_string()
+        } else {
+            format!(
+                "after {} failed calls in a row its circuit breaker fails calls at once for {}, then lets one call probe it",
+                b.consecutive_failures,
+                human(b.cool_down)
+            )
+        };
+        let redial = match redial_in {
+            Some(d) => format!(
+                "berthd dials it again in {} (backing off up to {})",
+                human(d),
+                human(MAX_BACKOFF)
+            ),
+            None => "berthd dials it again if its stream breaks".into(),
+        };
+        let pods = if self.cfg.ignorable {
+            "pods are scheduled without it (ignorable)"
+        } else {
+            "pods that need it fail their attempt and are retried as soon as it is back (its Hello)"
+        };
+        format!("{breaker}; {redial}; {pods}")
+    }
+
     fn current(&self) -> Option<Arc<Session>> {
         self.session.read().clone()
     }
@@ -1350,6 +1388,10 @@ impl Inner {
             wants_pods = session.hello.wants_pods,
             "extender connected"
         );
+        self.outage.succeeded();
+        if let Some(back) = self.on_back.get() {
+            back(self.name);
+        }
         self.flush_unreserves();
         let result = loop {
             match inbound.message().await {
@@ -1399,8 +1441,14 @@ impl Connection {
         let (connected, _) = tokio::sync::watch::channel(0);
         let (outbox_len, _) = tokio::sync::watch::channel(0);
         let metrics = Arc::new(ExtenderMetrics::default());
-        let breaker = Breaker::new(name, cfg.circuit_breaker, metrics.clone());
+        let outage = Outage::new(format!("extender {name:?}"));
+        if tokio::runtime::Handle::try_current().is_ok() {
+            outage.spawn();
+        }
+        let breaker = Breaker::new(name, cfg.circuit_breaker, metrics.clone(), outage.clone());
         let inner = Arc::new(Inner {
+            outage,
+            on_back: std::sync::OnceLock::new(),
             name,
             handle,
             feed,
@@ -1443,20 +1491,22 @@ impl Connection {
             let mut seed = u64::from(std::process::id()) | 1;
             loop {
                 let started = tokio::time::Instant::now();
-                match inner.session_once(&dial).await {
-                    Ok(()) => {
-                        *inner.last_error.lock() = Some("the extender closed the stream".into());
-                        tracing::warn!(extender = inner.name, "extender closed the stream")
-                    }
-                    Err(e) => {
-                        tracing::warn!(extender = inner.name, error = %e, "extender unavailable");
-                        *inner.last_error.lock() = Some(e);
-                    }
-                }
+                let error = match inner.session_once(&dial).await {
+                    Ok(()) => "the extender closed the stream".to_string(),
+                    Err(e) => e,
+                };
                 if started.elapsed() >= HEALTHY_SESSION {
                     backoff = INITIAL_BACKOFF;
                 }
-                tokio::time::sleep(jitter(backoff, &mut seed)).await;
+                let delay = jitter(backoff, &mut seed);
+                // Each attempt at DEBUG; the outage is one line when it
+                // begins, summaries, and one line when it ends.
+                tracing::debug!(extender = inner.name, error = %error, redial_in = ?delay, "extender unavailable");
+                inner
+                    .outage
+                    .failed(&error, &|| inner.meanwhile(Some(delay)));
+                *inner.last_error.lock() = Some(error);
+                tokio::time::sleep(delay).await;
                 backoff = next_backoff(backoff);
             }
         });
@@ -1579,6 +1629,22 @@ impl Connection {
                 .record(point, result_slot(&result), started.elapsed());
             result
         }
+    }
+
+    /// Tells `f` this extender's name each time a stream to it opens (set
+    /// once; later calls are ignored).
+    pub fn set_on_back(&self, f: OnBack) {
+        let _ = self.inner.on_back.set(f);
+    }
+
+    /// This extender's outage reporter.
+    pub fn outage(&self) -> &Arc<Outage> {
+        &self.inner.outage
+    }
+
+    /// What goes on while this extender is down (for the breaker's report).
+    pub fn meanwhile(&self) -> String {
+        self.inner.meanwhile(None)
     }
 
     /// Counts an answer found unusable after it was returned (scores out of

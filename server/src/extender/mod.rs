@@ -176,6 +176,23 @@ impl Extenders {
         })
     }
 
+    /// Whether the extender `name` is down now (its outage reporter speaks
+    /// for the attempts that fail meanwhile).
+    pub fn is_down(&self, name: &str) -> bool {
+        self.connections
+            .iter()
+            .any(|c| c.name() == name && c.outage().is_down())
+    }
+
+    /// Calls `f` with an extender's name each time a stream to it opens
+    /// (its Hello answered): the scheduler retries the pods that failed
+    /// because it was down.
+    pub fn on_back(&self, f: connection::OnBack) {
+        for c in &self.connections {
+            c.set_on_back(f.clone());
+        }
+    }
+
     /// Ok once scheduling started; until then, which extender holds it
     /// back and why (the `/readyz` check `extenders`).
     pub fn readiness(&self) -> Result<(), String> {

@@ -133,14 +133,32 @@ impl Failure {
             ignored,
             node_id,
         });
+        let pod = format_args!("{}/{}", self.namespace, self.name);
+        // While the extender is down its outage reporter speaks (one line
+        // down, summaries, one line back): each call is DEBUG and counted,
+        // as skipped when it was not even tried.
+        let outage = self.conn.outage();
+        let down = outage.is_down();
+        if down {
+            match e {
+                CallError::CircuitOpen(_) | CallError::NotConnected(_) => outage.skipped(),
+                _ => outage.count_failed(),
+            }
+        }
         if ignored {
             self.conn.note_skipped();
-            let pod = format_args!("{}/{}", self.namespace, self.name);
-            tracing::warn!(extender = name, point, pod = %pod, error = %e, "ignorable extender skipped");
+            if down {
+                tracing::debug!(extender = name, point, pod = %pod, error = %e, "ignorable extender skipped");
+            } else {
+                tracing::warn!(extender = name, point, pod = %pod, error = %e, "ignorable extender skipped");
+            }
             Ok(fallback)
         } else {
-            let pod = format_args!("{}/{}", self.namespace, self.name);
-            tracing::warn!(extender = name, point, pod = %pod, error = %e, "extender failed");
+            if down {
+                tracing::debug!(extender = name, point, pod = %pod, error = %e, "extender failed");
+            } else {
+                tracing::warn!(extender = name, point, pod = %pod, error = %e, "extender failed");
+            }
             Err(Status::error(format!(
                 "extender {name:?} failed at {point}: {e}"
             )))

@@ -232,3 +232,33 @@ fn features_copy_the_gates() {
     assert!(d.enable_storage_capacity_scoring && d.enable_volume_limit_scaling);
     assert!(!d.enable_generic_workload);
 }
+
+#[test]
+fn the_docs_list_every_gate_and_the_v1_36_flag() {
+    let page = include_str!("../../../docs/feature-gates.md");
+    assert!(
+        page.contains(&format!("--feature-gates={}", previous_release_flag())),
+        "docs/feature-gates.md must show the flag for v1.36's behaviour"
+    );
+    for g in GATES {
+        let s = g.spec();
+        let old = g.spec_at(RELEASE - 1);
+        let row = format!(
+            "| `{}` | `{}` | {} | {} | {} | {} |",
+            g.name,
+            s.default,
+            s.stage.human(),
+            if s.locked { "yes" } else { "no" },
+            if old.stage == Stage::PreAlpha {
+                "—".to_string()
+            } else {
+                old.default.to_string()
+            },
+            match g.serves {
+                Serves::Both => "both values".to_string(),
+                Serves::DefaultOnly => format!("`{}` only", s.default),
+            }
+        );
+        assert!(page.contains(&row), "docs/feature-gates.md lacks {row}");
+    }
+}

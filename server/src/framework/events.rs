@@ -318,6 +318,9 @@ pub fn wildcard_registrations() -> Vec<ClusterEventWithHint> {
         DeviceClass,
         ResourceClaim,
         ResourceSlice,
+        DeviceTaintRule,
+        CsiDriver,
+        CsiStorageCapacity,
     ]
     .into_iter()
     .map(|r| ClusterEventWithHint::always(ClusterEvent::new(r, ActionType::ALL)))

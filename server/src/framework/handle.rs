@@ -245,6 +245,10 @@ impl Handle {
         parallelizer: Parallelizer,
         features: Features,
     ) -> Self {
+        let objects = Arc::new(ObjectStore::default());
+        objects
+            .dra()
+            .set_taint_rules_enabled(features.enable_dra_device_taint_rules);
         Self(Arc::new(Inner {
             snapshot: RwLock::new(Arc::new(Snapshot::new())),
             waiting_pods: WaitingPods::default(),
@@ -252,7 +256,7 @@ impl Handle {
             events,
             parallelizer,
             nominator: RwLock::new(None),
-            objects: Arc::default(),
+            objects,
             extenders: RwLock::new(Arc::new([])),
             features,
         }))

@@ -40,6 +40,10 @@ pub struct QueuedPodInfo {
     pub gating_plugin: Option<&'static str>,
     /// The message of the last failure, for the queue API and the summary.
     pub last_failure: Option<Arc<str>>,
+    /// The plugin whose error ended the last attempt (not a rejection): a
+    /// remote extender that was down, whose pods are retried at once when
+    /// it is back.
+    pub error_plugin: Option<&'static str>,
     /// When the pod's backoff ends, computed when it failed.
     pub backoff_expiration: Option<Instant>,
     /// When the pod last entered the unschedulable pods by a flush, so that
@@ -59,6 +63,7 @@ impl QueuedPodInfo {
             initial_attempt_timestamp: None,
             unschedulable_plugins: BTreeSet::new(),
             pending_plugins: BTreeSet::new(),
+            error_plugin: None,
             gating_plugin: None,
             last_failure: None,
             backoff_expiration: None,

@@ -17,6 +17,13 @@
 //!   client-go does); the leader renews every `retryPeriod` and gives up
 //!   leadership when no renewal succeeded within `renewDeadline`. The
 //!   leadership flag turns false at that moment, before anything else.
+//! * A leader only while it can serve: a replica that took the Lease but
+//!   whose cache has not synced within `sync_timeout` (its informers
+//!   refused, or the API too slow) gives the Lease up as on shutdown, says
+//!   why, and campaigns again only once it can serve, so that a healthy
+//!   standby takes over meanwhile (kube-scheduler waits for its caches
+//!   before it campaigns at all; berth's replicas campaign at once and
+//!   hand over when they cannot serve).
 //! * On [`Election::release`] (shutdown), the leader writes the Lease with
 //!   an empty holder and `leaseDurationSeconds: 1` (client-go's
 //!   ReleaseOnCancel), so that a standby takes over at its next retry.
@@ -37,9 +44,14 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 
+use crate::cluster::kube::access::{self, LeaseRef};
 pub use crate::config::JITTER_FACTOR;
 use crate::config::LeaderElection;
 use crate::rng::FastRng;
+
+/// The Lease kube-scheduler elects with, and the only one its built-in
+/// role `system:kube-scheduler` may read and update.
+pub const KUBE_SCHEDULER_LEASE: &str = "kube-scheduler";
 
 /// What the elector needs to know.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,7 +71,19 @@ pub struct ElectionConfig {
     /// The most the acquire retry period is stretched by at random
     /// (`retry_period * (1 + jitter * r)`, `r` in `[0, 1)`).
     pub jitter: f64,
+    /// How long a leader that cannot serve keeps the Lease before it gives
+    /// it up (zero: it never does).
+    pub sync_timeout: Duration,
 }
+
+/// How long a leader whose cache has not synced keeps the Lease, unless
+/// told otherwise: four lease durations, long enough for a big cluster's
+/// first listing, short enough that a standby takes over within a minute
+/// or so.
+pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Whether this replica can serve (its cache synced), and if not, why.
+pub type Serving = std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 impl ElectionConfig {
     /// From the configuration's `leaderElection` section.
@@ -72,6 +96,7 @@ impl ElectionConfig {
             renew_deadline: le.renew_deadline,
             retry_period: le.retry_period,
             jitter: JITTER_FACTOR,
+            sync_timeout: DEFAULT_SYNC_TIMEOUT,
         }
     }
 
@@ -173,6 +198,19 @@ enum LeaseError {
     Api(#[from] kube::Error),
 }
 
+/// Logs a failed Lease request: an answer refusing it as an ERROR, no
+/// answer (or a 5xx) at DEBUG, as the API server's outage reporter speaks
+/// for those.
+fn lease_error(cfg: &ElectionConfig, e: &kube::Error, what: &str) {
+    let lease = cfg.describe();
+    match e {
+        kube::Error::Api(s) if s.code < 500 => {
+            tracing::error!(lease = %lease, code = s.code, "{what} {lease}: {}", s.message)
+        }
+        other => tracing::debug!(lease = %lease, error = %other, "{what} {lease}: {other}"),
+    }
+}
+
 /// How an election ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -198,10 +236,13 @@ struct Elector {
     /// When `observed` last changed, on the local clock.
     observed_at: Option<Instant>,
     rng: FastRng,
+    /// A refusal (403) of the Lease has been said; the next ones are DEBUG.
+    forbidden_said: bool,
+    serving: Serving,
 }
 
 impl Elector {
-    fn new(api: Api<Lease>, cfg: ElectionConfig) -> Self {
+    fn new(api: Api<Lease>, cfg: ElectionConfig, serving: Serving) -> Self {
         Self {
             api,
             cfg,
@@ -209,7 +250,53 @@ impl Elector {
             observed: Record::default(),
             observed_at: None,
             rng: FastRng::from_entropy(),
+            forbidden_said: false,
+            serving,
         }
+    }
+
+    /// Whether `e` is the API refusing `verb` on the Lease; the first
+    /// refusal is one ERROR line saying what fixes it: under
+    /// kube-scheduler's built-in role only the Lease named
+    /// `kube-scheduler` may be read and updated, so either the flag that
+    /// names it or the rule that grants this one.
+    fn refused(&mut self, verb: &str, e: &kube::Error) -> bool {
+        let kube::Error::Api(status) = e else {
+            return false;
+        };
+        if status.code != 403 {
+            return false;
+        }
+        let lease = self.cfg.describe();
+        if std::mem::replace(&mut self.forbidden_said, true) {
+            tracing::debug!(lease = %lease, verb, code = 403, "forbidden to {verb} lease {lease}: {}", status.message);
+            return true;
+        }
+        let lref = LeaseRef {
+            namespace: self.cfg.namespace.clone(),
+            name: self.cfg.name.clone(),
+        };
+        let rule = if verb == "create" {
+            r#"{apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create"]}"#
+                .to_string()
+        } else {
+            access::rule_for("coordination.k8s.io", "leases", Some(&lref))
+                .map_or_else(String::new, |r| r.to_string())
+        };
+        let flag = if self.cfg.name == KUBE_SCHEDULER_LEASE {
+            String::new()
+        } else {
+            format!(
+                "in place of kube-scheduler, under its built-in ClusterRole system:kube-scheduler (which allows only the Lease named {KUBE_SCHEDULER_LEASE}), run berthd with --leader-elect-resource-name={KUBE_SCHEDULER_LEASE}; otherwise "
+            )
+        };
+        tracing::error!(
+            lease = %lease, verb, code = 403, %rule,
+            "forbidden to {verb} lease {lease}: this replica cannot lead and schedules nothing until it may; {flag}grant {rule} in a Role in namespace {} (deploy/rbac.yaml's berth-leader-election). The API server says: {}",
+            self.cfg.namespace,
+            status.message
+        );
+        true
     }
 
     fn is_leader(&self) -> bool {
@@ -268,6 +355,7 @@ impl Elector {
                     return true;
                 }
                 Err(e) => {
+                    crate::metrics::process::leader_slowpath(&self.cfg.name);
                     tracing::debug!(lease = %self.cfg.describe(), error = %e, "failed to update lease optimistically, falling back to slow path");
                 }
             }
@@ -277,7 +365,9 @@ impl Elector {
         let current = match self.api.get_opt(&self.cfg.name).await {
             Ok(c) => c,
             Err(e) => {
-                tracing::error!(lease = %self.cfg.describe(), error = %e, "error retrieving resource lock {}: {e}", self.cfg.describe());
+                if !self.refused("get", &e) {
+                    lease_error(&self.cfg, &e, "error retrieving resource lock");
+                }
                 return false;
             }
         };
@@ -297,7 +387,13 @@ impl Elector {
                     true
                 }
                 Err(e) => {
-                    tracing::error!(lease = %self.cfg.describe(), error = %e, "error initially creating leader election record: {e}");
+                    if !self.refused("create", &e) {
+                        lease_error(
+                            &self.cfg,
+                            &e,
+                            "error initially creating leader election record",
+                        );
+                    }
                     false
                 }
             };
@@ -323,7 +419,10 @@ impl Elector {
                 true
             }
             Err(e) => {
-                tracing::info!(lease = %self.cfg.describe(), error = %e, "failed to update lock: {e}");
+                let refused = matches!(&e, LeaseError::Api(api) if self.refused("update", api));
+                if !refused {
+                    tracing::info!(lease = %self.cfg.describe(), error = %e, "failed to update lock: {e}");
+                }
                 false
             }
         }
@@ -368,8 +467,21 @@ impl Elector {
         ended: watch::Sender<Option<Outcome>>,
         stop: oneshot::Receiver<()>,
     ) -> Outcome {
+        // leader_election_master_status follows the flag, 0 from the start.
+        let name = self.cfg.name.clone();
+        let lease = name.clone();
+        crate::metrics::process::leader_status(&name, false);
+        let mut flag = leading.subscribe();
+        let status = tokio::spawn(async move {
+            while flag.changed().await.is_ok() {
+                let now = *flag.borrow_and_update();
+                crate::metrics::process::leader_status(&name, now);
+            }
+        });
         let outcome = self.campaign(&leading, stop).await;
         leading.send_replace(false);
+        crate::metrics::process::leader_status(&lease, false);
+        status.abort();
         ended.send_replace(Some(outcome));
         outcome
     }
@@ -380,47 +492,92 @@ impl Elector {
         mut stop: oneshot::Receiver<()>,
     ) -> Outcome {
         let lease = self.cfg.describe();
-        tracing::info!(lease = %lease, identity = %self.cfg.identity, "attempting to acquire leader lease {lease}...");
-        // Acquire: try until it works or we are told to stop.
+        let mut gave_up = false;
         loop {
-            tokio::select! {
-                biased;
-                _ = &mut stop => return Outcome::Stopped,
-                ok = self.try_acquire_or_renew() => if ok { break },
+            if gave_up {
+                // Not again until this replica can serve: a standby that
+                // can takes the Lease meanwhile.
+                loop {
+                    if (self.serving)().is_ok() {
+                        break;
+                    }
+                    tokio::select! {
+                        biased;
+                        _ = &mut stop => return Outcome::Stopped,
+                        _ = sleep(self.cfg.retry_period) => {}
+                    }
+                }
+                tracing::info!(lease = %lease, "the cache synced: campaigning for lease {lease} again");
             }
-            let wait = self.jittered_retry();
-            tokio::select! {
-                biased;
-                _ = &mut stop => return Outcome::Stopped,
-                _ = sleep(wait) => {}
+            tracing::info!(lease = %lease, identity = %self.cfg.identity, "attempting to acquire leader lease {lease}...");
+            // Acquire: try until it works or we are told to stop.
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = &mut stop => return Outcome::Stopped,
+                    ok = self.try_acquire_or_renew() => if ok { break },
+                }
+                let wait = self.jittered_retry();
+                tokio::select! {
+                    biased;
+                    _ = &mut stop => return Outcome::Stopped,
+                    _ = sleep(wait) => {}
+                }
+            }
+            tracing::info!(lease = %lease, identity = %self.cfg.identity, "successfully acquired lease {lease}");
+            leading.send_replace(true);
+            let acquired = Instant::now();
+            match self.lead(leading, &mut stop, acquired).await {
+                Some(outcome) => return outcome,
+                None => gave_up = true,
             }
         }
-        tracing::info!(lease = %lease, identity = %self.cfg.identity, "successfully acquired lease {lease}");
-        leading.send_replace(true);
+    }
 
-        // Renew every retry period; each round has renewDeadline to succeed.
+    /// Renews every retry period; each round has renewDeadline to succeed.
+    /// `None`: the Lease was given up because this replica cannot serve.
+    async fn lead(
+        &mut self,
+        leading: &watch::Sender<bool>,
+        stop: &mut oneshot::Receiver<()>,
+        acquired: Instant,
+    ) -> Option<Outcome> {
         loop {
             tokio::select! {
                 biased;
-                _ = &mut stop => return self.stop_leading(leading).await,
+                _ = &mut *stop => return Some(self.stop_leading(leading).await),
                 _ = sleep(self.cfg.retry_period) => {}
+            }
+            if let Err(why) = (self.serving)()
+                && !self.cfg.sync_timeout.is_zero()
+                && acquired.elapsed() >= self.cfg.sync_timeout
+            {
+                leading.send_replace(false);
+                let lease = self.cfg.describe();
+                let released = self.release().await;
+                tracing::error!(
+                    lease = %lease, released, sync_timeout = ?self.cfg.sync_timeout, reason = %why,
+                    "gave up lease {lease}: this replica has led for {:?} without its cache synced ({why}); a standby that can serve takes over, and this one campaigns again once its cache syncs",
+                    self.cfg.sync_timeout
+                );
+                return None;
             }
             let deadline = Instant::now() + self.cfg.renew_deadline;
             loop {
                 let attempt = tokio::select! {
                     biased;
-                    _ = &mut stop => return self.stop_leading(leading).await,
+                    _ = &mut *stop => return Some(self.stop_leading(leading).await),
                     r = timeout_at(deadline, self.try_acquire_or_renew()) => r,
                 };
                 match attempt {
                     Ok(true) => break,
                     Ok(false) => {}
-                    Err(_) => return self.lost(leading),
+                    Err(_) => return Some(self.lost(leading)),
                 }
                 tokio::select! {
                     biased;
-                    _ = &mut stop => return self.stop_leading(leading).await,
-                    _ = sleep_until(deadline) => return self.lost(leading),
+                    _ = &mut *stop => return Some(self.stop_leading(leading).await),
+                    _ = sleep_until(deadline) => return Some(self.lost(leading)),
                     _ = sleep(self.cfg.retry_period) => {}
                 }
             }
@@ -456,13 +613,20 @@ pub struct Election {
 
 impl Election {
     /// Starts campaigning for the Lease through `client`, on the current
-    /// tokio runtime.
+    /// tokio runtime, for a replica that can always serve.
     pub fn start(client: kube::Client, cfg: ElectionConfig) -> Self {
+        Self::start_serving(client, cfg, std::sync::Arc::new(|| Ok(())))
+    }
+
+    /// Starts campaigning for the Lease through `client`, leading only
+    /// while `serving` says this replica can serve (see the module's
+    /// rules), on the current tokio runtime.
+    pub fn start_serving(client: kube::Client, cfg: ElectionConfig, serving: Serving) -> Self {
         let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
         let (tx, leading) = watch::channel(false);
         let (ended_tx, ended) = watch::channel(None);
         let (stop, stop_rx) = oneshot::channel();
-        let task = tokio::spawn(Elector::new(api, cfg).run(tx, ended_tx, stop_rx));
+        let task = tokio::spawn(Elector::new(api, cfg, serving).run(tx, ended_tx, stop_rx));
         Self {
             leading,
             ended,

@@ -283,6 +283,7 @@ fn cfg(identity: &str) -> ElectionConfig {
         retry_period: Duration::from_secs(2),
         // No jitter, so that every instant is exact.
         jitter: 0.0,
+        sync_timeout: DEFAULT_SYNC_TIMEOUT,
     }
 }
 
@@ -532,6 +533,66 @@ async fn release_on_shutdown_hands_over_at_once() {
     assert_eq!(spec["holderIdentity"], "berth-b");
     assert_eq!(spec["leaseTransitions"], 1);
     assert_eq!(spec["leaseDurationSeconds"], 15);
+    drop(b);
+}
+
+/// A leader whose cache cannot sync (its informers refused) gives the
+/// Lease up at the first renewal after the sync timeout, as on shutdown;
+/// the standby, which can serve, takes it at its next attempt; the one that
+/// gave up does not campaign while it cannot serve, and once it can, the
+/// standby's valid Lease keeps it waiting.
+#[tokio::test(start_paused = true)]
+async fn a_leader_that_cannot_serve_gives_the_lease_up_to_a_standby_that_can() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let fake = Fake::new();
+    let synced = Arc::new(AtomicBool::new(false));
+    let s = synced.clone();
+    let mut c = cfg("berth-a");
+    c.sync_timeout = Duration::from_secs(10);
+    let a = Election::start_serving(
+        fake.client(),
+        c,
+        Arc::new(move || {
+            if s.load(Ordering::SeqCst) {
+                Ok(())
+            } else {
+                Err("waiting for resourceslices.resource.k8s.io (forbidden)".into())
+            }
+        }),
+    );
+    a.leading().wait_for(|l| *l).await.unwrap();
+    sleep(Duration::from_secs(1)).await;
+    let b = Election::start(fake.client(), cfg("berth-b"));
+    // a renews at 2, 4, 6, 8; at 10 it has led 10 s unsynced.
+    a.leading().wait_for(|l| !*l).await.unwrap();
+    assert_eq!(fake.start.elapsed(), Duration::from_secs(10));
+    let spec = fake.lease()["spec"].clone();
+    assert_eq!(spec["holderIdentity"], "");
+    assert_eq!(spec["leaseDurationSeconds"], 1);
+    // b reads at 1, 3, ..., 9 (held) and takes it at 11.
+    b.leading().wait_for(|l| *l).await.unwrap();
+    assert_eq!(fake.start.elapsed(), Duration::from_secs(11));
+    assert_eq!(fake.lease()["spec"]["holderIdentity"], "berth-b");
+    // a sends nothing while it cannot serve.
+    let before = fake.seen().len();
+    sleep(Duration::from_secs(20)).await;
+    let a_wrote = fake.seen()[before..]
+        .iter()
+        .filter(|x| x.method != "GET")
+        .filter(|x| {
+            x.body
+                .as_ref()
+                .is_some_and(|b| b["spec"]["holderIdentity"] == "berth-a")
+        })
+        .count();
+    assert_eq!(a_wrote, 0);
+    // Synced: a campaigns again, and waits behind b's valid Lease.
+    synced.store(true, Ordering::SeqCst);
+    sleep(Duration::from_secs(20)).await;
+    assert!(!*a.leading().borrow());
+    assert!(*b.leading().borrow());
+    assert_eq!(fake.lease()["spec"]["holderIdentity"], "berth-b");
+    drop(a);
     drop(b);
 }
 

@@ -9,6 +9,9 @@
 //! slots and names (a framework status code is its `Code as usize`, whose
 //! label is [`STATUS_LABELS`] at that index). `observe` renders it.
 
+pub mod process;
+pub mod upstream;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -29,6 +29,12 @@ pub enum EventResource {
     ResourceClaim,
     /// A resource.k8s.io ResourceSlice.
     ResourceSlice,
+    /// A resource.k8s.io DeviceTaintRule.
+    DeviceTaintRule,
+    /// A storage.k8s.io CSIDriver.
+    CsiDriver,
+    /// A storage.k8s.io CSIStorageCapacity.
+    CsiStorageCapacity,
     /// Every resource.
     WildCard,
 }
@@ -49,6 +55,9 @@ impl EventResource {
             Self::DeviceClass => "resource.k8s.io/DeviceClass",
             Self::ResourceClaim => "resource.k8s.io/ResourceClaim",
             Self::ResourceSlice => "resource.k8s.io/ResourceSlice",
+            Self::DeviceTaintRule => "resource.k8s.io/DeviceTaintRule",
+            Self::CsiDriver => "storage.k8s.io/CSIDriver",
+            Self::CsiStorageCapacity => "storage.k8s.io/CSIStorageCapacity",
             Self::WildCard => "*",
         }
     }

@@ -15,6 +15,7 @@ pub mod labels;
 pub mod node;
 pub mod pod;
 pub mod pod_object;
+pub mod priority;
 pub mod quantity;
 pub mod resource;
 pub mod selector;

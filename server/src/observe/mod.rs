@@ -48,24 +48,77 @@ pub fn render(scheduler: &Scheduler) -> String {
         "gauge",
         "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated.",
     );
+    // v1.37's queues of pod groups (`incomplete`, `pending`) hold nothing
+    // until berth schedules PodGroups.
+    for (q, n) in [
+        ("active", c.active),
+        ("backoff", c.backoff),
+        ("gated", c.gated),
+        ("incomplete", 0),
+        ("pending", 0),
+        ("unschedulable", c.unschedulable),
+    ] {
+        e.sample("scheduler_pending_pods", &[("queue", q)], n as u64);
+    }
+    // v1.37's entities: every queued pod is an entity of type `pod` (none
+    // belongs to a pod group yet).
+    e.family(
+        "scheduler_queued_entities",
+        "gauge",
+        "Number of queued scheduling entities ('pod' or 'podgroup'; 'pod' stands for individual pods that are not members of any podgroup) by the queue type. 'active' means number of entities in activeQ; 'backoff' means number of entities in backoffQ; 'unschedulable' means number of entities in unschedulableEntities that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable entities that the scheduler never attempted to schedule because they are gated.",
+    );
     for (q, n) in [
         ("active", c.active),
         ("backoff", c.backoff),
         ("gated", c.gated),
         ("unschedulable", c.unschedulable),
     ] {
-        e.sample("scheduler_pending_pods", &[("queue", q)], n as u64);
+        e.sample(
+            "scheduler_queued_entities",
+            &[("queue", q), ("type", "pod")],
+            n as u64,
+        );
+    }
+    let (nodes, pods, assumed) = scheduler.cache_sizes();
+    e.family(
+        "scheduler_cache_size",
+        "gauge",
+        "Number of nodes, pods, and assumed (bound) pods in the scheduler cache.",
+    );
+    for (t, n) in [("assumed_pods", assumed), ("nodes", nodes), ("pods", pods)] {
+        e.sample("scheduler_cache_size", &[("type", t)], n as u64);
+    }
+    e.family(
+        "scheduler_inflight_events",
+        "gauge",
+        "Number of events currently tracked in the scheduling queue.",
+    );
+    for (event, n) in scheduler.queue().inflight_event_counts() {
+        e.sample("scheduler_inflight_events", &[("event", &event)], n);
     }
     e.family(
         "scheduler_queue_incoming_pods_total",
         "counter",
         "Number of pods added to scheduling queues by event and queue type.",
     );
-    for (q, event, n) in scheduler.queue().incoming_counts() {
+    let incoming = scheduler.queue().incoming_counts();
+    for (q, event, n) in &incoming {
         e.sample(
             "scheduler_queue_incoming_pods_total",
-            &[("event", &event), ("queue", q)],
-            n,
+            &[("event", event), ("queue", q)],
+            *n,
+        );
+    }
+    e.family(
+        "scheduler_queue_incoming_entities_total",
+        "counter",
+        "Number of scheduling entities added to scheduling queues by event, queue type, and entity type. Entity types are either 'pod' (for individual pods that are not members of any podgroup) or 'podgroup'.",
+    );
+    for (q, event, n) in &incoming {
+        e.sample(
+            "scheduler_queue_incoming_entities_total",
+            &[("event", event), ("queue", q), ("type", "pod")],
+            *n,
         );
     }
     e.family(
@@ -86,7 +139,8 @@ pub fn render(scheduler: &Scheduler) -> String {
         .collect();
     metrics::render_extenders(&extenders, &mut e);
     crate::cluster::kube::rest_metrics().render(&mut e);
-    e.finish()
+    metrics::process::render(&mut e);
+    metrics::upstream::with_stability(&e.finish())
 }
 
 #[cfg(test)]

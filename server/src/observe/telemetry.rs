@@ -1,7 +1,8 @@
 //! Logs and traces.
 //!
 //! Logs go to stderr as text or JSON, filtered by `RUST_LOG` (default
-//! `info`); text is coloured only when stderr is a terminal (and
+//! `info`; kube-runtime's watcher is silenced unless `RUST_LOG` names
+//! `kube_runtime`, as berth logs its watches' failures itself); text is coloured only when stderr is a terminal (and
 //! `NO_COLOR` is unset), so files and pipes get plain lines. Trace spans use the `berth::trace` target: one INFO span per
 //! scheduling attempt (`scheduling_cycle`, with its `binding_cycle`) and
 //! DEBUG spans per extension point. They are never logged; with an OTLP
@@ -88,13 +89,25 @@ fn colour() -> bool {
 /// over OTLP when `trace.otlp_endpoint` is set. Must run inside a tokio
 /// runtime when exporting.
 pub fn init(format: LogFormat, trace: &TraceConfig) -> Result<Telemetry, TelemetryError> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
         .add_directive(
             format!("{TRACE_TARGET}=off")
                 .parse()
                 .expect("a valid directive"),
         );
+    // berth reports its watches' failures itself (one line naming the rule
+    // a 403 needs; the outage reporter for an unreachable API server);
+    // kube-runtime's own lines would say each of them again, with a debug
+    // dump. Asked for by name in RUST_LOG, they are kept.
+    let asked = std::env::var("RUST_LOG").is_ok_and(|v| v.contains("kube_runtime"));
+    if !asked {
+        filter = filter.add_directive(
+            "kube_runtime::watcher=off"
+                .parse()
+                .expect("a valid directive"),
+        );
+    }
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(colour());

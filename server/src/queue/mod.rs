@@ -866,6 +866,28 @@ impl SchedulingQueue {
         self.wake(activated);
     }
 
+    /// Moves the pods whose last attempt failed with an error of `plugin`
+    /// (an extender that is back) to activeQ at once, out of their backoff
+    /// or the unschedulable pods, as a queueing hint for that plugin would.
+    /// Returns how many moved.
+    pub fn activate_failed_by(&self, plugin: &str) -> usize {
+        let pods: Vec<PodRef> = {
+            let inner = self.inner.lock();
+            inner
+                .backoff
+                .iter()
+                .chain(inner.error_backoff.iter())
+                .chain(inner.unschedulable.values())
+                .filter(|q| q.error_plugin == Some(plugin))
+                .map(|q| q.pod.clone())
+                .collect()
+        };
+        if !pods.is_empty() {
+            self.activate(&pods);
+        }
+        pods.len()
+    }
+
     /// Records the node a pod is nominated to (after preemption, or to
     /// clear it after a failure).
     pub fn add_nominated_pod(&self, pod: &PodRef, info: &NominatingInfo) {
@@ -936,6 +958,21 @@ impl SchedulingQueue {
             gated,
             in_flight: inner.in_flight.len(),
         }
+    }
+
+    /// The cluster events the queue holds for pods in flight (upstream's
+    /// `scheduler_inflight_events`), by label, with `PodPopped` for the
+    /// pods themselves.
+    pub fn inflight_event_counts(&self) -> Vec<(String, u64)> {
+        let inner = self.inner.lock();
+        let mut by: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+        for (_, r) in &inner.recorded {
+            if let Recorded::Event(e, _, _) = r {
+                *by.entry(e.label()).or_default() += 1;
+            }
+        }
+        by.insert("PodPopped".into(), inner.in_flight.len() as u64);
+        by.into_iter().collect()
     }
 
     /// How many pods entered each queue, by queue (`active`, `backoff`,

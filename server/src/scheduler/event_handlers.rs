@@ -29,6 +29,8 @@ pub(crate) async fn run(
     synced: watch::Sender<bool>,
 ) {
     while let Some(change) = changes.recv().await {
+        let started = std::time::Instant::now();
+        let event = event_label(&change);
         match change {
             ClusterChange::Node(e) => {
                 // Extenders learn of a node (and the id requests name it
@@ -70,8 +72,93 @@ pub(crate) async fn run(
                 let _ = synced.send(true);
             }
         }
+        if let Some(event) = event {
+            crate::metrics::process::event_handled(event, started.elapsed());
+        }
     }
     tracing::info!("cluster change stream ended");
+}
+
+/// The label upstream's `scheduler_event_handling_duration_seconds` gives
+/// a change: `NodeAdd`, `AssignedPodUpdate`, `UnscheduledPodDelete`,
+/// `PersistentVolumeClaimAdd`, ... (none for the end of the listing).
+fn event_label(change: &ClusterChange) -> Option<&'static str> {
+    fn action<T>(e: &WatchEvent<T>) -> usize {
+        match e {
+            WatchEvent::Added(_) => 0,
+            WatchEvent::Modified { .. } => 1,
+            WatchEvent::Deleted(_) => 2,
+        }
+    }
+    const NODE: [&str; 3] = ["NodeAdd", "NodeUpdate", "NodeDelete"];
+    const ASSIGNED: [&str; 3] = ["AssignedPodAdd", "AssignedPodUpdate", "AssignedPodDelete"];
+    const UNSCHEDULED: [&str; 3] = [
+        "UnscheduledPodAdd",
+        "UnscheduledPodUpdate",
+        "UnscheduledPodDelete",
+    ];
+    let assigned = |bound: bool, a: usize| if bound { ASSIGNED[a] } else { UNSCHEDULED[a] };
+    Some(match change {
+        ClusterChange::Node(e) => NODE[action(e)],
+        ClusterChange::Pod(e) => {
+            let p = match e {
+                WatchEvent::Added(p)
+                | WatchEvent::Deleted(p)
+                | WatchEvent::Modified { new: p, .. } => p,
+            };
+            let bound = p.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+            assigned(bound, action(e))
+        }
+        ClusterChange::PodInfo(e) => {
+            let p = match e {
+                WatchEvent::Added(p)
+                | WatchEvent::Deleted(p)
+                | WatchEvent::Modified { new: p, .. } => p,
+            };
+            assigned(p.node_name.is_some(), action(e))
+        }
+        ClusterChange::Object(e) => {
+            let o = match e {
+                WatchEvent::Added(o)
+                | WatchEvent::Deleted(o)
+                | WatchEvent::Modified { new: o, .. } => o,
+            };
+            object_label(o.kind(), action(e))
+        }
+        ClusterChange::Synced => return None,
+    })
+}
+
+/// `<Kind><Add|Update|Delete>`, as upstream labels events of other kinds.
+fn object_label(kind: crate::cache::ObjectKind, action: usize) -> &'static str {
+    use crate::cache::ObjectKind as K;
+    macro_rules! labels {
+        ($($k:ident => $name:literal),* $(,)?) => {
+            match kind {
+                $(K::$k => [concat!($name, "Add"), concat!($name, "Update"), concat!($name, "Delete")][action],)*
+            }
+        };
+    }
+    labels!(
+        Namespace => "Namespace",
+        PersistentVolume => "PersistentVolume",
+        PersistentVolumeClaim => "PersistentVolumeClaim",
+        StorageClass => "StorageClass",
+        CsiNode => "CSINode",
+        PodDisruptionBudget => "PodDisruptionBudget",
+        Service => "Service",
+        ReplicaSet => "ReplicaSet",
+        StatefulSet => "StatefulSet",
+        ReplicationController => "ReplicationController",
+        DeviceClass => "DeviceClass",
+        ResourceClaim => "ResourceClaim",
+        ResourceClaimTemplate => "ResourceClaimTemplate",
+        ResourceSlice => "ResourceSlice",
+        DeviceTaintRule => "DeviceTaintRule",
+        CsiDriver => "CSIDriver",
+        CsiStorageCapacity => "CSIStorageCapacity",
+        PriorityClass => "PriorityClass",
+    )
 }
 
 fn node_spec(node: &Arc<Node>, feed_id: u32) -> Option<Arc<NodeSpec>> {

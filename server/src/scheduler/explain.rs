@@ -490,10 +490,17 @@ impl Scheduler {
                 nr.details = details;
                 nr.filters = filters;
                 nr.verdict = verdict_of(&decisive);
+                if decisive.code() == Code::Error {
+                    // As in a cycle, a Filter error ends it: no node is
+                    // chosen, preemption is not tried, and the answer is
+                    // incomplete.
+                    failed_on(&mut report.incomplete, &mut first_error, &decisive);
+                    report.feasible = feasible.len();
+                    report.message = decisive.message();
+                    return;
+                }
                 if decisive.is_success() {
                     feasible.push(i);
-                } else if decisive.code() == Code::Error {
-                    failed_on(&mut report.incomplete, &mut first_error, &decisive);
                 } else {
                     diagnosis.add_plugin_status(&decisive);
                     diagnosis.node_to_status.set(nr.name.clone(), decisive);

@@ -12,6 +12,8 @@ mod idle;
 #[cfg(test)]
 mod look_ahead_tests;
 pub mod metrics;
+#[cfg(test)]
+mod release_tests;
 mod schedule_one;
 #[cfg(test)]
 mod tests;
@@ -400,6 +402,15 @@ impl Scheduler {
             profiles.clone(),
         );
         handle.set_nominator(queue.clone());
+        // An extender back from an outage: the pods that failed only
+        // because of it are retried at once, not after their backoff.
+        let q = queue.clone();
+        extenders.on_back(Arc::new(move |name: &'static str| {
+            let moved = q.activate_failed_by(name);
+            if moved > 0 {
+                tracing::info!(extender = name, pods = moved, "extender {name:?} is back: {moved} pods that failed because of it are retried now");
+            }
+        }));
         let shared = Arc::new(Shared {
             profiles,
             cache: Mutex::new(cache),
@@ -464,6 +475,17 @@ impl Scheduler {
         *self.synced.borrow()
     }
 
+    /// The API server's Priority admission for a pod that reached berth
+    /// without one (DryRun, Simulate), against the PriorityClasses the
+    /// cluster holds.
+    pub fn admit_priority(
+        &self,
+        pod: &mut k8s_openapi::api::core::v1::Pod,
+    ) -> Result<(), crate::model::priority::PriorityRefused> {
+        let classes = self.shared.handle.objects().priority_classes("");
+        crate::model::priority::admit_priority(pod, classes.iter().map(|c| &**c))
+    }
+
     /// The feature gates in force.
     pub fn feature_gates(&self) -> &FeatureGates {
         &self.shared.feature_gates
@@ -493,6 +515,13 @@ impl Scheduler {
     /// The scheduling queue.
     pub fn queue(&self) -> &Arc<SchedulingQueue> {
         &self.shared.queue
+    }
+
+    /// The scheduler cache's (nodes, pods, assumed pods), as upstream's
+    /// `scheduler_cache_size` counts them.
+    pub fn cache_sizes(&self) -> (usize, usize, usize) {
+        let c = self.shared.cache.lock();
+        (c.node_count(), c.pod_count(), c.assumed_count())
     }
 
     /// The queue's counts.

@@ -494,7 +494,11 @@ async fn bind_steps(
             .set_nominated_node_name(assumed, Some(host))
             .await
     {
-        tracing::warn!(pod = %assumed.key(), node = %host, error = %e, "setting the nominated node before binding failed; binding goes on");
+        if shared.cluster.unreachable() {
+            tracing::debug!(pod = %assumed.key(), node = %host, error = %e, "setting the nominated node before binding failed; binding goes on");
+        } else {
+            tracing::warn!(pod = %assumed.key(), node = %host, error = %e, "setting the nominated node before binding failed; binding goes on");
+        }
     }
     let s = fw.wait_on_permit(assumed).await;
     if !s.is_success() {
@@ -584,9 +588,23 @@ async fn failure_handler(
     if f.status.is_rejected() {
         tracing::info!(pod = %pod.key(), attempts = q.attempts, "unschedulable: {}", f.message);
     } else if !f.status.is_skip() {
-        tracing::warn!(pod = %pod.key(), attempts = q.attempts, "error scheduling pod; retrying: {}", f.message);
+        let outage = shared.cluster.unreachable()
+            || f.status
+                .plugin()
+                .is_some_and(|p| shared.extenders.is_down(p));
+        if outage {
+            // The API server's outage reporter speaks for these.
+            tracing::debug!(pod = %pod.key(), attempts = q.attempts, "error scheduling pod; retrying: {}", f.message);
+        } else {
+            tracing::warn!(pod = %pod.key(), attempts = q.attempts, "error scheduling pod; retrying: {}", f.message);
+        }
     }
     q.last_failure = Some(Arc::from(f.message.as_str()));
+    q.error_plugin = if f.status.is_rejected() {
+        None
+    } else {
+        f.status.plugin()
+    };
 
     // Requeue only if the pod still exists and is still unbound.
     let current = shared.cluster.get_pod(&pod.namespace, &pod.name);
@@ -669,7 +687,11 @@ async fn failure_handler(
             .set_unschedulable(&pod, cond, nominated)
             .await
         {
-            tracing::warn!(pod = %pod.key(), error = %e, "error updating pod status");
+            if shared.cluster.unreachable() {
+                tracing::debug!(pod = %pod.key(), error = %e, "error updating pod status");
+            } else {
+                tracing::warn!(pod = %pod.key(), error = %e, "error updating pod status");
+            }
         }
     }
     // The victims go once the cluster knows where the preemptor is

@@ -909,12 +909,14 @@ fn the_default_profile_places_plugins_at_upstreams_points() {
             ],
         ),
         (PostFilter, &["DynamicResources", "DefaultPreemption"]),
+        // VolumeBinding scores under StorageCapacityScoring (on in v1.37).
         (
             PreScore,
             &[
                 "TaintToleration",
                 "NodeAffinity",
                 "NodeResourcesFit",
+                "VolumeBinding",
                 "PodTopologySpread",
                 "InterPodAffinity",
                 "NodeResourcesBalancedAllocation",
@@ -926,6 +928,7 @@ fn the_default_profile_places_plugins_at_upstreams_points() {
                 "TaintToleration",
                 "NodeAffinity",
                 "NodeResourcesFit",
+                "VolumeBinding",
                 "PodTopologySpread",
                 "InterPodAffinity",
                 "DynamicResources",
@@ -992,6 +995,7 @@ profiles:
             ("NodeResourcesFit", 4),
             ("TaintToleration", 3),
             ("NodeAffinity", 2),
+            ("VolumeBinding", 1),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
             ("DynamicResources", 2),
@@ -1092,11 +1096,26 @@ async fn a_preemptor_is_nominated_victims_go_and_it_binds_there() {
     match env.next().await {
         Decision::Failed { pod, message, .. } => {
             assert_eq!(pod, "default/high");
-            // Preemption succeeded: no "preemption:" explanation is added.
-            assert_eq!(message, "0/1 nodes are available: 1 Insufficient cpu.");
+            // Preemption found a node: v1.37 names it and counts the
+            // victims (v1.36 added nothing).
+            assert_eq!(
+                message,
+                "0/1 nodes are available: 1 Insufficient cpu. preemption: found a potential placement for pod on node n1, preempting 1 victims"
+            );
         }
         other => panic!("{other:?}"),
     }
+    let failed = env
+        .events_for("high")
+        .into_iter()
+        .find(|e| e.0 == "FailedScheduling")
+        .expect("a FailedScheduling event");
+    assert!(
+        failed.2.ends_with(
+            "preemption: found a potential placement for pod on node n1, preempting 1 victims"
+        ),
+        "{failed:?}"
+    );
     // The victim is gone, the preemptor nominated, then bound on the node.
     assert_eq!(env.next().await, scheduled("high", "n1"));
     assert!(env.node_of("low").is_none() && env.cluster.get_pod("default", "low").is_none());

@@ -3,26 +3,23 @@
 //! Exit codes: 0 on success, 1 on any error (connection, gRPC, file), 2 on
 //! usage errors, 3 when a dry run's or simulation's answer is incomplete
 //! (berthd could not run a point that applies, as an extender that is
-//! down: see `berth_client::Conclusion`).
+//! down: see `berth_client::Conclusion`); `why` answers 0 when the pod
+//! would fit now, 1 when not (or when berthd could not tell), and 2 on any
+//! error.
 
-mod apply;
-mod dryrun;
-mod files;
-mod get;
-mod output;
-mod quantity;
-mod queue;
-mod simulate;
-mod table;
-mod watch;
+#[path = "../../cli/mod.rs"]
+mod cli;
 
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
-use berth_client::{Client, ClientError, ConnectOptions};
+use anyhow::Result;
+use berth_client::{Client, ConnectOptions};
 use clap::{Parser, Subcommand};
 
-use output::{Output, StdoutClosed};
+use cli::Rpc;
+use cli::output::{Output, StdoutClosed};
+use cli::tls::TlsArgs;
+use cli::{apply, dryrun, files, get, queue, simulate, watch, why};
 
 /// Command-line client for berthd: inspect and change its cluster, and ask
 /// its scheduler where pods would go and why.
@@ -39,38 +36,8 @@ struct Args {
     )]
     server: String,
 
-    /// PEM CA bundle to verify berthd's certificate with (TLS).
-    #[arg(long, env = "BERTH_TLS_CA", global = true, value_name = "FILE")]
-    tls_ca: Option<std::path::PathBuf>,
-
-    /// PEM client certificate, for berthd's that require one (mTLS).
-    #[arg(
-        long,
-        env = "BERTH_TLS_CERT",
-        global = true,
-        value_name = "FILE",
-        requires = "tls_key"
-    )]
-    tls_cert: Option<std::path::PathBuf>,
-
-    /// PEM key of --tls-cert.
-    #[arg(
-        long,
-        env = "BERTH_TLS_KEY",
-        global = true,
-        value_name = "FILE",
-        requires = "tls_cert"
-    )]
-    tls_key: Option<std::path::PathBuf>,
-
-    /// The name berthd's certificate must carry, if not the address's host.
-    #[arg(
-        long,
-        env = "BERTH_TLS_SERVER_NAME",
-        global = true,
-        value_name = "NAME"
-    )]
-    tls_server_name: Option<String>,
+    #[command(flatten)]
+    tls: TlsArgs,
 
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value = "table", global = true)]
@@ -155,6 +122,24 @@ enum Command {
         #[arg(long, short = 'n', default_value = "")]
         namespace: String,
     },
+    /// What berth's scheduler says about a pod of its cluster now: why it
+    /// is pending, per node the plugin that rejects it, what preemption
+    /// would do. Exit code 0 when it would fit now, 1 when not, 2 on
+    /// errors.
+    Why {
+        /// The pod's name.
+        pod: String,
+        /// The pod's namespace.
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+        /// Ask this profile (default: the pod's schedulerName, or berth's
+        /// only profile).
+        #[arg(long, default_value = "")]
+        profile: String,
+        /// Show every node's scores and every rejecting plugin.
+        #[arg(long)]
+        wide: bool,
+    },
     /// Stream scheduling events (or, with --kind, object changes) until
     /// Ctrl-C.
     Watch {
@@ -168,36 +153,6 @@ enum Command {
     },
 }
 
-/// A gRPC error from berthd: its code and message.
-#[derive(Debug, thiserror::Error)]
-#[error("{code:?}: {message}")]
-pub struct RpcError {
-    /// The status code.
-    pub code: tonic::Code,
-    /// The server's message.
-    pub message: String,
-}
-
-/// Turns client errors into berthctl's wording: gRPC errors as
-/// `Code: message`, the others (connection, address) as the client says.
-pub trait Rpc<T> {
-    /// Converts the error.
-    fn rpc(self) -> Result<T>;
-}
-
-impl<T> Rpc<T> for Result<T, ClientError> {
-    fn rpc(self) -> Result<T> {
-        self.map_err(|e| match e {
-            ClientError::Status(s) => RpcError {
-                code: s.code(),
-                message: s.message().to_string(),
-            }
-            .into(),
-            other => anyhow::Error::new(other),
-        })
-    }
-}
-
 /// Where berthd is and how to reach it.
 struct Target {
     server: String,
@@ -205,28 +160,10 @@ struct Target {
 }
 
 impl Target {
-    /// Whether a TLS flag was given.
-    fn options_want_tls(&self) -> bool {
-        self.options.ca_cert.is_some()
-            || self.options.client_identity.is_some()
-            || self.options.server_name.is_some()
-    }
-
     fn from_args(args: &Args) -> Result<Self> {
-        let read = |p: &std::path::Path, flag: &str| {
-            std::fs::read(p).with_context(|| format!("{flag} {}", p.display()))
-        };
-        let mut options = ConnectOptions::default();
-        if let Some(ca) = &args.tls_ca {
-            options.ca_cert = Some(read(ca, "--tls-ca")?);
-        }
-        if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-            options.client_identity = Some((read(cert, "--tls-cert")?, read(key, "--tls-key")?));
-        }
-        options.server_name = args.tls_server_name.clone();
         Ok(Self {
             server: args.server.clone(),
-            options,
+            options: args.tls.options()?,
         })
     }
 }
@@ -238,7 +175,7 @@ async fn connect(target: &Target) -> Result<Client> {
 }
 
 /// Runs the command; the exit code it asks for (0 unless its answer says
-/// otherwise).
+/// otherwise: see the exit codes above).
 async fn run(args: Args) -> Result<u8> {
     let format = args.output;
     let target = Target::from_args(&args)?;
@@ -299,57 +236,43 @@ async fn run(args: Args) -> Result<u8> {
             let shown = berth_client::normalize_addr(&server.server);
             watch::run(c, format, &shown, &namespace, kind.as_deref()).await?;
         }
+        Command::Why {
+            pod,
+            namespace,
+            profile,
+            wide,
+        } => {
+            let c = &mut connect(server).await?;
+            let object = c.get("Pod", &namespace, &pod).await.rpc()?;
+            let answer = why::ask(c, object, &profile, wide).await?;
+            why::print(&answer, format, wide)?;
+            return Ok(if answer.fits() { 0 } else { 1 });
+        }
     }
     Ok(0)
-}
-
-/// Whether the failure may be a plaintext connection that broke before any
-/// answer: a TLS server's refusal of a plaintext HTTP/2 client reaches
-/// tonic as "transport error", "operation was canceled" or an h2 protocol
-/// error, depending on timing.
-fn broke_in_plaintext(e: &anyhow::Error, target: &Target) -> bool {
-    let plaintext = !target.server.starts_with("https://") && !target.options_want_tls();
-    plaintext
-        && e.downcast_ref::<RpcError>().is_some_and(|r| {
-            matches!(
-                r.code,
-                tonic::Code::Unknown
-                    | tonic::Code::Unavailable
-                    | tonic::Code::Cancelled
-                    | tonic::Code::Internal
-            )
-        })
-}
-
-/// Whether `server` completes a TLS handshake, or fails it for its
-/// certificate: either way it speaks TLS.
-async fn speaks_tls(server: &str) -> bool {
-    let host_port = server.strip_prefix("http://").unwrap_or(server);
-    match Client::connect(&format!("https://{host_port}")).await {
-        Ok(_) => true,
-        Err(ClientError::Connect { message, .. }) => message.contains("certificate"),
-        Err(_) => false,
-    }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
     let target = Target::from_args(&args).ok();
+    // `why` answers with its exit code: 1 when the pod would not fit, so
+    // its errors are 2.
+    let error_code = if matches!(args.command, Command::Why { .. }) {
+        2
+    } else {
+        1
+    };
     match run(args).await {
         Ok(code) => ExitCode::from(code),
         Err(e) if e.is::<StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
-            match &target {
-                Some(t) if broke_in_plaintext(&e, t) && speaks_tls(&t.server).await => {
-                    eprintln!(
-                        "error: berthd at {} serves TLS, and berthctl spoke plaintext: give --tls-ca FILE (the CA of its certificate; and --tls-cert, --tls-key if it requires client certificates), or an https:// address ({e:#})",
-                        t.server
-                    );
-                }
-                _ => eprintln!("error: {e:#}"),
-            }
-            ExitCode::FAILURE
+            let line = match &target {
+                Some(t) => cli::tls::explain(&e, &t.server, &t.options, "berthctl").await,
+                None => format!("{e:#}"),
+            };
+            eprintln!("error: {line}");
+            ExitCode::from(error_code)
         }
     }
 }

@@ -21,6 +21,7 @@
 //! [`Inner::account`], called with the before and after of every change.
 
 mod pools;
+mod taint_rules;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -32,7 +33,7 @@ pub use pools::{Pool, pools_for};
 
 use crate::model::dra::{
     Claim, Class, DeviceSlots, Nano, PoolKey, SelectorCache, Slice, SliceNodes, parse_claim,
-    parse_class, parse_slice,
+    parse_class,
 };
 
 type ClaimKey = (Arc<str>, Arc<str>);
@@ -123,6 +124,13 @@ struct Inner {
     assumed: HashMap<ClaimKey, Arc<Claim>>,
     in_flight: HashMap<Arc<str>, Arc<Claim>>,
     slices: BTreeMap<Arc<str>, Arc<Slice>>,
+    /// The slices as the cluster has them, to parse again when the taint
+    /// rules change.
+    raw_slices: BTreeMap<Arc<str>, Arc<api::ResourceSlice>>,
+    /// DeviceTaintRules by name.
+    taint_rules: BTreeMap<Arc<str>, Arc<api::DeviceTaintRule>>,
+    /// Whether the rules apply (the DRADeviceTaintRules gate).
+    ignore_taint_rules: bool,
     index: Option<Arc<SliceIndex>>,
     counts: Vec<u32>,
     /// Shared devices: how many allocations share each, and what they
@@ -397,21 +405,15 @@ impl DraStore {
         let mut guard = self.inner.write();
         let s = &mut *guard;
         let name: Arc<str> = Arc::from(slice.metadata.name.as_deref().unwrap_or(""));
-        match parse_slice(&mut s.slots, slice) {
-            Ok(p) => {
-                s.slices.insert(name, Arc::new(p));
-            }
-            Err(e) => {
-                tracing::warn!(slice = %name, error = %e, "ignoring a ResourceSlice that cannot be used");
-                s.slices.remove(&name);
-            }
-        }
+        s.raw_slices.insert(name.clone(), Arc::new(slice.clone()));
+        s.parse_slice_named(&name);
         s.index = None;
     }
 
     /// A ResourceSlice went away.
     pub fn remove_slice(&self, name: &str) {
         let mut s = self.inner.write();
+        s.raw_slices.remove(name);
         if s.slices.remove(name).is_some() {
             s.index = None;
         }

@@ -10,6 +10,7 @@
 
 mod dra;
 pub mod load;
+mod snapshot;
 mod volumes;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -35,7 +36,7 @@ use crate::model::{InvalidObject, NodeSpec, PodInfo, admission};
 pub const SAMPLE_CLUSTER: &str = include_str!("../../../sample/cluster.yaml");
 
 /// The kinds the embedded cluster stores, for messages.
-pub const SUPPORTED_KINDS: &str = "Node, Pod, Namespace, PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode, PodDisruptionBudget, Service, ReplicaSet, StatefulSet, ReplicationController, DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice";
+pub const SUPPORTED_KINDS: &str = "Node, Pod, Namespace, PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode, PodDisruptionBudget, Service, ReplicaSet, StatefulSet, ReplicationController, DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice, DeviceTaintRule, CSIDriver, CSIStorageCapacity, PriorityClass";
 
 /// How many events the store keeps (oldest dropped first).
 const MAX_EVENTS: usize = 10_000;
@@ -55,6 +56,10 @@ pub enum ApplyError {
     /// The object's namespace does not exist (the API server's 404).
     #[error("metadata.namespace: namespaces {0:?} not found")]
     NamespaceNotFound(String),
+    /// Admission refused the object (the API server's 403), e.g. a pod
+    /// naming a PriorityClass that does not exist.
+    #[error(transparent)]
+    Forbidden(#[from] crate::model::priority::PriorityRefused),
 }
 
 /// What an apply did to an object, as kubectl reports it.
@@ -149,6 +154,11 @@ struct Store {
     next_uid: u64,
     subscribers: Vec<mpsc::UnboundedSender<ClusterChange>>,
     events: VecDeque<StoredEvent>,
+    /// While a cluster file is loaded: the controllers wait for the whole
+    /// file (see `snapshot`).
+    loading: bool,
+    /// Pods given a UID at load because the file had none.
+    generated_uids: std::collections::HashSet<(String, String)>,
 }
 
 impl Store {
@@ -207,7 +217,9 @@ impl Store {
             }
             Admitted::Pod(pod) => {
                 let (ns, name, applied) = self.put_pod(*pod)?;
-                dra::pod_changed(self, &(ns.clone(), name.clone()));
+                if !self.loading {
+                    dra::pod_changed(self, &(ns.clone(), name.clone()));
+                }
                 Ok((Kind::Pod, ns, name, applied))
             }
             Admitted::Object(obj) => {
@@ -216,7 +228,9 @@ impl Store {
                 let stored = self
                     .put_object(obj, None)
                     .map_err(|e| ApplyError::Malformed(e.to_string()))?;
-                dra::object_changed(self, &stored.key());
+                if !self.loading {
+                    dra::object_changed(self, &stored.key());
+                }
                 let (_, ns, name) = stored.key();
                 let applied = match old {
                     None => Applied::Created,
@@ -284,6 +298,22 @@ impl Store {
             if pod.status.is_none() {
                 pod.status = old.status.clone();
             }
+            // The Priority admission on update keeps what it set on create.
+            if let (Some(spec), Some(old_spec)) = (pod.spec.as_mut(), old.spec.as_ref()) {
+                if spec.priority.is_none() {
+                    spec.priority = old_spec.priority;
+                }
+                if spec.preemption_policy.is_none() {
+                    spec.preemption_policy = old_spec.preemption_policy.clone();
+                }
+                if spec
+                    .priority_class_name
+                    .as_deref()
+                    .is_none_or(str::is_empty)
+                {
+                    spec.priority_class_name = old_spec.priority_class_name.clone();
+                }
+            }
             // As the API server since v1.33: the generation moves with the
             // spec.
             let old_generation = old.metadata.generation.unwrap_or(1);
@@ -297,8 +327,22 @@ impl Store {
                 return Ok((ns, name, Applied::Unchanged));
             }
         } else {
+            // The Priority admission plugin runs on create.
+            let classes: Vec<Arc<k8s_openapi::api::scheduling::v1::PriorityClass>> = self
+                .objects
+                .range((ObjectKind::PriorityClass, String::new(), String::new())..)
+                .take_while(|((k, _, _), _)| *k == ObjectKind::PriorityClass)
+                .filter_map(|(_, o)| match o {
+                    KubeObject::PriorityClass(c) => Some(c.clone()),
+                    _ => None,
+                })
+                .collect();
+            crate::model::priority::admit_priority(&mut pod, classes.iter().map(|c| &**c))?;
             pod.metadata.generation = Some(1);
             if pod.metadata.uid.as_deref().is_none_or(str::is_empty) {
+                if self.loading {
+                    self.generated_uids.insert(key.clone());
+                }
                 pod.metadata.uid = Some(self.new_uid());
             }
             pod.metadata.creation_timestamp.get_or_insert_with(now_time);
@@ -486,6 +530,10 @@ fn admit_meta(obj: &KubeObject, _kind: ObjectKind) -> Result<(), InvalidObject> 
         KubeObject::ResourceClaim(o) => R::ResourceClaim(o),
         KubeObject::ResourceClaimTemplate(o) => R::ResourceClaimTemplate(o),
         KubeObject::ResourceSlice(o) => R::ResourceSlice(o),
+        KubeObject::DeviceTaintRule(o) => R::DeviceTaintRule(o),
+        KubeObject::CsiDriver(o) => R::CsiDriver(o),
+        KubeObject::CsiStorageCapacity(o) => R::CsiStorageCapacity(o),
+        KubeObject::PriorityClass(o) => R::PriorityClass(o),
     };
     admission::validate_object(r)
 }
@@ -540,20 +588,31 @@ impl EmbeddedCluster {
             admitted.push((o.origin, a));
         }
         // Namespaces first, as kubectl applies a directory's in its order
-        // and the objects after them need them.
-        admitted.sort_by_key(|(_, a)| a.defines_namespace().is_none());
+        // and the objects after them need them; then PriorityClasses, which
+        // pods' admission reads, whatever the order of the file.
+        admitted.sort_by_key(|(_, a)| match a {
+            _ if a.defines_namespace().is_some() => 0,
+            Admitted::Object(KubeObject::PriorityClass(_)) => 1,
+            _ => 2,
+        });
         let mut s = cluster.store.lock();
         for (_, a) in &admitted {
             if let Some(ns) = a.namespace() {
                 s.ensure_namespace(&ns);
             }
         }
+        s.loading = true;
+        let mut origins = std::collections::HashMap::new();
         for (origin, a) in admitted {
-            s.put(a).map_err(|e| LoadError::Invalid {
-                origin,
+            let (kind, ns, name, _) = s.put(a).map_err(|e| LoadError::Invalid {
+                origin: origin.clone(),
                 message: e.to_string(),
             })?;
+            if let Kind::Object(k) = kind {
+                origins.insert((k, ns, name), origin);
+            }
         }
+        snapshot::finish_load(&mut s, &origins)?;
         volumes::reconcile(&mut s);
         drop(s);
         Ok(cluster)

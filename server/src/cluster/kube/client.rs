@@ -36,6 +36,7 @@ use tokio::time::Instant;
 use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 
 use super::KubeError;
+use crate::outage::Outage;
 use crate::prom::{Exposition, Histogram};
 
 /// How often a request answered 429 or 5xx with `Retry-After` is sent
@@ -133,6 +134,25 @@ pub fn build_client(
         .map_err(BoxError::from)
         .service(hyper_client);
     Ok(kube::Client::new(service, config.default_namespace))
+}
+
+/// An error as one short line: the API's message for an answer, else the
+/// chain of causes without repeats (`error trying to connect: tcp connect
+/// error: Connection refused (os error 111)`), never a debug dump.
+pub(crate) fn error_text(e: &kube::Error) -> String {
+    if let kube::Error::Api(s) = e {
+        return s.message.clone();
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let t = s.to_string();
+        if !text.contains(&t) {
+            text = format!("{text}: {t}");
+        }
+        source = s.source();
+    }
+    text
 }
 
 // ---------------------------------------------------------------------------
@@ -335,6 +355,82 @@ impl RestMetrics {
 
 static REST_METRICS: LazyLock<RestMetrics> = LazyLock::new(RestMetrics::default);
 
+static OUTAGES: LazyLock<Mutex<BTreeMap<String, Arc<Outage>>>> =
+    LazyLock::new(|| Mutex::new(BTreeMap::new()));
+
+/// The outage reporter of the API server at `host` (one per process and
+/// host, shared by the scheduler's, the events' and leader election's
+/// clients, as they share the server): every request's outcome feeds it.
+pub fn api_outage(host: &str) -> Arc<Outage> {
+    OUTAGES
+        .lock()
+        .entry(host.to_string())
+        .or_insert_with(|| {
+            let o = Outage::new(format!("the API server {host}"));
+            if tokio::runtime::Handle::try_current().is_ok() {
+                o.spawn();
+            }
+            o
+        })
+        .clone()
+}
+
+/// What goes on while the API server is down, as its first line says.
+fn meanwhile() -> String {
+    "berth keeps its cache and queue; bindings, status writes and events fail and are retried with backoff, and watches resume where they were".into()
+}
+
+/// Logs client-go's client-side throttling line for waits over a second,
+/// at most once every [`THROTTLE_LOG_EVERY`] (client-go's throttled
+/// logger at the default verbosity), saying how many waited meanwhile.
+#[derive(Debug, Default)]
+struct ThrottleLog {
+    /// When the last line was written, and the long waits since.
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+/// A request that waited longer than this for its token is logged.
+pub const LONG_THROTTLE: Duration = Duration::from_secs(1);
+/// Those lines come at most this often.
+pub const THROTTLE_LOG_EVERY: Duration = Duration::from_secs(10);
+
+impl ThrottleLog {
+    /// Notes a request's wait for its token; the line written, if any.
+    fn waited(&self, waited: Duration, method: &str, uri: &http::Uri) -> Option<String> {
+        if waited <= LONG_THROTTLE {
+            return None;
+        }
+        let now = Instant::now();
+        let mut st = self.state.lock();
+        st.1 += 1;
+        if st
+            .0
+            .is_some_and(|t| now.saturating_duration_since(t) < THROTTLE_LOG_EVERY)
+        {
+            return None;
+        }
+        let others = st.1 - 1;
+        *st = (Some(now), 0);
+        drop(st);
+        let also = if others > 0 {
+            format!(" ({others} more requests waited over 1s since the last such line)")
+        } else {
+            String::new()
+        };
+        let line = format!(
+            "Waited for {:.3}s due to client-side throttling, not priority and fairness, request: {method}:{uri}{also}",
+            waited.as_secs_f64()
+        );
+        tracing::info!(
+            waited_ms = waited.as_millis() as u64,
+            method,
+            others,
+            "{line}"
+        );
+        Some(line)
+    }
+}
+
 /// The process's REST client metrics.
 pub fn rest_metrics() -> &'static RestMetrics {
     &REST_METRICS
@@ -343,7 +439,8 @@ pub fn rest_metrics() -> &'static RestMetrics {
 // ---------------------------------------------------------------------------
 // The layer
 
-/// Rate limit, Retry-After retries and metrics around each request.
+/// Rate limit, Retry-After retries, metrics and outage reports around
+/// each request.
 #[derive(Clone)]
 struct ApiLayer {
     limiter: Option<Arc<TokenBucket>>,
@@ -358,6 +455,8 @@ impl<S> Layer<S> for ApiLayer {
             inner,
             limiter: self.limiter.clone(),
             metrics: rest_metrics().host(&self.host),
+            outage: api_outage(&self.host),
+            throttle: Arc::new(ThrottleLog::default()),
         }
     }
 }
@@ -367,6 +466,22 @@ struct ApiService<S> {
     inner: S,
     limiter: Option<Arc<TokenBucket>>,
     metrics: Arc<HostMetrics>,
+    outage: Arc<Outage>,
+    throttle: Arc<ThrottleLog>,
+}
+
+/// A transport error as one line: its chain of causes without repeats.
+fn box_error_text(e: &BoxError) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let t = s.to_string();
+        if !text.contains(&t) {
+            text = format!("{text}: {t}");
+        }
+        source = s.source();
+    }
+    text
 }
 
 /// The seconds of a `Retry-After` header, if the answer asks for a retry
@@ -419,6 +534,8 @@ where
         let svc = self.inner.clone();
         let limiter = self.limiter.clone();
         let metrics = self.metrics.clone();
+        let outage = self.outage.clone();
+        let throttle = self.throttle.clone();
         Box::pin(async move {
             let slot = verb_slot(req.method());
             let method: &'static str = slot.map_or("other", |i| VERBS[i]);
@@ -430,11 +547,13 @@ where
                     if let Some(i) = slot {
                         metrics.limiter[i].observe_duration(waited);
                     }
+                    throttle.waited(waited, method, req.uri());
                 }
                 // Keep a copy in case the answer asks for a retry.
                 let again = (attempt < MAX_RETRIES)
                     .then(|| copy_request(&req))
                     .flatten();
+                let uri = req.uri().clone();
                 let start = Instant::now();
                 let result = svc.clone().oneshot(req).await.map_err(Into::into);
                 if let Some(i) = slot {
@@ -445,6 +564,21 @@ where
                     Err(_) => "<error>".to_string(),
                 };
                 *metrics.requests.lock().entry((code, method)).or_default() += 1;
+                // An answer below 500 says the server is up; none, or a
+                // 5xx, is an attempt of an outage (each one DEBUG).
+                match &result {
+                    Ok(res) if !res.status().is_server_error() => outage.succeeded(),
+                    Ok(res) => {
+                        let status = res.status();
+                        tracing::debug!(method, %uri, status = status.as_u16(), "API request answered {status}");
+                        outage.failed(&format!("it answers {status}"), &meanwhile);
+                    }
+                    Err(e) => {
+                        let error = box_error_text(e);
+                        tracing::debug!(method, %uri, %error, "API request failed");
+                        outage.failed(&error, &meanwhile);
+                    }
+                }
                 let (Ok(res), Some(next)) = (&result, again) else {
                     return result;
                 };
@@ -529,6 +663,33 @@ mod tests {
         // refill from the start, not two.
         let waited = b.acquire().await;
         assert!(waited <= Duration::from_secs(1), "waited {waited:?}");
+    }
+
+    /// As client-go's throttled logger: waits over a second, at most one
+    /// line every ten seconds, which counts the ones it did not write.
+    #[tokio::test(start_paused = true)]
+    async fn long_throttling_waits_are_logged_as_client_go_logs_them() {
+        let log = ThrottleLog::default();
+        let uri: http::Uri = "https://10.0.0.1:6443/api/v1/namespaces/d/pods/p/binding"
+            .parse()
+            .unwrap();
+        let ms = Duration::from_millis;
+        assert_eq!(log.waited(ms(900), "POST", &uri), None);
+        assert_eq!(
+            log.waited(ms(1500), "POST", &uri).as_deref(),
+            Some(
+                "Waited for 1.500s due to client-side throttling, not priority and fairness, request: POST:https://10.0.0.1:6443/api/v1/namespaces/d/pods/p/binding"
+            )
+        );
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(log.waited(ms(2000), "POST", &uri), None);
+        assert_eq!(log.waited(ms(3000), "POST", &uri), None);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let line = log.waited(ms(1200), "POST", &uri).unwrap();
+        assert!(
+            line.ends_with("(2 more requests waited over 1s since the last such line)"),
+            "{line}"
+        );
     }
 
     #[test]

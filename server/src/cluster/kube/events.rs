@@ -27,11 +27,16 @@
 //!   into the series of the pod's latest event with the same reason.
 //! * **Writes** are concurrent (at most [`WRITERS`] at once, each waiting
 //!   for the events client's own token bucket, so bindings, on the
-//!   scheduler's client, never wait behind events). One write per event
-//!   is in flight at a time; a change meanwhile is written after it. A
-//!   transport failure is retried [`MAX_TRIES`] times, [`RETRY_AFTER`]
-//!   apart; a patch of an event the API no longer has creates it again;
-//!   an answer refusing the event is logged with the pod, verb and code,
+//!   scheduler's client, never wait behind events). A pod's success
+//!   (`Scheduled`, a Normal event) takes the next free writer ahead of
+//!   failures queued before it, so that after an outage the successes are
+//!   not starved by the burst of `FailedScheduling`; a writer is held for
+//!   one request, never across a retry's pause. One write per event is in
+//!   flight at a time; a change meanwhile is written after it. A transport
+//!   failure is retried [`MAX_TRIES`] times, [`RETRY_AFTER`] apart (each
+//!   at DEBUG: the API server's outage reporter says it is down); a patch
+//!   of an event the API no longer has creates it again; an answer
+//!   refusing the event is logged with the pod, verb and code (a 403 once),
 //!   and the write given up, as client-go gives up.
 //! * **Memory.** An event keeps its own small copy of what it writes (not
 //!   the pod), and at most [`MAX_CACHED`] plain events are remembered for
@@ -44,8 +49,9 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
+
+use super::permits::Permits;
 
 use crate::framework::{EventType, PodEvent};
 
@@ -318,8 +324,10 @@ struct Shared {
     api: Box<dyn EventApi>,
     identity: String,
     state: Mutex<State>,
-    writers: Semaphore,
+    writers: Permits,
     runtime: tokio::runtime::Handle,
+    /// A refusal (403) has been said: the next ones are DEBUG.
+    refusal_said: std::sync::atomic::AtomicBool,
 }
 
 /// Where events go: the cache of events and their series, and the
@@ -346,8 +354,9 @@ impl EventSink {
                 spam: Some(RateLimiter::new(EVENT_BURST, EVENT_REFILL_EVERY)),
                 ..State::default()
             }),
-            writers: Semaphore::new(WRITERS),
+            writers: Permits::new(WRITERS),
             runtime: tokio::runtime::Handle::current(),
+            refusal_said: std::sync::atomic::AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&shared);
         shared
@@ -482,9 +491,6 @@ impl Shared {
 
     /// Writes `entry` until nothing more is wanted.
     async fn write_until_clean(self: Arc<Self>, entry: Arc<Entry>) {
-        let Ok(_permit) = self.writers.acquire().await else {
-            return;
-        };
         loop {
             let write = {
                 let mut p = entry.progress.lock();
@@ -521,11 +527,21 @@ impl Shared {
                             WriteError::AlreadyExists => (409, "already exists".into()),
                             WriteError::NotFound => (404, "not found".into()),
                         };
-                        tracing::warn!(
-                            pod = %format_args!("{}/{}", entry.fixed.namespace, entry.fixed.pod),
-                            reason = entry.fixed.reason, verb, code, %error,
-                            "writing event failed; given up"
-                        );
+                        let pod = format_args!("{}/{}", entry.fixed.namespace, entry.fixed.pod);
+                        let refused_before = code == 403
+                            && self
+                                .refusal_said
+                                .swap(true, std::sync::atomic::Ordering::Relaxed);
+                        if code == 0 || refused_before {
+                            // The outage reporter, or the first refusal,
+                            // said it already.
+                            tracing::debug!(pod = %pod, reason = entry.fixed.reason, verb, code, %error, "writing event failed; given up");
+                        } else {
+                            tracing::warn!(
+                                pod = %pod, reason = entry.fixed.reason, verb, code,
+                                "writing event failed; given up: {code} {verb} event of {pod}: {error}"
+                            );
+                        }
                         // The API refused it: it will not exist.
                         p.created = matches!(w, Write::Patch { .. });
                     }
@@ -546,10 +562,15 @@ impl Shared {
 
     async fn write_with_retries(&self, entry: &Entry, write: &Write) -> Result<(), WriteError> {
         let mut tries = 1;
+        let success = entry.fixed.event_type == EventType::Normal;
         loop {
-            match self.api.write(write).await {
+            let written = {
+                let _writer = self.writers.acquire(success).await;
+                self.api.write(write).await
+            };
+            match written {
                 Err(WriteError::Transport(e)) if tries < MAX_TRIES => {
-                    tracing::info!(
+                    tracing::debug!(
                         pod = %format_args!("{}/{}", entry.fixed.namespace, entry.fixed.pod),
                         reason = entry.fixed.reason, error = %e, tries,
                         "writing event failed; retrying in {}s", RETRY_AFTER.as_secs()
@@ -657,6 +678,7 @@ mod tests {
     use super::*;
     use crate::model::PodInfo;
     use crate::testing::make_pod;
+    use tokio::sync::Semaphore;
 
     #[test]
     fn each_pod_gets_a_burst_then_one_event_per_refill() {

@@ -26,8 +26,10 @@
 //! Writes go to the API as upstream's scheduler sends them (see
 //! [`writes`]).
 
+pub mod access;
 mod client;
 mod events;
+mod permits;
 mod slim;
 mod writes;
 
@@ -45,7 +47,10 @@ use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
-pub use client::{ClientOptions, MAX_RETRIES, RestMetrics, TokenBucket, rest_metrics};
+pub use client::{
+    ClientOptions, LONG_THROTTLE, MAX_RETRIES, RestMetrics, THROTTLE_LOG_EVERY, TokenBucket,
+    api_outage, rest_metrics,
+};
 pub use events::{EVENT_BURST, EVENT_REFILL_EVERY};
 pub use slim::{LAST_APPLIED, SlimNode, SlimPod, strip_meta};
 
@@ -55,8 +60,12 @@ use crate::model::{PodInfo, PodRef};
 
 /// The kinds other than nodes and pods that kube mode watches: every kind
 /// of [`ObjectKind::ALL`] but ResourceClaimTemplates, which only the
-/// resourceclaim controller reads (kube-scheduler does not watch them).
-pub const KUBE_WATCHED: [ObjectKind; 13] = [
+/// resourceclaim controller reads, and PriorityClasses, which only the API
+/// server's admission reads (kube-scheduler watches neither).
+/// DeviceTaintRules are watched only under the DRADeviceTaintRules gate
+/// ([`KubeOptions::device_taint_rules`]), as upstream registers their
+/// informer only then.
+pub const KUBE_WATCHED: [ObjectKind; 16] = [
     ObjectKind::Namespace,
     ObjectKind::PersistentVolume,
     ObjectKind::PersistentVolumeClaim,
@@ -70,6 +79,9 @@ pub const KUBE_WATCHED: [ObjectKind; 13] = [
     ObjectKind::DeviceClass,
     ObjectKind::ResourceClaim,
     ObjectKind::ResourceSlice,
+    ObjectKind::DeviceTaintRule,
+    ObjectKind::CsiDriver,
+    ObjectKind::CsiStorageCapacity,
 ];
 
 /// Upstream's field selector for the scheduler's pod informer: finished
@@ -104,6 +116,9 @@ pub struct KubeOptions {
     /// The rate limits of the scheduler's client and of the events client
     /// (each has its own bucket, as kube-scheduler's two clientsets).
     pub client: ClientOptions,
+    /// Whether to watch DeviceTaintRules (the DRADeviceTaintRules gate:
+    /// resource.k8s.io/v1 serves them from v1.37 on).
+    pub device_taint_rules: bool,
 }
 
 impl Default for KubeOptions {
@@ -111,7 +126,18 @@ impl Default for KubeOptions {
         Self {
             identity: hostname(),
             client: ClientOptions::default(),
+            device_taint_rules: true,
         }
+    }
+}
+
+impl KubeOptions {
+    /// The kinds of [`KUBE_WATCHED`] these options watch.
+    pub fn watched(&self) -> Vec<ObjectKind> {
+        KUBE_WATCHED
+            .into_iter()
+            .filter(|k| *k != ObjectKind::DeviceTaintRule || self.device_taint_rules)
+            .collect()
     }
 }
 
@@ -163,6 +189,28 @@ enum Res {
     Object(ObjectKind),
     Node,
     Pod,
+}
+
+impl Res {
+    /// The resource as the API names it in messages: `nodes`,
+    /// `resourceslices.resource.k8s.io`.
+    fn qualified(self) -> String {
+        match self {
+            Res::Node => "nodes".into(),
+            Res::Pod => "pods".into(),
+            Res::Object(k) if k.group().is_empty() => k.plural().into(),
+            Res::Object(k) => format!("{}.{}", k.plural(), k.group()),
+        }
+    }
+
+    /// (group, resource), as RBAC rules name it.
+    fn rbac(self) -> (&'static str, &'static str) {
+        match self {
+            Res::Node => ("", "nodes"),
+            Res::Pod => ("", "pods"),
+            Res::Object(k) => (k.group(), k.plural()),
+        }
+    }
 }
 
 /// An object as the mirror keeps it.
@@ -346,6 +394,9 @@ struct MirrorState {
     watchers: usize,
     /// Every watcher's first listing has been delivered.
     synced: bool,
+    /// Why a watcher whose listing has not completed is stuck (its last
+    /// error), until it lists.
+    trouble: BTreeMap<Res, String>,
     subscribers: Vec<mpsc::UnboundedSender<ClusterChange>>,
 }
 
@@ -435,6 +486,9 @@ impl MirrorState {
                 self.listing.entry(res).or_default().insert(o.key(), o);
             }
             watcher::Event::InitDone => {
+                if self.trouble.remove(&res).is_some() {
+                    tracing::info!(resource = %res.qualified(), "listed {} after all: its watch works now", res.qualified());
+                }
                 let listed = self.listing.remove(&res).unwrap_or_default();
                 self.relisted(res, listed);
             }
@@ -450,11 +504,85 @@ struct Mirror {
     state: Mutex<MirrorState>,
 }
 
+/// What a watcher's error says: the verb that failed, and the API's answer
+/// (code, message) when there was one, else what went wrong.
+fn watch_error(e: &watcher::Error) -> (&'static str, Result<(u16, String), String>) {
+    let api = |e: &kube::Error| match e {
+        kube::Error::Api(s) => Ok((s.code, s.message.clone())),
+        other => Err(client::error_text(other)),
+    };
+    match e {
+        watcher::Error::InitialListFailed(e) => ("list", api(e)),
+        watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => ("watch", api(e)),
+        watcher::Error::WatchError(s) => ("watch", Ok((s.code, s.message.clone()))),
+        watcher::Error::NoResourceVersion => ("watch", Err(e.to_string())),
+    }
+}
+
+impl Mirror {
+    /// A watcher's attempt failed (it retries with backoff). A refusal is
+    /// one line naming the rule berthd needs, the first time; the attempts
+    /// after it are DEBUG. What went wrong is kept for readiness until the
+    /// watcher lists.
+    fn watch_failed(&self, res: Res, e: &watcher::Error) {
+        let (verb, answer) = watch_error(e);
+        let what = res.qualified();
+        let trouble = match &answer {
+            Ok((403, m)) => format!("forbidden: {m}"),
+            Ok((code, m)) => format!("{code}: {m}"),
+            Err(m) => m.clone(),
+        };
+        let before = self.state.lock().trouble.insert(res, trouble.clone());
+        match answer {
+            Ok((403, message)) if !before.is_some_and(|b| b.starts_with("forbidden")) => {
+                let (group, resource) = res.rbac();
+                let rule = access::rule_for(group, resource, None)
+                    .map_or_else(String::new, |r| r.to_string());
+                tracing::error!(
+                    resource = %what, verb, code = 403, %rule,
+                    "forbidden to {verb} {what}: the cache cannot sync and nothing is scheduled until berthd's ClusterRole grants {rule}; the API server says: {message}"
+                );
+            }
+            Ok((410, _)) => {
+                tracing::debug!(resource = %what, verb, "watch of {what} expired (410 Gone); relisting")
+            }
+            _ => {
+                tracing::debug!(resource = %what, verb, error = %trouble, "{verb} {what} failed; retrying with backoff")
+            }
+        }
+    }
+
+    /// The watchers that have not listed their kind yet, each with why if
+    /// it failed: `resourceslices.resource.k8s.io (forbidden: ...)`.
+    fn unsynced(&self) -> Vec<String> {
+        let s = self.state.lock();
+        let mut out = Vec::new();
+        for res in std::iter::once(Res::Node)
+            .chain(std::iter::once(Res::Pod))
+            .chain(KUBE_WATCHED.iter().map(|k| Res::Object(*k)))
+        {
+            if s.listed.contains(&res) {
+                continue;
+            }
+            out.push(match s.trouble.get(&res) {
+                Some(t) => format!("{} ({t})", res.qualified()),
+                None => format!("{} (listing)", res.qualified()),
+            });
+        }
+        out
+    }
+}
+
 /// A cluster behind a Kubernetes API server.
 pub struct KubeCluster {
     client: kube::Client,
     mirror: Arc<Mirror>,
     events: events::EventSink,
+    /// The API server's outage reporter (set by [`KubeCluster::connect`]).
+    outage: Option<Arc<crate::outage::Outage>>,
+    /// The (verb, resource) pairs whose refusal (403) has been said: the
+    /// next refusals are DEBUG.
+    refused: Mutex<BTreeSet<(String, String)>>,
 }
 
 impl std::fmt::Debug for KubeCluster {
@@ -491,9 +619,7 @@ fn spawn_watcher<K>(
                     };
                     mirror.state.lock().on_watch_event(res, e);
                 }
-                Err(e) => {
-                    tracing::warn!(resource = ?res, error = %e, "watch failed; retrying with backoff");
-                }
+                Err(e) => mirror.watch_failed(res, &e),
             }
         }
     });
@@ -504,10 +630,18 @@ impl KubeCluster {
     /// (watches and writes) and the events client, each with its own rate
     /// limit. Must run inside a tokio runtime.
     pub fn connect(config: kube::Config, options: KubeOptions) -> Result<Arc<Self>, KubeError> {
+        let host = config
+            .cluster_url
+            .authority()
+            .map_or_else(String::new, |a| a.to_string());
         let scheduler =
             client::build_client(config.clone(), &options.client.for_purpose("scheduler"))?;
         let events = client::build_client(config, &options.client.for_purpose(""))?;
-        Ok(Self::start(scheduler, events, options))
+        let mut cluster = Self::start(scheduler, events, options);
+        if let Some(c) = Arc::get_mut(&mut cluster) {
+            c.outage = Some(client::api_outage(&host));
+        }
+        Ok(cluster)
     }
 
     /// Starts watching the cluster behind `client`, writing events through
@@ -515,7 +649,8 @@ impl KubeCluster {
     pub fn start(client: kube::Client, events: kube::Client, options: KubeOptions) -> Arc<Self> {
         let mirror = Arc::new(Mirror::default());
         // Counted before any watcher runs: Synced waits for all of them.
-        mirror.state.lock().watchers = 2 + KUBE_WATCHED.len();
+        let watched = options.watched();
+        mirror.state.lock().watchers = 2 + watched.len();
         // Lists from the watch cache (resourceVersion=0), as informers do.
         let config = || watcher::Config::default().any_semantic();
         // Pods and nodes are decoded straight into what berth keeps (see
@@ -536,7 +671,7 @@ impl KubeCluster {
         );
         macro_rules! objects {
             ($($kind:ident => $ty:ty),* $(,)?) => {$(
-                spawn_watcher(
+                if watched.contains(&ObjectKind::$kind) { spawn_watcher(
                     mirror.clone(),
                     Api::<$ty>::all(client.clone()),
                     config(),
@@ -545,7 +680,7 @@ impl KubeCluster {
                         strip_meta(kube::Resource::meta_mut(&mut o));
                         Obj::Other(KubeObject::$kind(Arc::new(o)))
                     },
-                );
+                ); }
             )*};
         }
         use k8s_openapi::api::{apps, core, policy, resource, storage};
@@ -564,18 +699,38 @@ impl KubeCluster {
             DeviceClass => resource::v1::DeviceClass,
             ResourceClaim => resource::v1::ResourceClaim,
             ResourceSlice => resource::v1::ResourceSlice,
+            DeviceTaintRule => resource::v1::DeviceTaintRule,
+            CsiDriver => storage::v1::CSIDriver,
+            CsiStorageCapacity => storage::v1::CSIStorageCapacity,
         );
         let events = events::EventSink::start(events, options.identity);
         Arc::new(Self {
             client,
             mirror,
             events,
+            outage: None,
+            refused: Mutex::new(BTreeSet::new()),
         })
+    }
+
+    /// The API server's outage reporter, for the words its summaries end
+    /// with (how many pods wait).
+    pub fn api_outage(&self) -> Option<&Arc<crate::outage::Outage>> {
+        self.outage.as_ref()
     }
 
     /// Whether every watcher has listed its kind once.
     pub fn is_synced(&self) -> bool {
         self.mirror.state.lock().synced
+    }
+
+    /// Why the cache has not synced: each watcher that has not listed its
+    /// kind yet, with its last error (empty once synced).
+    pub fn unsynced(&self) -> Vec<String> {
+        if self.is_synced() {
+            return Vec::new();
+        }
+        self.mirror.unsynced()
     }
 
     /// Every node seen, by name.

@@ -5,8 +5,10 @@
 //!   pod's UID (201 on success; 409 when already bound or replaced, 404
 //!   when gone: the pod is then read again so the mirror, and with it the
 //!   scheduler's requeue decision, sees why, and nothing is retried
-//!   blindly; a 5xx or a timeout is the scheduler's to requeue, as
-//!   upstream's);
+//!   blindly). A binding whose answer was lost (no answer, or a 5xx) may
+//!   have been stored: the pod is read until the API server answers (or
+//!   the watch tells), and only a pod still unbound fails the binding, so
+//!   a bound pod is never marked unschedulable;
 //! * a failed attempt: ONE strategic merge patch of the status
 //!   subresource with the `PodScheduled=False` condition (its
 //!   `observedGeneration` the pod's `metadata.generation`, as v1.36
@@ -35,7 +37,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
-use super::KubeCluster;
+use super::{KubeCluster, access};
 use crate::cache::{KubeObject, ObjectKind};
 use crate::cluster::{ClusterChange, ClusterSource, PodScheduledCondition};
 use crate::framework::{ClusterClient, ClusterError, EventRecorder, PodEvent};
@@ -60,22 +62,13 @@ fn pod_path(namespace: &str, name: &str) -> String {
 
 /// Where an object of `kind` lives in the API.
 fn object_path(kind: ObjectKind, namespace: &str, name: &str) -> String {
-    let (group, plural) = match kind {
-        ObjectKind::Namespace => ("/api/v1", "namespaces"),
-        ObjectKind::PersistentVolume => ("/api/v1", "persistentvolumes"),
-        ObjectKind::PersistentVolumeClaim => ("/api/v1", "persistentvolumeclaims"),
-        ObjectKind::StorageClass => ("/apis/storage.k8s.io/v1", "storageclasses"),
-        ObjectKind::CsiNode => ("/apis/storage.k8s.io/v1", "csinodes"),
-        ObjectKind::PodDisruptionBudget => ("/apis/policy/v1", "poddisruptionbudgets"),
-        ObjectKind::Service => ("/api/v1", "services"),
-        ObjectKind::ReplicaSet => ("/apis/apps/v1", "replicasets"),
-        ObjectKind::StatefulSet => ("/apis/apps/v1", "statefulsets"),
-        ObjectKind::ReplicationController => ("/api/v1", "replicationcontrollers"),
-        ObjectKind::DeviceClass => ("/apis/resource.k8s.io/v1", "deviceclasses"),
-        ObjectKind::ResourceClaim => ("/apis/resource.k8s.io/v1", "resourceclaims"),
-        ObjectKind::ResourceClaimTemplate => ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
-        ObjectKind::ResourceSlice => ("/apis/resource.k8s.io/v1", "resourceslices"),
+    let (api_version, _) = kind.type_meta();
+    let group = if kind.group().is_empty() {
+        format!("/api/{api_version}")
+    } else {
+        format!("/apis/{api_version}")
     };
+    let plural = kind.plural();
     if kind.namespaced() {
         format!("{group}/namespaces/{namespace}/{plural}/{name}")
     } else {
@@ -114,6 +107,75 @@ struct BindingTarget<'a> {
     api_version: &'static str,
     kind: &'static str,
     name: &'a str,
+}
+
+/// The first pause before asking again whether a binding was stored.
+const SETTLE_FIRST_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+/// The longest pause between those questions.
+const SETTLE_MAX_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether a failed request may have been carried out all the same: no
+/// answer came (the connection broke, the request timed out), or the
+/// server answered 5xx (its own timeout: the write may still land). A 4xx
+/// answer is a refusal: nothing was stored.
+fn outcome_unknown(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code >= 500,
+        _ => true,
+    }
+}
+
+/// What a binding whose answer was lost came to, the pod being on `on`.
+fn settled(
+    pod: &PodInfo,
+    node: &str,
+    on: Option<&str>,
+    lost: ClusterError,
+    asked: u32,
+) -> Result<(), ClusterError> {
+    match on {
+        Some(n) if n == node => {
+            tracing::info!(pod = %pod.key(), node, asked, "the binding was stored though its answer was lost ({lost}): the pod is bound to {node}");
+            Ok(())
+        }
+        Some(other) => Err(ClusterError::Conflict(format!(
+            "pod {} is already assigned to node {other:?}",
+            pod.key()
+        ))),
+        None => Err(lost),
+    }
+}
+
+/// The RBAC verb of a write's method.
+fn rbac_verb(method: &http::Method) -> &'static str {
+    match *method {
+        http::Method::POST => "create",
+        http::Method::PUT => "update",
+        http::Method::PATCH => "patch",
+        http::Method::DELETE => "delete",
+        _ => "get",
+    }
+}
+
+/// The (group, resource with subresource) an API path names:
+/// `/api/v1/namespaces/ns/pods/p/binding` is ("", "pods/binding").
+fn resource_of(path: &str) -> (&str, String) {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match segs.as_slice() {
+        ["api", _, rest @ ..] => ("", rest),
+        ["apis", g, _, rest @ ..] => (*g, rest),
+        _ => return ("", String::new()),
+    };
+    let rest = match rest {
+        ["namespaces", _, r @ ..] if !r.is_empty() => r,
+        r => r,
+    };
+    let resource = match rest {
+        [plural, _, sub, ..] => format!("{plural}/{sub}"),
+        [plural, ..] => plural.to_string(),
+        [] => String::new(),
+    };
+    (group, resource)
 }
 
 /// The API's status code in an error, for logs (0: no answer).
@@ -168,19 +230,119 @@ impl KubeCluster {
         body: &B,
         subject: &str,
     ) -> Result<R, ClusterError> {
-        let body = serde_json::to_vec(body).map_err(|e| ClusterError::Other(e.to_string()))?;
+        self.send_raw(method, path, content_type, body, subject)
+            .await
+            .map_err(cluster_error)
+    }
+
+    /// [`Self::send`], with the API's error as it came.
+    async fn send_raw<B: serde::Serialize + ?Sized, R: serde::de::DeserializeOwned>(
+        &self,
+        method: http::Method,
+        path: &str,
+        content_type: &str,
+        body: &B,
+        subject: &str,
+    ) -> Result<R, kube::Error> {
+        let body = serde_json::to_vec(body).map_err(kube::Error::SerdeError)?;
         let req = http::Request::builder()
             .method(method.clone())
             .uri(path)
             .header(http::header::CONTENT_TYPE, content_type)
             .header(http::header::ACCEPT, JSON)
             .body(body)
-            .map_err(|e| ClusterError::Other(e.to_string()))?;
-        self.client.request::<R>(req).await.map_err(|e| {
-            let code = status_code(&e);
-            tracing::warn!(object = subject, verb = %method, path, code, error = %e, "API write failed");
-            cluster_error(e)
-        })
+            .map_err(kube::Error::HttpError)?;
+        self.client
+            .request::<R>(req)
+            .await
+            .inspect_err(|e| self.write_failed(&method, path, subject, e))
+    }
+
+    /// Logs a failed write as a person reads it: one short line with the
+    /// object, verb, code and the server's message once; a refusal (403)
+    /// once per verb and resource, naming the rule berthd needs; no answer
+    /// or a 5xx at DEBUG (the API server's outage reporter speaks for
+    /// those).
+    fn write_failed(&self, method: &http::Method, path: &str, subject: &str, e: &kube::Error) {
+        let code = status_code(e);
+        let message = super::client::error_text(e);
+        if outcome_unknown(e) {
+            tracing::debug!(object = subject, verb = %method, path, code, error = %message, "API write failed");
+            return;
+        }
+        if code == 403 {
+            let (group, resource) = resource_of(path);
+            let verb = rbac_verb(method);
+            let first = self
+                .refused
+                .lock()
+                .insert((verb.to_string(), format!("{group}/{resource}")));
+            if first {
+                let rule = access::rule_for(group, &resource, None)
+                    .map_or_else(String::new, |r| format!(": its ClusterRole must grant {r}"));
+                tracing::error!(object = subject, verb, code, resource = %resource, "forbidden to {verb} {resource} ({subject}){rule}; the API server says: {message}");
+            } else {
+                tracing::debug!(object = subject, verb, code, "forbidden: {message}");
+            }
+            return;
+        }
+        tracing::warn!(object = subject, verb = %method, code, "API write failed: {code} {method} {subject}: {message}");
+    }
+
+    /// A binding whose answer was lost (see [`outcome_unknown`]) may have
+    /// been stored: asks the API server where the pod is before the
+    /// scheduler writes anything about it, with a GET of the pod retried
+    /// with backoff while the server cannot answer (or the watch, if it
+    /// tells first). Bound to `node`: the binding happened. Bound
+    /// elsewhere: a conflict. Unbound: `lost`, the binding's own error.
+    /// Gone or replaced: not found.
+    async fn settle_binding(
+        &self,
+        pod: &PodInfo,
+        node: &str,
+        lost: ClusterError,
+    ) -> Result<(), ClusterError> {
+        let mut delay = SETTLE_FIRST_RETRY;
+        let mut asked = 0u32;
+        loop {
+            // The watch may have told already.
+            let mirrored = self
+                .get_pod_inner(&pod.namespace, &pod.name)
+                .filter(|p| p.metadata.uid.as_deref() == Some(&*pod.uid))
+                .and_then(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()));
+            if let Some(on) = mirrored {
+                return settled(pod, node, Some(&on), lost, asked);
+            }
+            let req = http::Request::get(pod_path(&pod.namespace, &pod.name))
+                .header(http::header::ACCEPT, JSON)
+                .body(Vec::new())
+                .map_err(|e| ClusterError::Other(e.to_string()))?;
+            asked += 1;
+            match self.client.request::<super::SlimPod>(req).await {
+                Ok(p) => {
+                    let p = p.0;
+                    let uid = p.metadata.uid.clone();
+                    let on = p.spec.as_ref().and_then(|s| s.node_name.clone());
+                    self.refresh_pod(&pod.namespace, &pod.name, &pod.uid, Some(p));
+                    if uid.as_deref() != Some(&*pod.uid) {
+                        return Err(ClusterError::NotFound(format!(
+                            "pod {} was replaced while its binding's answer was lost",
+                            pod.key()
+                        )));
+                    }
+                    return settled(pod, node, on.as_deref(), lost, asked);
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    self.refresh_pod(&pod.namespace, &pod.name, &pod.uid, None);
+                    return Err(ClusterError::NotFound(s.message));
+                }
+                Err(e) => {
+                    tracing::debug!(pod = %pod.key(), node, error = %super::client::error_text(&e), retry_in = ?delay, "cannot tell yet whether the binding was stored; asking again");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(SETTLE_MAX_RETRY);
+                }
+            }
+        }
     }
 
     /// Reads the pod again after a write the API refused, so the mirror
@@ -261,15 +423,18 @@ impl ClusterClient for KubeCluster {
         };
         let path = format!("{}/binding", pod_path(&pod.namespace, &pod.name));
         match self
-            .send::<_, IgnoredAny>(http::Method::POST, &path, JSON, &body, &pod.key())
+            .send_raw::<_, IgnoredAny>(http::Method::POST, &path, JSON, &body, &pod.key())
             .await
         {
             Ok(_) => Ok(()),
-            Err(e @ (ClusterError::NotFound(_) | ClusterError::Conflict(_))) => {
-                self.reread_pod(pod).await;
-                Err(e)
-            }
-            Err(e) => Err(e),
+            Err(e) if outcome_unknown(&e) => self.settle_binding(pod, node, cluster_error(e)).await,
+            Err(e) => match cluster_error(e) {
+                e @ (ClusterError::NotFound(_) | ClusterError::Conflict(_)) => {
+                    self.reread_pod(pod).await;
+                    Err(e)
+                }
+                e => Err(e),
+            },
         }
     }
 
@@ -502,6 +667,14 @@ impl ClusterSource for KubeCluster {
     fn kind(&self) -> &'static str {
         "kube"
     }
+
+    fn unreachable(&self) -> bool {
+        // Bindings under way when it came back fail just after (they
+        // asked until it answered): theirs too.
+        self.outage
+            .as_ref()
+            .is_some_and(|o| o.down_or_back_within(SETTLE_MAX_RETRY * 2))
+    }
 }
 
 /// How a failed write names its object: `namespace/name`, or the name of a
@@ -517,6 +690,26 @@ fn subject(namespace: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_name_their_rbac_resource() {
+        assert_eq!(
+            resource_of("/api/v1/namespaces/ns/pods/p/binding"),
+            ("", "pods/binding".to_string())
+        );
+        assert_eq!(
+            resource_of("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c/status"),
+            ("resource.k8s.io", "resourceclaims/status".to_string())
+        );
+        assert_eq!(
+            resource_of("/api/v1/persistentvolumes/pv1"),
+            ("", "persistentvolumes".to_string())
+        );
+        assert_eq!(
+            resource_of("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims"),
+            ("resource.k8s.io", "resourceclaims".to_string())
+        );
+    }
 
     #[test]
     fn objects_live_where_the_api_serves_them() {

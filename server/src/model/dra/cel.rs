@@ -169,7 +169,17 @@ fn evaluate(
             "CEL result of type {} could not be converted to bool",
             other.type_of()
         ))),
-        Err(e) => Err(SelectorError::Runtime(e.to_string())),
+        Err(e) => Err(SelectorError::Runtime(go_words(&e))),
+    }
+}
+
+/// A runtime error in cel-go's words where the two libraries word it
+/// differently (cel-go: "no such key: model"; this one: "No such key:
+/// model"), so that a message names the error as kube-scheduler does.
+fn go_words(e: &cel::ExecutionError) -> String {
+    match e {
+        cel::ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
+        other => other.to_string(),
     }
 }
 

@@ -3,7 +3,9 @@
 //! and CSINode (storage.k8s.io), PodDisruptionBudget (policy), Service,
 //! ReplicaSet, StatefulSet, ReplicationController (their pod templates as
 //! pods), and the resource.k8s.io kinds (DeviceClass, ResourceClaim,
-//! ResourceClaimTemplate, ResourceSlice).
+//! ResourceClaimTemplate, ResourceSlice); for DeviceTaintRule, CSIDriver,
+//! CSIStorageCapacity and PriorityClass, their metadata (their specs are
+//! checked where they are used).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -14,10 +16,11 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, DeviceRequest, ResourceClaim, ResourceClaimSpec, ResourceClaimTemplate,
-    ResourceSlice,
+    DeviceClass, DeviceRequest, DeviceTaintRule, ResourceClaim, ResourceClaimSpec,
+    ResourceClaimTemplate, ResourceSlice,
 };
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -54,6 +57,14 @@ pub enum ObjectRef<'a> {
     DeviceClass(&'a DeviceClass),
     /// A resource claim.
     ResourceClaim(&'a ResourceClaim),
+    /// A device taint rule (metadata only).
+    DeviceTaintRule(&'a DeviceTaintRule),
+    /// A CSI driver (metadata only).
+    CsiDriver(&'a CSIDriver),
+    /// A CSI storage capacity (metadata only).
+    CsiStorageCapacity(&'a CSIStorageCapacity),
+    /// A priority class (metadata only).
+    PriorityClass(&'a PriorityClass),
     /// A resource claim template.
     ResourceClaimTemplate(&'a ResourceClaimTemplate),
     /// A resource slice.
@@ -73,6 +84,10 @@ pub fn validate_object(obj: ObjectRef<'_>) -> Result<(), InvalidObject> {
             meta(errs, &o.metadata, false, NameRule::Subdomain);
             persistent_volume(errs, o);
         }
+        ObjectRef::DeviceTaintRule(o) => meta(errs, &o.metadata, false, NameRule::Subdomain),
+        ObjectRef::CsiDriver(o) => meta(errs, &o.metadata, false, NameRule::Subdomain),
+        ObjectRef::CsiStorageCapacity(o) => meta(errs, &o.metadata, true, NameRule::Subdomain),
+        ObjectRef::PriorityClass(o) => meta(errs, &o.metadata, false, NameRule::Subdomain),
         ObjectRef::PersistentVolumeClaim(o) => {
             meta(errs, &o.metadata, true, NameRule::Subdomain);
             persistent_volume_claim(errs, o);

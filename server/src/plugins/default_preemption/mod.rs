@@ -569,7 +569,17 @@ impl DefaultPreemption {
                 victims: best.victims.clone(),
                 eviction,
             }),
-            Status::success(),
+            // v1.37 says what it found (PostFilter prefixes "preemption: ",
+            // and the FailedScheduling event and the PodScheduled condition
+            // end with it); v1.36 said nothing.
+            Status::new(
+                Code::Success,
+                format!(
+                    "found a potential placement for pod on node {}, preempting {} victims",
+                    best.node,
+                    best.victims.len()
+                ),
+            ),
         )
     }
 }

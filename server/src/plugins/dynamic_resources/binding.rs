@@ -140,6 +140,8 @@ async fn bind_extended_claim(
         .create_object(KubeObject::ResourceClaim(Arc::new(obj)))
         .await
         .and_then(|o| claim_of(o).map_err(ClusterError::Other));
+    // Extended-resource claims never ask for admin access.
+    crate::metrics::process::resource_claim_created(created.is_ok(), false);
     let created = match created {
         Ok(c) => c,
         Err(err) => {

@@ -199,7 +199,9 @@ impl ValidateArgs for NodeResourcesFitArgs {
     }
 }
 
-fn validate_shape(shape: &[UtilizationShapePoint], path: &str) -> Result<(), ConfigError> {
+/// Upstream's `validateFunctionShape`: at least one point, utilizations
+/// increasing within [0, 100], scores within [0, 10].
+pub fn validate_shape(shape: &[UtilizationShapePoint], path: &str) -> Result<(), ConfigError> {
     if shape.is_empty() {
         return Err(ConfigError::new(
             path,

@@ -11,4 +11,4 @@ pub use balanced_allocation::{
     NodeResourcesBalancedAllocation, NodeResourcesBalancedAllocationArgs,
 };
 pub use fit::{NodeResourcesFit, TOO_MANY_PODS};
-pub use scoring::Scorer;
+pub use scoring::{Scorer, broken_linear, utilization};

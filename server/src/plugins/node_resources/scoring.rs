@@ -92,7 +92,8 @@ fn most_requested(requested: i64, capacity: i64) -> i64 {
     requested.min(capacity) * MAX_NODE_SCORE / capacity
 }
 
-fn utilization(requested: i64, capacity: i64) -> i64 {
+/// Requested over capacity in per cent (100 when over or without capacity).
+pub fn utilization(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 || requested > capacity {
         MAX_UTILIZATION
     } else {
@@ -100,7 +101,9 @@ fn utilization(requested: i64, capacity: i64) -> i64 {
     }
 }
 
-fn broken_linear(shape: &[(i64, i64)], p: i64) -> i64 {
+/// Upstream's `BuildBrokenLinearFunction`: the score at utilization `p` on
+/// the line through the `(utilization, score)` points.
+pub fn broken_linear(shape: &[(i64, i64)], p: i64) -> i64 {
     for (i, &(u, s)) in shape.iter().enumerate() {
         if p <= u {
             if i == 0 {

@@ -9,6 +9,11 @@
 //! generic ephemeral volumes count through their claims. A volume the pod
 //! shares with a pod already on the node takes no new slot.
 //!
+//! With VolumeLimitScaling (beta, on in v1.37), a node whose CSINode does
+//! not list a driver of the pod's volumes whose CSIDriver sets
+//! `preventPodSchedulingIfMissing` is refused ("<driver> CSI driver is not
+//! installed on the node"), before any limit is counted.
+//!
 //! Left out, as berth has no CSI translation library or VolumeAttachment
 //! objects: in-tree volumes migrated to CSI (inline or through PVs, and
 //! in-tree provisioners, are not counted) and attachments not tied to a
@@ -38,6 +43,10 @@ use crate::plugins::volume_helpers::{
 /// The reason a node whose limit would be exceeded is rejected.
 pub const ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED: &str = "node(s) exceed max volume count";
 
+/// The reason a node lacking a driver that must be there is rejected
+/// (VolumeLimitScaling), after the driver's name.
+pub const ERR_REASON_DRIVER_NOT_INSTALLED: &str = "CSI driver is not installed on the node";
+
 const STATE_KEY: StateKey<Arc<PreFilterState>> = StateKey::new("PreFilterNodeVolumeLimits");
 
 /// An attachable volume: `<driver>/<handle>` and its driver.
@@ -52,6 +61,12 @@ struct PreFilterState {
     existing: HashMap<Arc<str>, Result<Vec<Attachable>, Status>>,
     /// Drivers' limits by node name.
     limits: HashMap<String, Vec<(String, i64)>>,
+    /// Drivers of the pod's volumes whose CSIDriver sets
+    /// `preventPodSchedulingIfMissing` (VolumeLimitScaling), in volume order.
+    required_drivers: Vec<String>,
+    /// The drivers each CSINode lists, by node name (only when some driver
+    /// is required).
+    installed: HashMap<String, Vec<String>>,
 }
 
 /// The NodeVolumeLimits plugin.
@@ -59,6 +74,8 @@ pub struct NodeVolumeLimits {
     handle: Handle,
     /// Makes the handles of unbound claims unlike any real handle.
     random_volume_id_prefix: String,
+    /// VolumeLimitScaling, read once when the plugin is built.
+    enable_volume_limit_scaling: bool,
 }
 
 impl NodeVolumeLimits {
@@ -68,6 +85,7 @@ impl NodeVolumeLimits {
         Self {
             handle: handle.clone(),
             random_volume_id_prefix: format!("{:016x}{:016x}", s.hash_one(1u8), s.hash_one(2u8)),
+            enable_volume_limit_scaling: handle.features().enable_volume_limit_scaling,
         }
     }
 
@@ -184,7 +202,8 @@ impl Plugin for NodeVolumeLimits {
     }
 
     fn events_to_register(&self) -> Option<Vec<ClusterEventWithHint>> {
-        Some(vec![
+        let scaling = self.enable_volume_limit_scaling;
+        let mut events = vec![
             // Any new CSINode may have room.
             ClusterEventWithHint::always(ClusterEvent::new(
                 EventResource::CsiNode,
@@ -193,7 +212,7 @@ impl Plugin for NodeVolumeLimits {
             // A driver's limit went up (or away).
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(EventResource::CsiNode, ActionType::UPDATE),
-                |_, old, new| {
+                move |_, old, new| {
                     let as_csi = |o: Option<&crate::framework::EventObject>| match o
                         .and_then(|o| o.as_object())
                     {
@@ -203,6 +222,16 @@ impl Plugin for NodeVolumeLimits {
                     let (Some(old), Some(new)) = (as_csi(old), as_csi(new)) else {
                         return Err("unexpected objects in isSchedulableAfterCSINodeUpdated".into());
                     };
+                    // A driver was installed (VolumeLimitScaling).
+                    if scaling
+                        && new
+                            .spec
+                            .drivers
+                            .iter()
+                            .any(|d| !old.spec.drivers.iter().any(|o| o.name == d.name))
+                    {
+                        return Ok(QueueingHint::Queue);
+                    }
                     let new_limits = volume_limits(&new);
                     let raised =
                         volume_limits(&old).iter().any(|(driver, before)| {
@@ -256,7 +285,15 @@ impl Plugin for NodeVolumeLimits {
                     })
                 },
             ),
-        ])
+        ];
+        if scaling {
+            // A CSIDriver no longer requires itself on the node.
+            events.push(ClusterEventWithHint::always(ClusterEvent::new(
+                EventResource::CsiDriver,
+                ActionType::UPDATE | ActionType::DELETE,
+            )));
+        }
+        Some(events)
     }
 
     extension_points!(pre_filter, filter);
@@ -277,6 +314,28 @@ impl PreFilterPlugin for NodeVolumeLimits {
         let new_volumes = self.attachable_volumes(objects, pod, true);
         let mut existing = HashMap::new();
         let mut limits = HashMap::new();
+        let mut required_drivers: Vec<String> = Vec::new();
+        let mut installed = HashMap::new();
+        if self.enable_volume_limit_scaling
+            && let Ok(v) = &new_volumes
+        {
+            for (_, driver) in v {
+                let prevent = objects
+                    .csi_driver("", driver)
+                    .is_some_and(|d| d.spec.prevent_pod_scheduling_if_missing == Some(true));
+                if prevent && !required_drivers.contains(driver) {
+                    required_drivers.push(driver.clone());
+                }
+            }
+            if !required_drivers.is_empty() {
+                for csi in objects.csi_nodes("") {
+                    installed.insert(
+                        csi.metadata.name.clone().unwrap_or_default(),
+                        csi.spec.drivers.iter().map(|d| d.name.clone()).collect(),
+                    );
+                }
+            }
+        }
         if new_volumes.as_ref().is_ok_and(|v| !v.is_empty()) {
             for csi in objects.csi_nodes("") {
                 let l = volume_limits(&csi);
@@ -296,6 +355,8 @@ impl PreFilterPlugin for NodeVolumeLimits {
                 new_volumes,
                 existing,
                 limits,
+                required_drivers,
+                installed,
             }),
         );
         (None, Status::success())
@@ -316,6 +377,16 @@ impl FilterPlugin for NodeVolumeLimits {
             Ok(v) => v,
             Err(s) => return s.clone(),
         };
+        if !st.required_drivers.is_empty() {
+            let on_node = st.installed.get(node.name());
+            for driver in &st.required_drivers {
+                if !on_node.is_some_and(|ds| ds.contains(driver)) {
+                    return Status::unschedulable(format!(
+                        "{driver} {ERR_REASON_DRIVER_NOT_INSTALLED}"
+                    ));
+                }
+            }
+        }
         let Some(limits) = st.limits.get(node.name()) else {
             return Status::success();
         };

@@ -371,6 +371,11 @@ fn hints() {
             ClusterEvent::new(EventResource::CsiNode, ActionType::UPDATE),
             ClusterEvent::new(EventResource::AssignedPod, ActionType::DELETE),
             ClusterEvent::new(EventResource::PersistentVolumeClaim, ActionType::ADD),
+            // VolumeLimitScaling (on in v1.37).
+            ClusterEvent::new(
+                EventResource::CsiDriver,
+                ActionType::UPDATE | ActionType::DELETE
+            ),
         ]
     );
     assert!(regs[0].hint.is_none());
@@ -403,6 +408,23 @@ fn hints() {
         csi(&p, n(None).as_ref(), n(Some(1)).as_ref()).unwrap(),
         QueueingHint::Skip,
         "limit added"
+    );
+    let with_drivers = |names: &[&str]| {
+        let d: Vec<Value> = names
+            .iter()
+            .map(|n| json!({"name": n, "nodeID": "x"}))
+            .collect();
+        obj(ObjectKind::CsiNode, csi_node("n", json!(d)))
+    };
+    assert_eq!(
+        csi(
+            &p,
+            with_drivers(&[GCE]).as_ref(),
+            with_drivers(&[GCE, EBS]).as_ref()
+        )
+        .unwrap(),
+        QueueingHint::Queue,
+        "a driver was installed (VolumeLimitScaling)"
     );
 
     let del = regs[2].hint.as_ref().unwrap();
@@ -452,4 +474,108 @@ fn hints() {
         add(&e, None, c("default", "eph-scratch").as_ref()).unwrap(),
         QueueingHint::Queue
     );
+}
+
+fn handle_with(features: crate::features::Features) -> Handle {
+    let c = crate::cluster::embedded::EmbeddedCluster::new();
+    Handle::with_features(
+        c.clone(),
+        c,
+        crate::framework::Parallelizer::inline(),
+        features,
+    )
+}
+
+#[tokio::test]
+async fn volume_limit_scaling_refuses_nodes_without_a_required_driver() {
+    let on = crate::features::Features::default();
+    assert!(on.enable_volume_limit_scaling, "on by default in v1.37");
+    let off = crate::features::Features {
+        enable_volume_limit_scaling: false,
+        ..on
+    };
+    let missing = (
+        Code::Unschedulable,
+        "ebs.csi.aws.com CSI driver is not installed on the node",
+    );
+    let fits = (Code::Success, "");
+    // (case, node, the driver's preventPodSchedulingIfMissing, v1.37, v1.36)
+    type Case = (&'static str, &'static str, Option<bool>, Want, Want);
+    let cases: [Case; 6] = [
+        (
+            "CSINode without the driver",
+            "gce-only",
+            Some(true),
+            missing,
+            fits,
+        ),
+        ("no CSINode at all", "bare", Some(true), missing, fits),
+        ("driver installed", "ebs", Some(true), fits, fits),
+        ("driver does not ask", "gce-only", Some(false), fits, fits),
+        ("driver field unset", "gce-only", None, fits, fits),
+        (
+            // The driver check comes before the limits are counted.
+            "installed at its limit",
+            "ebs-full",
+            Some(true),
+            (Code::Unschedulable, ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED),
+            (Code::Unschedulable, ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED),
+        ),
+    ];
+    for (name, node_name, prevent, want_on, want_off) in cases {
+        for (features, want, release) in [(on, want_on, "v1.37"), (off, want_off, "v1.36")] {
+            let h = handle_with(features);
+            put(
+                &h,
+                ObjectKind::CsiNode,
+                csi_node("gce-only", json!([{"name": GCE, "nodeID": "g"}])),
+            );
+            put(
+                &h,
+                ObjectKind::CsiNode,
+                csi_node("ebs", json!([{"name": EBS, "nodeID": "e"}])),
+            );
+            put(
+                &h,
+                ObjectKind::CsiNode,
+                csi_node(
+                    "ebs-full",
+                    json!([{"name": EBS, "nodeID": "f", "allocatable": {"count": 0}}]),
+                ),
+            );
+            let mut spec = json!({});
+            if let Some(p) = prevent {
+                spec["preventPodSchedulingIfMissing"] = json!(p);
+            }
+            put(
+                &h,
+                ObjectKind::CsiDriver,
+                json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": EBS}, "spec": spec}),
+            );
+            put(
+                &h,
+                ObjectKind::PersistentVolume,
+                pv(
+                    "vol",
+                    json!({}),
+                    json!({"csi": {"driver": EBS, "volumeHandle": "h"}}),
+                ),
+            );
+            put(
+                &h,
+                ObjectKind::PersistentVolumeClaim,
+                pvc("data", json!({"volumeName": "vol"}), json!({})),
+            );
+            let pl = NodeVolumeLimits::new(NoArgs, &h);
+            let p = pod("p", &["data"]);
+            let node = Arc::new(node_with(make_node(node_name).build(), vec![]));
+            let mut st = CycleState::new();
+            let (_, pre) = pl
+                .pre_filter(&mut st, &p, std::slice::from_ref(&node))
+                .await;
+            assert!(pre.is_success(), "{name} {release}: {pre:?}");
+            let s = pl.filter(&st, &p, &node);
+            assert_eq!((s.code(), s.message().as_str()), want, "{name} {release}");
+        }
+    }
 }

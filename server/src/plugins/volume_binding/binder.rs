@@ -22,14 +22,23 @@ use crate::plugins::volume_helpers::{
     volume_class, volume_is_for_pod,
 };
 
-/// The node's labels do not satisfy a bound volume's node affinity.
-pub const ERR_REASON_NODE_CONFLICT: &str = "node(s) had volume node affinity conflict";
+/// The node's labels do not satisfy a bound volume's node affinity
+/// (v1.37's words; v1.36 said "node(s) had volume node affinity
+/// conflict").
+pub const ERR_REASON_NODE_CONFLICT: &str = "node(s) didn't match PersistentVolume's node affinity";
+/// No CSIStorageCapacity the node can reach has room for a claim to
+/// provision.
+pub const ERR_REASON_NOT_ENOUGH_SPACE: &str = "node(s) did not have enough free storage";
 /// No static volume fits and provisioning is impossible on the node.
 pub const ERR_REASON_BIND_CONFLICT: &str =
     "node(s) didn't find available persistent volumes to bind";
 /// A claim is bound to a volume that does not exist.
 pub const ERR_REASON_PV_NOT_EXIST: &str =
     "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
+
+mod capacity;
+
+pub use capacity::{CapacityCheck, RoomFor};
 
 /// The hostname label, whose `In` values name the nodes of local volumes.
 const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
@@ -79,7 +88,13 @@ pub struct UnboundClaim {
     /// The claim (from the assume cache).
     pub pvc: Arc<PersistentVolumeClaim>,
     request: i64,
+    /// Whether the claim asks for `storage` at all (no request: no
+    /// capacity check).
+    has_request: bool,
     class: String,
+    /// Where provisioning the claim would find room, when its driver
+    /// publishes CSIStorageCapacity (filled at PreFilter).
+    capacity: CapacityCheck,
     /// `None`: no selector; `Err`: a selector that does not parse.
     selector: Option<Result<LabelSelector, String>>,
     selected_node: Option<String>,
@@ -88,10 +103,11 @@ pub struct UnboundClaim {
 impl UnboundClaim {
     fn new(pvc: Arc<PersistentVolumeClaim>) -> Self {
         let spec = pvc.spec.as_ref();
-        let request = storage_bytes(
-            spec.and_then(|s| s.resources.as_ref())
-                .and_then(|r| r.requests.as_ref()),
-        );
+        let requests = spec
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref());
+        let request = storage_bytes(requests);
+        let has_request = requests.is_some_and(|r| r.contains_key("storage"));
         let selector = spec.and_then(|s| s.selector.as_ref()).map(|sel| {
             LabelSelector::parse(Some(sel), "spec.selector").map_err(|e| {
                 format!(
@@ -102,6 +118,8 @@ impl UnboundClaim {
         });
         Self {
             request,
+            has_request,
+            capacity: CapacityCheck::Unchecked,
             class: claim_class(&pvc).to_string(),
             selector,
             selected_node: annotation(&pvc.metadata, ANN_SELECTED_NODE).map(String::from),
@@ -204,6 +222,13 @@ pub struct PodVolumes {
     pub static_bindings: Vec<(Arc<PersistentVolume>, Arc<PersistentVolumeClaim>)>,
     /// Claims to provision.
     pub dynamic_provisions: Vec<Arc<PersistentVolumeClaim>>,
+    /// For the claims to provision that a CSIStorageCapacity has room
+    /// for: `(class, requested bytes, the capacity's bytes)`, what Score
+    /// reads (upstream's `DynamicProvision.NodeCapacity`).
+    pub provision_capacity: Vec<(String, i64, i64)>,
+    /// For the static bindings: `(class, requested bytes, the volume's
+    /// bytes)`, what Score reads (upstream's `StorageResource`).
+    pub static_capacity: Vec<(String, i64, i64)>,
 }
 
 impl PodVolumes {
@@ -222,6 +247,8 @@ pub struct Conflicts {
     pub bind: bool,
     /// A bound volume does not exist.
     pub pv_not_exist: bool,
+    /// No reachable CSIStorageCapacity has room for a claim to provision.
+    pub not_enough_space: bool,
 }
 
 impl Conflicts {
@@ -230,6 +257,7 @@ impl Conflicts {
         [
             (self.node, ERR_REASON_NODE_CONFLICT),
             (self.bind, ERR_REASON_BIND_CONFLICT),
+            (self.not_enough_space, ERR_REASON_NOT_ENOUGH_SPACE),
             (self.pv_not_exist, ERR_REASON_PV_NOT_EXIST),
         ]
         .into_iter()
@@ -239,7 +267,7 @@ impl Conflicts {
 
     /// Whether the node is fine.
     pub fn is_empty(&self) -> bool {
-        !(self.node || self.bind || self.pv_not_exist)
+        !(self.node || self.bind || self.pv_not_exist || self.not_enough_space)
     }
 }
 
@@ -448,6 +476,11 @@ impl Binder {
                 c.classes.insert(u.class.clone(), sc);
             }
         }
+        for u in &mut c.unbound_delay_binding {
+            if let Some(class) = c.classes.get(&u.class) {
+                u.capacity = self.capacity_check(u, class);
+            }
+        }
         Ok(c)
     }
 
@@ -521,6 +554,9 @@ impl Binder {
                     Some(v) => {
                         chosen.push(name_of(&v.pv.metadata));
                         volumes.static_bindings.push((v.pv.clone(), u.pvc.clone()));
+                        volumes
+                            .static_capacity
+                            .push((u.class.clone(), u.request, v.capacity));
                     }
                     None => {
                         unbound_ok = false;
@@ -547,6 +583,18 @@ impl Binder {
                     unbound_ok = false;
                     volumes.dynamic_provisions.clear();
                     break;
+                }
+                if let CapacityCheck::Candidates(room) = &u.capacity {
+                    let Some(r) = room.iter().find(|r| r.topology.matches(node_labels)) else {
+                        // Provisioning is possible, but not here: no room.
+                        conflicts.not_enough_space = true;
+                        volumes.dynamic_provisions.clear();
+                        volumes.provision_capacity.clear();
+                        break;
+                    };
+                    volumes
+                        .provision_capacity
+                        .push((u.class.clone(), u.request, r.capacity));
                 }
                 volumes.dynamic_provisions.push(u.pvc.clone());
             }
@@ -680,6 +728,8 @@ impl Binder {
                     self.revert(&PodVolumes {
                         static_bindings: volumes.static_bindings[i..].to_vec(),
                         dynamic_provisions: volumes.dynamic_provisions.clone(),
+                        provision_capacity: Vec::new(),
+                        static_capacity: Vec::new(),
                     });
                     return Err(e.to_string());
                 }
@@ -698,6 +748,8 @@ impl Binder {
                     self.revert(&PodVolumes {
                         static_bindings: Vec::new(),
                         dynamic_provisions: volumes.dynamic_provisions[i..].to_vec(),
+                        provision_capacity: Vec::new(),
+                        static_capacity: Vec::new(),
                     });
                     return Err(e.to_string());
                 }

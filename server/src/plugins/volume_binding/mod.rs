@@ -15,9 +15,21 @@
 //!   `volume.kubernetes.io/selected-node`) and waits, up to
 //!   `bindTimeoutSeconds`, for the PV controller to bind every claim.
 //!
-//! Score (StorageCapacityScoring) is off by default upstream and not
-//! served; CSIStorageCapacity, CSIDriver and in-tree-to-CSI translation are
-//! not modelled.
+//! * Filter also checks, for a claim to provision whose provisioner is a
+//!   CSIDriver with `storageCapacity: true`, that a CSIStorageCapacity of
+//!   its class reachable from the node (`nodeTopology`) has room for it
+//!   (`maximumVolumeSize`, else `capacity`): "node(s) did not have enough
+//!   free storage" otherwise.
+//! * PreScore and Score (StorageCapacityScoring, beta and on in v1.37):
+//!   each node scores by the utilization its volumes would reach, per
+//!   storage class, through `shape` (default: emptier is better), averaged
+//!   over the classes: the static volumes chosen (request over the
+//!   volume's capacity) if any, else the claims to provision (requests over
+//!   the CSIStorageCapacity found). With the gate off, PreScore skips.
+//!   berth skips it too for pods without claims, where upstream scores
+//!   every node 0: the same placements.
+//!
+//! In-tree-to-CSI translation is not modelled.
 
 mod args;
 pub mod binder;
@@ -36,11 +48,12 @@ use crate::cache::{KubeObject, NodeInfo};
 use crate::extension_points;
 use crate::framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EventObject, EventResource,
-    FilterPlugin, Handle, Plugin, PreBindPlugin, PreFilterPlugin, PreFilterResult, QueueingHint,
-    ReservePlugin, StateKey, Status,
+    FilterPlugin, Handle, MAX_NODE_SCORE, Plugin, PreBindPlugin, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, QueueingHint, ReservePlugin, ScorePlugin, StateKey, Status,
 };
 use crate::model::PodInfo;
 use crate::plugins::names::VOLUME_BINDING;
+use crate::plugins::node_resources::{broken_linear, utilization};
 use crate::plugins::volume_helpers::{
     ANN_MIGRATED_PLUGINS, annotation, not_found, pod_volumes, volume_claim, volume_is_for_pod,
 };
@@ -49,6 +62,9 @@ use crate::plugins::volume_helpers::{
 pub const ERR_REASON_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
 
 const STATE_KEY: StateKey<State> = StateKey::new("VolumeBinding");
+
+/// The highest score of a shape point (upstream's MaxCustomPriorityScore).
+const MAX_CUSTOM_PRIORITY_SCORE: i64 = 10;
 
 /// The cycle's state, shared by the clones of the cycle state (as upstream
 /// shares one pointer).
@@ -64,16 +80,63 @@ struct State {
 pub struct VolumeBinding {
     handle: Handle,
     binder: Binder,
+    /// StorageCapacityScoring's shape as `(utilization, score × 10)`;
+    /// `None` with the gate off (PreScore skips).
+    scorer: Option<Vec<(i64, i64)>>,
 }
 
 impl VolumeBinding {
     /// Builds the plugin.
     pub fn new(args: VolumeBindingArgs, handle: &Handle) -> Self {
         let timeout = Duration::from_secs(args.bind_timeout_seconds.max(0).unsigned_abs());
+        let scorer = handle.features().enable_storage_capacity_scoring.then(|| {
+            args.shape
+                .unwrap_or_else(default_shape)
+                .iter()
+                .map(|p| {
+                    (
+                        i64::from(p.utilization),
+                        i64::from(p.score) * (MAX_NODE_SCORE / MAX_CUSTOM_PRIORITY_SCORE),
+                    )
+                })
+                .collect()
+        });
         Self {
             handle: handle.clone(),
             binder: Binder::new(handle, timeout),
+            scorer,
         }
+    }
+
+    /// Upstream's volume capacity scorer: per class, requested over
+    /// capacity through the shape; the mean over classes, rounded.
+    fn capacity_score(shape: &[(i64, i64)], uses: &[(String, i64, i64)], dynamic: bool) -> i64 {
+        // (class, requested, capacity), one entry per class.
+        let mut classes: smallvec::SmallVec<[(&str, i64, i64); 4]> = smallvec::SmallVec::new();
+        for (class, requested, capacity) in uses {
+            match classes.iter_mut().find(|(c, _, _)| c == class) {
+                Some(e) => {
+                    e.1 = e.1.saturating_add(*requested);
+                    // A provisioned claim's capacity is the pool's, the
+                    // same for every claim of the class; a static volume's
+                    // adds up.
+                    e.2 = if dynamic {
+                        *capacity
+                    } else {
+                        e.2.saturating_add(*capacity)
+                    };
+                }
+                None => classes.push((class, *requested, *capacity)),
+            }
+        }
+        if classes.is_empty() {
+            return 0;
+        }
+        let sum: i64 = classes
+            .iter()
+            .map(|(_, r, c)| broken_linear(shape, utilization(*r, *c)))
+            .sum();
+        (sum as f64 / classes.len() as f64).round() as i64
     }
 
     /// The binder (for tests: its poll interval).
@@ -209,7 +272,7 @@ impl Plugin for VolumeBinding {
         ])
     }
 
-    extension_points!(pre_filter, filter, reserve, pre_bind);
+    extension_points!(pre_filter, filter, pre_score, score, reserve, pre_bind);
 }
 
 #[async_trait]
@@ -282,6 +345,42 @@ impl FilterPlugin for VolumeBinding {
 }
 
 #[async_trait]
+impl PreScorePlugin for VolumeBinding {
+    async fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _: &[Arc<NodeInfo>],
+    ) -> Status {
+        if self.scorer.is_none() || pod.pvc_claims.is_empty() {
+            return Status::skip();
+        }
+        match state.require(&STATE_KEY) {
+            Ok(_) => Status::success(),
+            Err(s) => s,
+        }
+    }
+}
+
+impl ScorePlugin for VolumeBinding {
+    fn score(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(shape) = &self.scorer else {
+            return Ok(0);
+        };
+        let st = state.require(&STATE_KEY)?;
+        let by_node = st.by_node.lock();
+        let Some(volumes) = by_node.get(node.name()) else {
+            return Ok(0);
+        };
+        Ok(if volumes.static_bindings.is_empty() {
+            Self::capacity_score(shape, &volumes.provision_capacity, true)
+        } else {
+            Self::capacity_score(shape, &volumes.static_capacity, false)
+        })
+    }
+}
+
+#[async_trait]
 impl ReservePlugin for VolumeBinding {
     async fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
         let Some(st) = state.read_mut(&STATE_KEY) else {
@@ -345,5 +444,7 @@ impl PreBindPlugin for VolumeBinding {
     }
 }
 
+#[cfg(test)]
+mod capacity_tests;
 #[cfg(test)]
 mod tests;

@@ -76,6 +76,9 @@ impl World {
                 Some("ResourceClaim") => {
                     store.upsert_claim(Arc::new(serde_json::from_value(o).unwrap()))
                 }
+                Some("DeviceTaintRule") => {
+                    store.upsert_taint_rule(Arc::new(serde_json::from_value(o).unwrap()))
+                }
                 k => panic!("{k:?}"),
             }
         }
@@ -592,6 +595,137 @@ fn device_taints_keep_requests_off_unless_tolerated() {
         out[0].devices[0].tolerations.len(),
         1,
         "the result carries the tolerations"
+    );
+}
+
+fn taint_rule(name: &str, selector: Option<Value>, effect: &str) -> Value {
+    let mut spec = json!({"taint": {"key": "maintenance", "value": "now", "effect": effect}});
+    if let Some(sel) = selector {
+        spec["deviceSelector"] = sel;
+    }
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule", "metadata": {"name": name}, "spec": spec})
+}
+
+#[test]
+fn device_taint_rules_taint_the_devices_their_selector_picks() {
+    let two = || {
+        slice(
+            "s",
+            "n1",
+            "p",
+            1,
+            1,
+            vec![dev("gpu-0", &[]), dev("gpu-1", &[])],
+        )
+    };
+    let tolerant = claim(
+        "tolerant",
+        json!([{"name": "r", "exactly": {"deviceClassName": "gpu", "count": 2,
+        "tolerations": [{"key": "maintenance", "operator": "Exists"}]}}]),
+        json!([]),
+    );
+    // (rule selector, effect, what a claim for two devices and one for one
+    // device get) under v1.37's selector semantics.
+    let cases: [(&str, Option<Value>, &str, Picks, Picks); 7] = [
+        (
+            "no selector selects nothing",
+            None,
+            "NoSchedule",
+            picks(&["r:p/gpu-0", "r:p/gpu-1"]),
+            picks(&["r:p/gpu-0"]),
+        ),
+        (
+            "an empty selector selects every device",
+            Some(json!({})),
+            "NoSchedule",
+            None,
+            None,
+        ),
+        (
+            "by device",
+            Some(json!({"device": "gpu-0"})),
+            "NoSchedule",
+            None,
+            picks(&["r:p/gpu-1"]),
+        ),
+        (
+            "by driver, pool and device",
+            Some(json!({"driver": DRIVER, "pool": "p", "device": "gpu-0"})),
+            "NoExecute",
+            None,
+            picks(&["r:p/gpu-1"]),
+        ),
+        (
+            "another pool",
+            Some(json!({"pool": "q"})),
+            "NoSchedule",
+            picks(&["r:p/gpu-0", "r:p/gpu-1"]),
+            picks(&["r:p/gpu-0"]),
+        ),
+        (
+            "another driver",
+            Some(json!({"driver": "nic.example.com", "device": "gpu-0"})),
+            "NoSchedule",
+            picks(&["r:p/gpu-0", "r:p/gpu-1"]),
+            picks(&["r:p/gpu-0"]),
+        ),
+        (
+            "effect None changes nothing",
+            Some(json!({})),
+            "None",
+            picks(&["r:p/gpu-0", "r:p/gpu-1"]),
+            picks(&["r:p/gpu-0"]),
+        ),
+    ];
+    for (name, sel, effect, want_two, want_one) in cases {
+        let w = World::new(vec![
+            class("gpu", None),
+            two(),
+            claim("two", json!([exact("r", 2)]), json!([])),
+            claim("one", json!([exact("r", 1)]), json!([])),
+            tolerant.clone(),
+            taint_rule("rule", sel, effect),
+        ]);
+        assert_eq!(w.pick(&["two"], &n1()), Ok(want_two), "{name}: two");
+        assert_eq!(w.pick(&["one"], &n1()), Ok(want_one), "{name}: one");
+        assert_eq!(
+            w.pick(&["tolerant"], &n1()),
+            Ok(picks(&["r:p/gpu-0", "r:p/gpu-1"])),
+            "{name}: a toleration lets the claim use tainted devices"
+        );
+    }
+
+    // The rule's arrival, its removal, and the gate turned off (v1.36's
+    // default) all take effect on the slices already stored.
+    let w = World::new(vec![
+        class("gpu", None),
+        two(),
+        claim("two", json!([exact("r", 2)]), json!([])),
+    ]);
+    assert_eq!(
+        w.pick(&["two"], &n1()),
+        Ok(picks(&["r:p/gpu-0", "r:p/gpu-1"]))
+    );
+    w.store.upsert_taint_rule(Arc::new(
+        serde_json::from_value(taint_rule(
+            "rule",
+            Some(json!({"device": "gpu-1"})),
+            "NoSchedule",
+        ))
+        .unwrap(),
+    ));
+    assert_eq!(w.pick(&["two"], &n1()), Ok(None));
+    w.store.set_taint_rules_enabled(false);
+    assert_eq!(
+        w.pick(&["two"], &n1()),
+        Ok(picks(&["r:p/gpu-0", "r:p/gpu-1"]))
+    );
+    w.store.set_taint_rules_enabled(true);
+    assert_eq!(w.pick(&["two"], &n1()), Ok(None));
+    w.store.remove_taint_rule("rule");
+    assert_eq!(
+        w.pick(&["two"], &n1()),
+        Ok(picks(&["r:p/gpu-0", "r:p/gpu-1"]))
     );
 }
 

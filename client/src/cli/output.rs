@@ -41,6 +41,7 @@ proto_names!(
     DryRunResponse,
     SimulateResponse,
     GetQueueResponse,
+    QueuedPod,
     SchedulingEvent,
     WatchEvent,
 );

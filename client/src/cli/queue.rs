@@ -4,9 +4,9 @@ use anyhow::Result;
 use berth_client::Client;
 use berth_client::pb::{GetQueueResponse, QueueName, QueuedPod};
 
-use crate::Rpc;
-use crate::output::{Output, emit, emit_proto};
-use crate::table::Table;
+use crate::cli::Rpc;
+use crate::cli::output::{Output, emit, emit_proto};
+use crate::cli::table::Table;
 
 /// `berthctl queue [-n NS]`.
 pub async fn run(client: &mut Client, format: Output, namespace: &str) -> Result<()> {
@@ -47,13 +47,13 @@ fn reason(p: &QueuedPod) -> String {
     let since = w
         .since
         .as_ref()
-        .map(crate::watch::time_of_day)
+        .map(crate::cli::watch::time_of_day)
         .unwrap_or_default();
     let who: Vec<String> = w
         .waiting_for
         .iter()
         .map(|x| match x.until.as_ref() {
-            Some(t) => format!("{} (until {})", x.plugin, crate::watch::time_of_day(t)),
+            Some(t) => format!("{} (until {})", x.plugin, crate::cli::watch::time_of_day(t)),
             None => x.plugin.clone(),
         })
         .collect();
@@ -90,7 +90,7 @@ pub fn render(pods: &[QueuedPod]) -> String {
             row.push(
                 p.backoff_expires_at
                     .as_ref()
-                    .map(crate::watch::time_of_day)
+                    .map(crate::cli::watch::time_of_day)
                     .unwrap_or_default(),
             );
         }
@@ -153,7 +153,7 @@ default     a      unschedulable          0          1   0/3 nodes are available
         assert!(row_b.contains("backoff"), "{row_b}");
         assert!(row_b.contains("   n2   "), "{row_b}");
         assert!(
-            row_b.contains(&crate::watch::time_of_day(&prost_types::Timestamp {
+            row_b.contains(&crate::cli::watch::time_of_day(&prost_types::Timestamp {
                 seconds: 1_700_000_000,
                 nanos: 0
             })),
@@ -173,8 +173,8 @@ default     a      unschedulable          0          1   0/3 nodes are available
                 until: Some(at(600)),
             }],
         });
-        let since = crate::watch::time_of_day(&at(0));
-        let until = crate::watch::time_of_day(&at(600));
+        let since = crate::cli::watch::time_of_day(&at(0));
+        let until = crate::cli::watch::time_of_day(&at(600));
         assert_eq!(
             reason(&p),
             format!("waiting at Permit on n1 since {since} for Coscheduling (until {until})")

@@ -6,10 +6,10 @@ use berth_client::answer::describe;
 use berth_client::pb::{DryRunResponse, NodeResult, NodeVerdict, PluginResult};
 use berth_client::{Client, ClientError, Conclusion, pb};
 
-use crate::files::{Doc, Source, locate_field};
-use crate::output::{Output, emit, emit_proto};
-use crate::table::Table;
-use crate::{Rpc, RpcError};
+use crate::cli::files::{Doc, Source, locate_field};
+use crate::cli::output::{Output, emit, emit_proto};
+use crate::cli::table::Table;
+use crate::cli::{Rpc, RpcError};
 
 /// `berthctl dry-run -f POD_FILE`; the exit code the answer asks for
 /// ([`Conclusion::exit_code`]: non-zero when it is incomplete).
@@ -125,7 +125,7 @@ pub fn filter_cell(n: &NodeResult) -> String {
 /// Feasible nodes by total score (the selected one first among equals),
 /// then those that could not be judged, rejected ones, then those not
 /// evaluated; by name within each.
-fn sorted(nodes: &[NodeResult]) -> Vec<&NodeResult> {
+pub fn sorted(nodes: &[NodeResult]) -> Vec<&NodeResult> {
     let mut v: Vec<&NodeResult> = nodes.iter().collect();
     v.sort_by_key(|n| {
         let rank = match verdict(n) {
@@ -141,7 +141,7 @@ fn sorted(nodes: &[NodeResult]) -> Vec<&NodeResult> {
 
 /// Plugin-level results worth showing: failures, restrictions to a node set;
 /// skips on one line.
-fn plugin_lines(title: &str, results: &[PluginResult]) -> String {
+pub fn plugin_lines(title: &str, results: &[PluginResult]) -> String {
     let mut lines = Vec::new();
     let mut skipped = Vec::new();
     for r in results {
@@ -182,7 +182,7 @@ fn plugin_lines(title: &str, results: &[PluginResult]) -> String {
     format!("{title}:\n{}\n", lines.join("\n"))
 }
 
-fn preemption(p: &pb::Preemption) -> String {
+pub fn preemption(p: &pb::Preemption) -> String {
     if p.nominated_node.is_empty() {
         return format!("Preemption would not help: {}\n", p.message);
     }
@@ -203,7 +203,7 @@ fn preemption(p: &pb::Preemption) -> String {
 
 /// What rejected nodes cannot give the pod, node by node, and the devices
 /// its claims would get on the selected node.
-fn claim_lines(resp: &DryRunResponse) -> String {
+pub fn claim_lines(resp: &DryRunResponse) -> String {
     let mut out = String::new();
     let rejected: Vec<&NodeResult> = resp
         .nodes

@@ -5,9 +5,9 @@ use berth_client::pb::{ApplyAction, ApplyResponse, DeleteResponse, ObjectReferen
 use berth_client::{Client, ClientError};
 use serde_json::Value;
 
-use crate::files::{Doc, Source};
-use crate::output::{Output, dynamic, emit, emit_proto, render};
-use crate::{Rpc, RpcError};
+use crate::cli::files::{Doc, Source};
+use crate::cli::output::{Output, dynamic, emit, emit_proto, render};
+use crate::cli::{Rpc, RpcError};
 
 /// `kind/namespace/name`, or `kind/name` for cluster-scoped objects, the
 /// kind in lower case as kubectl prints it.

@@ -6,11 +6,11 @@ use berth_client::answer::describe;
 use berth_client::pb::{SimulateResponse, SimulatedOutcome};
 use berth_client::{Client, ClientError, Conclusion};
 
-use crate::files::{Doc, Source, locate_field};
-use crate::output::{Output, emit, emit_proto};
-use crate::quantity::{format_bytes, format_cpu, percent};
-use crate::table::Table;
-use crate::{Rpc, RpcError};
+use crate::cli::files::{Doc, Source, locate_field};
+use crate::cli::output::{Output, emit, emit_proto};
+use crate::cli::quantity::{format_bytes, format_cpu, percent};
+use crate::cli::table::Table;
+use crate::cli::{Rpc, RpcError};
 
 /// `berthctl simulate -f FILE...`; the exit code the answer asks for
 /// ([`Conclusion::exit_code`]: non-zero when it is incomplete).

@@ -5,8 +5,8 @@ use anyhow::Result;
 use berth_client::pb::{EventType, PodReference, SchedulingEvent, WatchEvent};
 use berth_client::{Client, ClientError};
 
-use crate::Rpc;
-use crate::output::{Output, ProtoMessage, dynamic, emit};
+use crate::cli::Rpc;
+use crate::cli::output::{Output, ProtoMessage, dynamic, emit};
 
 /// A timestamp as local time of day, to the millisecond.
 pub fn time_of_day(t: &prost_types::Timestamp) -> String {

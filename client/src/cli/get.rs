@@ -5,10 +5,10 @@ use anyhow::Result;
 use berth_client::Client;
 use serde_json::{Value, json};
 
-use crate::Rpc;
-use crate::output::{Output, emit, render};
-use crate::quantity::{format_bytes, format_cpu, percent};
-use crate::table::Table;
+use crate::cli::Rpc;
+use crate::cli::output::{Output, emit, render};
+use crate::cli::quantity::{format_bytes, format_cpu, percent};
+use crate::cli::table::Table;
 
 /// Which table a kind gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,50 @@
+//! What berthctl and kubectl-berth share: the commands that talk to berthd
+//! (dry-run, simulate, queue, why, ...) and how they print. Both binaries
+//! compile this one module tree (`#[path]` from their `main.rs`), so the
+//! two faces of the client take the same code path; each uses its part.
+
+pub mod apply;
+pub mod dryrun;
+pub mod files;
+pub mod get;
+pub mod output;
+pub mod quantity;
+pub mod queue;
+pub mod simulate;
+pub mod table;
+pub mod tls;
+pub mod watch;
+pub mod why;
+
+use anyhow::Result;
+use berth_client::ClientError;
+
+/// A gRPC error from berthd: its code and message.
+#[derive(Debug, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct RpcError {
+    /// The status code.
+    pub code: tonic::Code,
+    /// The server's message.
+    pub message: String,
+}
+
+/// Turns client errors into the CLI's wording: gRPC errors as
+/// `Code: message`, the others (connection, address) as the client says.
+pub trait Rpc<T> {
+    /// Converts the error.
+    fn rpc(self) -> Result<T>;
+}
+
+impl<T> Rpc<T> for Result<T, ClientError> {
+    fn rpc(self) -> Result<T> {
+        self.map_err(|e| match e {
+            ClientError::Status(s) => RpcError {
+                code: s.code(),
+                message: s.message().to_string(),
+            }
+            .into(),
+            other => anyhow::Error::new(other),
+        })
+    }
+}

@@ -1,0 +1,704 @@
+//! `why POD`: what berth's scheduler says about one pod now. The pod comes
+//! from wherever the client reads pods (berthctl: berthd's Cluster service;
+//! kubectl berth: the API server), whichever scheduler owns it; berth then
+//! answers with its queue's record of the pod (when it is berth's) and a
+//! dry run of the pod as it stands: per node the first plugin that rejected
+//! it and why, what preemption would do, what claims and volumes lack.
+//!
+//! The answers are read generically where they may grow: node verdicts by
+//! their enum names, and fields of the queue entry and of the dry run that
+//! this module does not know are shown as they come.
+
+use anyhow::{Result, bail};
+use berth_client::pb::{DryRunResponse, NodeResult, NodeVerdict, QueueName, QueuedPod};
+use berth_client::{Client, Conclusion};
+use serde_json::{Value, json};
+
+use crate::cli::Rpc;
+use crate::cli::dryrun::{claim_lines, filter_cell, preemption, sorted};
+use crate::cli::output::{Output, dynamic, render as render_value};
+use crate::cli::table::Table;
+
+/// The scheduler a pod without `spec.schedulerName` has.
+const DEFAULT_SCHEDULER: &str = "default-scheduler";
+
+/// What berth says about one pod.
+#[derive(Debug, Clone)]
+pub struct Why {
+    /// The pod as read, Kubernetes JSON.
+    pub pod: Value,
+    /// The profile berth judged it with.
+    pub profile: String,
+    /// berth's queue entry for the pod, when berth's queue holds it.
+    pub queue: Option<QueuedPod>,
+    /// The dry run of the pod now; `None` when the pod is already bound or
+    /// finished.
+    pub dry_run: Option<DryRunResponse>,
+}
+
+impl Why {
+    /// Whether the pod would be scheduled now: it is bound already, or a
+    /// node fits it and nothing (scheduling gates) holds it back. An
+    /// incomplete dry run (a plugin or extender that applies could not
+    /// run) never says it fits.
+    pub fn fits(&self) -> bool {
+        match &self.dry_run {
+            None => true,
+            Some(d) => Conclusion::of_dry_run(d) == Conclusion::Fits && gates(&self.pod).is_empty(),
+        }
+    }
+}
+
+fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    path.iter()
+        .fold(v, |v, k| &v[*k])
+        .as_str()
+        .unwrap_or_default()
+}
+
+fn gates(pod: &Value) -> Vec<&str> {
+    pod["spec"]["schedulingGates"]
+        .as_array()
+        .map(|g| g.iter().filter_map(|g| g["name"].as_str()).collect())
+        .unwrap_or_default()
+}
+
+/// The pod's `PodScheduled` condition, if it has one.
+fn scheduled_condition(pod: &Value) -> Option<&Value> {
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "PodScheduled")
+}
+
+/// The profile to judge `pod` with: `requested` if given (it must be one of
+/// berth's), else the pod's own schedulerName when berth serves it, else
+/// berth's only profile.
+fn choose_profile(pod: &Value, requested: &str, profiles: &[String]) -> Result<String> {
+    let list = profiles.join(", ");
+    if !requested.is_empty() {
+        if profiles.iter().any(|p| p == requested) {
+            return Ok(requested.to_string());
+        }
+        bail!("berth has no profile {requested:?} (its profiles: {list})");
+    }
+    let own = match str_at(pod, &["spec", "schedulerName"]) {
+        "" => DEFAULT_SCHEDULER,
+        s => s,
+    };
+    if profiles.iter().any(|p| p == own) {
+        return Ok(own.to_string());
+    }
+    match profiles {
+        [only] => Ok(only.clone()),
+        _ => bail!(
+            "the pod's scheduler {own:?} is not one of berth's profiles ({list}): say which to ask with --profile"
+        ),
+    }
+}
+
+/// The pod as a dry run takes it: without its managed fields (the server
+/// never reads them, and they are most of a live pod's size).
+fn for_dry_run(pod: &Value) -> Value {
+    let mut pod = pod.clone();
+    if let Some(meta) = pod["metadata"].as_object_mut() {
+        meta.remove("managedFields");
+    }
+    pod
+}
+
+/// Asks berth about `pod`. `profile` empty: as [`choose_profile`] says.
+/// `all_nodes`: every Filter plugin on every node (for the wide view).
+pub async fn ask(client: &mut Client, pod: Value, profile: &str, all_nodes: bool) -> Result<Why> {
+    let profiles = client.profiles().await.rpc()?;
+    let profile = choose_profile(&pod, profile, &profiles)?;
+    let namespace = str_at(&pod, &["metadata", "namespace"]);
+    let uid = str_at(&pod, &["metadata", "uid"]);
+    let name = str_at(&pod, &["metadata", "name"]);
+    let queue = client
+        .get_queue(namespace)
+        .await
+        .rpc()?
+        .into_iter()
+        .find(|q| {
+            if uid.is_empty() {
+                q.name == name
+            } else {
+                q.uid == uid
+            }
+        });
+    let finished = matches!(str_at(&pod, &["status", "phase"]), "Succeeded" | "Failed");
+    let bound = !str_at(&pod, &["spec", "nodeName"]).is_empty();
+    let dry_run = if bound || finished {
+        None
+    } else {
+        Some(
+            client
+                .dry_run(&for_dry_run(&pod), &profile, all_nodes)
+                .await
+                .rpc()?,
+        )
+    };
+    Ok(Why {
+        pod,
+        profile,
+        queue,
+        dry_run,
+    })
+}
+
+/// A node verdict's name, from the enum ("NODE_VERDICT_NOT_EVALUATED" ->
+/// "not evaluated"), so that verdicts added later read as they are named.
+pub fn verdict_name(v: i32) -> String {
+    match NodeVerdict::try_from(v) {
+        Ok(v) => v
+            .as_str_name()
+            .trim_start_matches("NODE_VERDICT_")
+            .to_lowercase()
+            .replace('_', " "),
+        Err(_) => format!("verdict {v}"),
+    }
+}
+
+fn queue_name(q: i32) -> String {
+    match QueueName::try_from(q) {
+        Ok(QueueName::InFlight) => {
+            "in flight (being scheduled or bound, or waiting at Permit)".into()
+        }
+        Ok(q) => q
+            .as_str_name()
+            .trim_start_matches("QUEUE_NAME_")
+            .to_lowercase()
+            .replace('_', " "),
+        Err(_) => format!("queue {q}"),
+    }
+}
+
+/// Fields of a proto message (as proto3 JSON) that are set and not in
+/// `known`, as `key: value` lines: what a newer berthd adds reads as it
+/// comes.
+fn other_fields(v: &Value, known: &[&str], indent: &str) -> String {
+    let Some(obj) = v.as_object() else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for (k, v) in obj {
+        if known.contains(&k.as_str()) || v.is_array() {
+            continue;
+        }
+        let text = match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        out.push_str(&format!("{indent}{k}: {text}\n"));
+    }
+    out
+}
+
+/// The first plugin that rejected a node, and its reasons; with `wide`,
+/// every plugin that did.
+fn rejection(n: &NodeResult, wide: bool) -> (String, String) {
+    let failures: Vec<_> = n
+        .filters
+        .iter()
+        .filter(|f| !matches!(f.code.as_str(), "Success" | "Skip" | "NotEvaluated"))
+        .collect();
+    match failures.first() {
+        None => (String::new(), String::new()),
+        Some(_) if wide => (String::new(), filter_cell(n)),
+        Some(f) => {
+            let reason = if f.reasons.is_empty() {
+                f.code.clone()
+            } else {
+                f.reasons.join(", ")
+            };
+            (f.plugin.clone(), reason)
+        }
+    }
+}
+
+/// The human answer; `wide` adds scores and every rejecting plugin.
+pub fn render(why: &Why, wide: bool) -> Result<String> {
+    let pod = &why.pod;
+    let ns = str_at(pod, &["metadata", "namespace"]);
+    let name = str_at(pod, &["metadata", "name"]);
+    let scheduler = match str_at(pod, &["spec", "schedulerName"]) {
+        "" => DEFAULT_SCHEDULER,
+        s => s,
+    };
+    let mut out = format!("Pod {ns}/{name}, scheduler {scheduler}");
+    if why.profile != scheduler {
+        out.push_str(&format!(" (asked of berth's profile {})", why.profile));
+    }
+    out.push('\n');
+
+    let node = str_at(pod, &["spec", "nodeName"]);
+    if !node.is_empty() {
+        out.push_str(&format!("Bound to {node}: nothing to explain.\n"));
+        return Ok(out);
+    }
+    let phase = str_at(pod, &["status", "phase"]);
+    if matches!(phase, "Succeeded" | "Failed") {
+        out.push_str(&format!("{phase}: the pod is finished, not pending.\n"));
+        return Ok(out);
+    }
+
+    if let Some(c) = scheduled_condition(pod) {
+        let mut line = format!("PodScheduled: {}", str_at(c, &["status"]));
+        if let Some(r) = c["reason"].as_str() {
+            line.push_str(&format!(" ({r})"));
+        }
+        if let Some(m) = c["message"].as_str() {
+            line.push_str(&format!(": {m}"));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    let nominated = str_at(pod, &["status", "nominatedNodeName"]);
+    if !nominated.is_empty() {
+        out.push_str(&format!(
+            "Nominated to {nominated} (preemption made room there)\n"
+        ));
+    }
+    let gates = gates(pod);
+    if !gates.is_empty() {
+        out.push_str(&format!(
+            "Waiting for scheduling gates: [{}]: no scheduler tries the pod until they are removed; below, what berth would do then.\n",
+            gates.join(", ")
+        ));
+    }
+
+    match &why.queue {
+        Some(q) => {
+            out.push_str(&format!(
+                "In berth's queue: {}, {} attempt{}\n",
+                queue_name(q.queue),
+                q.attempts,
+                if q.attempts == 1 { "" } else { "s" }
+            ));
+            if !q.last_failure.is_empty() {
+                out.push_str(&format!("  last failure: {}\n", q.last_failure));
+            }
+            if !q.unschedulable_plugins.is_empty() {
+                out.push_str(&format!(
+                    "  rejected by: {} (a change they watch for retries it)\n",
+                    q.unschedulable_plugins.join(", ")
+                ));
+            }
+            let v = serde_json::to_value(dynamic(q)?)?;
+            out.push_str(&other_fields(
+                &v,
+                &[
+                    "namespace",
+                    "name",
+                    "uid",
+                    "queue",
+                    "priority",
+                    "schedulerName",
+                    "attempts",
+                    "lastFailure",
+                ],
+                "  ",
+            ));
+        }
+        None if why.profile == scheduler => {
+            out.push_str("Not in berth's queue (not seen yet, or just scheduled)\n");
+        }
+        None => {}
+    }
+
+    let Some(d) = &why.dry_run else {
+        return Ok(out);
+    };
+    out.push('\n');
+    if let Conclusion::Incomplete(lines) = Conclusion::of_dry_run(d) {
+        out.push_str(&format!(
+            "Now: cannot tell: the answer is incomplete ({}). {}\n",
+            lines.join("; "),
+            d.message
+        ));
+    } else if d.selected_node.is_empty() {
+        out.push_str(&format!("Now: does not fit. {}\n", d.message));
+    } else {
+        out.push_str(&format!(
+            "Now: fits. berth would schedule it to {} ({} of {} nodes feasible).\n",
+            d.selected_node,
+            d.feasible_nodes,
+            d.nodes.len()
+        ));
+    }
+    let v = serde_json::to_value(dynamic(d)?)?;
+    out.push_str(&other_fields(
+        &v,
+        &[
+            "selectedNode",
+            "profile",
+            "message",
+            "evaluatedNodes",
+            "feasibleNodes",
+            "preemption",
+        ],
+        "",
+    ));
+    if let Some(p) = &d.preemption
+        && d.selected_node.is_empty()
+    {
+        out.push_str(&preemption(p));
+    }
+    let blocked: Vec<_> = d
+        .pre_filter
+        .iter()
+        .filter(|r| !matches!(r.code.as_str(), "Success" | "Skip"))
+        .collect();
+    for r in blocked {
+        out.push_str(&format!(
+            "PreFilter {}: {}{}\n",
+            r.plugin,
+            r.code,
+            if r.reasons.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", r.reasons.join(", "))
+            }
+        ));
+    }
+
+    let mut headers = vec!["NODE", "VERDICT"];
+    if wide {
+        headers.push("SCORE");
+        headers.push("FILTERS");
+    } else {
+        headers.push("PLUGIN");
+        headers.push("REASON");
+    }
+    let mut t = Table::new(headers);
+    // Without `wide`, the feasible nodes other than the one chosen are
+    // counted above, not listed: the question is what rejects the pod.
+    let shown = sorted(&d.nodes).into_iter().filter(|n| {
+        wide || n.selected || NodeVerdict::try_from(n.verdict) != Ok(NodeVerdict::Feasible)
+    });
+    for n in shown {
+        let mut verdict = verdict_name(n.verdict);
+        if n.selected {
+            verdict.push_str(" (selected)");
+        }
+        let (plugin, reason) = rejection(n, wide);
+        let row = if wide {
+            let score = if n.scores.is_empty() {
+                String::new()
+            } else {
+                n.total_score.to_string()
+            };
+            vec![n.node.clone(), verdict, score, filter_cell(n)]
+        } else {
+            vec![n.node.clone(), verdict, plugin, reason]
+        };
+        t.row(row);
+    }
+    out.push('\n');
+    out.push_str(&t.render());
+    out.push_str(&claim_lines(d));
+    Ok(out)
+}
+
+/// The answer as one JSON object (for `-o json` and `-o yaml`): the pod's
+/// identity and state, the profile, whether it fits, and berth's queue
+/// entry and dry run as proto3 JSON (so fields a newer berthd adds appear).
+pub fn to_value(why: &Why) -> Result<Value> {
+    let pod = &why.pod;
+    let queue = match &why.queue {
+        Some(q) => serde_json::to_value(dynamic(q)?)?,
+        None => Value::Null,
+    };
+    let dry_run = match &why.dry_run {
+        Some(d) => serde_json::to_value(dynamic(d)?)?,
+        None => Value::Null,
+    };
+    Ok(json!({
+        "pod": {
+            "namespace": str_at(pod, &["metadata", "namespace"]),
+            "name": str_at(pod, &["metadata", "name"]),
+            "uid": str_at(pod, &["metadata", "uid"]),
+            "schedulerName": match str_at(pod, &["spec", "schedulerName"]) {
+                "" => DEFAULT_SCHEDULER,
+                s => s,
+            },
+            "nodeName": str_at(pod, &["spec", "nodeName"]),
+            "phase": str_at(pod, &["status", "phase"]),
+            "schedulingGates": gates(pod),
+            "podScheduled": scheduled_condition(pod).cloned().unwrap_or(Value::Null),
+        },
+        "profile": why.profile,
+        "fits": why.fits(),
+        "queue": queue,
+        "dryRun": dry_run,
+    }))
+}
+
+/// Prints the answer in `format` (`wide` for the table with scores).
+pub fn print(why: &Why, format: Output, wide: bool) -> Result<()> {
+    let text = match format {
+        Output::Table => render(why, wide)?,
+        Output::Json | Output::Yaml => render_value(format, &to_value(why)?)?,
+    };
+    crate::cli::output::emit(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_client::pb::{FilterResult, Preemption};
+
+    fn pod(extra: Value) -> Value {
+        let mut p = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "db", "namespace": "data", "uid": "u-1",
+                         "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"containers": [{"name": "c"}]},
+            "status": {"phase": "Pending"},
+        });
+        if let (Some(p), Some(e)) = (p.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                p.insert(k.clone(), v.clone());
+            }
+        }
+        p
+    }
+
+    fn node(name: &str, verdict: NodeVerdict, filters: &[(&str, &str, &[&str])]) -> NodeResult {
+        NodeResult {
+            node: name.into(),
+            verdict: verdict as i32,
+            filters: filters
+                .iter()
+                .map(|(p, c, r)| FilterResult {
+                    plugin: p.to_string(),
+                    code: c.to_string(),
+                    reasons: r.iter().map(|s| s.to_string()).collect(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_profile_is_the_flag_then_the_pods_own_then_berths_only_one() {
+        let p = pod(json!({"spec": {"schedulerName": "berth", "containers": []}}));
+        let berth = vec!["berth".to_string()];
+        let two = vec!["a".to_string(), "berth".to_string()];
+        assert_eq!(choose_profile(&p, "", &berth).unwrap(), "berth");
+        assert_eq!(choose_profile(&p, "a", &two).unwrap(), "a");
+        let e = choose_profile(&p, "x", &two).unwrap_err().to_string();
+        assert_eq!(e, "berth has no profile \"x\" (its profiles: a, berth)");
+        // A pod of another scheduler is asked of berth's only profile...
+        let other = pod(json!({}));
+        assert_eq!(choose_profile(&other, "", &berth).unwrap(), "berth");
+        // ...and, with several, the user says which.
+        let e = choose_profile(&other, "", &two).unwrap_err().to_string();
+        assert!(
+            e.contains("\"default-scheduler\" is not one of berth's profiles (a, berth)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn managed_fields_are_not_sent() {
+        let p = for_dry_run(&pod(json!({})));
+        assert!(p["metadata"].get("managedFields").is_none());
+        assert_eq!(p["metadata"]["name"], "db");
+    }
+
+    #[test]
+    fn verdicts_read_by_their_enum_names() {
+        assert_eq!(verdict_name(NodeVerdict::Feasible as i32), "feasible");
+        assert_eq!(
+            verdict_name(NodeVerdict::NotEvaluated as i32),
+            "not evaluated"
+        );
+        assert_eq!(verdict_name(99), "verdict 99");
+    }
+
+    #[test]
+    fn a_pod_that_fits_nowhere_names_each_nodes_first_rejecting_plugin() {
+        let d = DryRunResponse {
+            profile: "default-scheduler".into(),
+            message: "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) were unschedulable."
+                .into(),
+            nodes: vec![
+                node(
+                    "b",
+                    NodeVerdict::Unschedulable,
+                    &[
+                        ("NodeUnschedulable", "Success", &[]),
+                        ("NodeResourcesFit", "Unschedulable", &["Insufficient cpu"]),
+                    ],
+                ),
+                node(
+                    "a",
+                    NodeVerdict::Unresolvable,
+                    &[
+                        (
+                            "NodeUnschedulable",
+                            "UnschedulableAndUnresolvable",
+                            &["node(s) were unschedulable"],
+                        ),
+                        ("NodeResourcesFit", "NotEvaluated", &[]),
+                    ],
+                ),
+            ],
+            evaluated_nodes: 2,
+            preemption: Some(Preemption {
+                message: "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let why = Why {
+            pod: pod(json!({})),
+            profile: "default-scheduler".into(),
+            queue: Some(QueuedPod {
+                namespace: "data".into(),
+                name: "db".into(),
+                uid: "u-1".into(),
+                queue: QueueName::Unschedulable as i32,
+                attempts: 3,
+                last_failure: "0/2 nodes are available".into(),
+                unschedulable_plugins: vec!["NodeResourcesFit".into()],
+                nominated_node_name: "b".into(),
+                ..Default::default()
+            }),
+            dry_run: Some(d),
+        };
+        assert!(!why.fits());
+        let text = render(&why, false).unwrap();
+        assert!(
+            text.starts_with("Pod data/db, scheduler default-scheduler\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("In berth's queue: unschedulable, 3 attempts\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  last failure: 0/2 nodes are available\n"),
+            "{text}"
+        );
+        // A field this module does not name reads as it comes.
+        assert!(text.contains("  nominatedNodeName: b\n"), "{text}");
+        assert!(
+            text.contains("Now: does not fit. 0/2 nodes are available: 1 Insufficient cpu"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Preemption would not help: preemption: 0/2"),
+            "{text}"
+        );
+        let rows: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("NODE"))
+            .collect();
+        assert_eq!(rows.len(), 3, "{text}");
+        assert!(
+            rows[1].starts_with("a ") && rows[1].contains("unresolvable"),
+            "{text}"
+        );
+        assert!(
+            rows[1].contains("NodeUnschedulable")
+                && rows[1].ends_with("node(s) were unschedulable")
+        );
+        assert!(rows[2].contains("NodeResourcesFit") && rows[2].ends_with("Insufficient cpu"));
+
+        let v = to_value(&why).unwrap();
+        assert_eq!(v["fits"], false);
+        assert_eq!(v["queue"]["queue"], "QUEUE_NAME_UNSCHEDULABLE");
+        assert_eq!(
+            v["dryRun"]["nodes"][0]["verdict"],
+            "NODE_VERDICT_UNSCHEDULABLE"
+        );
+        assert_eq!(v["pod"]["schedulerName"], "default-scheduler");
+    }
+
+    #[test]
+    fn a_gated_pod_does_not_fit_now_even_where_a_node_would_take_it() {
+        let why = Why {
+            pod: pod(
+                json!({"spec": {"containers": [], "schedulingGates": [{"name": "example.com/quota"}]}}),
+            ),
+            profile: "default-scheduler".into(),
+            queue: None,
+            dry_run: Some(DryRunResponse {
+                selected_node: "a".into(),
+                nodes: vec![node(
+                    "a",
+                    NodeVerdict::Feasible,
+                    &[("NodeName", "Success", &[])],
+                )],
+                feasible_nodes: 1,
+                ..Default::default()
+            }),
+        };
+        assert!(!why.fits());
+        let text = render(&why, false).unwrap();
+        assert!(
+            text.contains("Waiting for scheduling gates: [example.com/quota]"),
+            "{text}"
+        );
+        assert!(text.contains("Now: fits. berth would schedule it to a (1 of 1 nodes feasible)."));
+    }
+
+    #[test]
+    fn an_incomplete_dry_run_is_not_a_fit() {
+        // Issue 28, item 1, through `why`: a non-ignorable extender down
+        // leaves a node unjudged; even with a node selected by an older
+        // berthd, the answer says it is incomplete and `why` exits 1.
+        let why = Why {
+            pod: pod(json!({"spec": {"containers": []}})),
+            profile: "default-scheduler".into(),
+            queue: None,
+            dry_run: Some(DryRunResponse {
+                selected_node: String::new(),
+                message: "extender \"x\" failed at Filter: not connected".into(),
+                nodes: vec![node("a", NodeVerdict::Unknown, &[("x", "Error", &[])])],
+                completeness: berth_client::pb::Completeness::Incomplete as i32,
+                incomplete: vec![berth_client::pb::PluginNote {
+                    plugin: "x".into(),
+                    point: "Filter".into(),
+                    reason: "extender \"x\" failed at Filter: not connected".into(),
+                    nodes: 1,
+                    pods: 0,
+                }],
+                ..Default::default()
+            }),
+        };
+        assert!(!why.fits());
+        let text = render(&why, false).unwrap();
+        assert!(
+            text.contains("Now: cannot tell: the answer is incomplete (x at Filter:"),
+            "{text}"
+        );
+        // An answer without `completeness` (an older berthd) with an
+        // unknown verdict is incomplete too, even if it selected a node.
+        let mut older = why.clone();
+        let d = older.dry_run.as_mut().unwrap();
+        d.completeness = 0;
+        d.selected_node = "a".into();
+        assert!(!older.fits());
+    }
+
+    #[test]
+    fn a_bound_pod_fits_and_is_not_dry_run() {
+        let why = Why {
+            pod: pod(json!({"spec": {"containers": [], "nodeName": "n1"}})),
+            profile: "default-scheduler".into(),
+            queue: None,
+            dry_run: None,
+        };
+        assert!(why.fits());
+        assert!(
+            render(&why, false)
+                .unwrap()
+                .contains("Bound to n1: nothing to explain.")
+        );
+    }
+}
