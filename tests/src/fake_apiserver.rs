@@ -367,6 +367,43 @@ pub fn recording(name: &str) -> Result<Value> {
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
+/// The rules of the built-in roles kube-scheduler v1.37 runs with
+/// (`system:kube-scheduler` and `system:volume-scheduler`, bound to the user
+/// system:kube-scheduler in every cluster): the v1.36 recordings, plus the
+/// read access to DeviceTaintRules that the bootstrap policy grants whenever
+/// DRADeviceTaintRules is on (off by default in v1.36, GA in v1.37).
+pub fn kube_scheduler_rules() -> Result<Vec<PolicyRule>> {
+    let mut rules = Vec::new();
+    for name in [
+        "clusterrole-system-kube-scheduler",
+        "clusterrole-system-volume-scheduler",
+    ] {
+        rules.extend(PolicyRule::from_role(&recording(name)?["body"])?);
+    }
+    rules.push(PolicyRule {
+        api_groups: vec!["resource.k8s.io".into()],
+        resources: vec!["devicetaintrules".into()],
+        resource_names: Vec::new(),
+        verbs: vec!["get".into(), "list".into(), "watch".into()],
+    });
+    Ok(rules)
+}
+
+/// A Ready node as a kubelet registers it: `cpu` and `memory` as both
+/// capacity and allocatable, 110 pods, the hostname label.
+pub fn ready_node(name: &str, cpu: &str, memory: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {},
+        "status": {
+            "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}],
+        },
+    })
+}
+
 fn load_discovery(dir: Option<&Path>) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
     let Some(dir) = dir else { return out };

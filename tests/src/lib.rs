@@ -19,6 +19,40 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::{mpsc, watch};
 
+/// A directory of its own under the system's temp dir, removed when
+/// dropped: `berth-<tag>-<pid>-<n>`, unique across test binaries running
+/// at once and across tests of one binary.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// Creates the directory.
+    pub fn new(tag: &str) -> Result<Self> {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("berth-{tag}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Self(dir))
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes `text` to `name` in the directory; its path.
+    pub fn write(&self, name: &str, text: &str) -> Result<String> {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        Ok(path.display().to_string())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

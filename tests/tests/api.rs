@@ -7,14 +7,13 @@
 //! it these tests fail, naming the script to run.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use berth_client::ClientError;
 use berth_client::pb::scheduler_client::SchedulerClient;
 use berth_client::pb::{self, EventType, SchedulingEvent};
-use berth_e2e::{Berthd, grpcurl_path, message};
+use berth_e2e::{Berthd, TempDir, grpcurl_path, message};
 use serde_json::{Value, json};
 use tonic::Code;
 
@@ -23,30 +22,6 @@ const GUARD: Duration = Duration::from_secs(120);
 
 // ---------------------------------------------------------------------------
 // Helpers
-
-/// A directory for one test's files, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Result<Self> {
-        let dir = std::env::temp_dir().join(format!("berth-api-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        Ok(Self(dir))
-    }
-
-    /// Writes `text` to `name` in the directory; its path.
-    fn write(&self, name: &str, text: &str) -> Result<String> {
-        let path = self.0.join(name);
-        std::fs::write(&path, text)?;
-        Ok(path.display().to_string())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Starts berthd on a cluster given as YAML text, and waits until the
 /// scheduler has loaded it and, if pods were pending, tried them all.

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, Result, anyhow};
-use berth_e2e::fake_apiserver::{PolicyRule, recording};
+use berth_e2e::fake_apiserver::{PolicyRule, kube_scheduler_rules};
 use berth_e2e::manifests::{flag_values, manifests};
 use berth_e2e::{berthd_path, workspace_root};
 use berth_server::cluster::kube::access::{self, LeaseRef, Need};
@@ -471,22 +471,7 @@ fn deploys_rbac_grants_everything_berthd_watches_and_writes() -> Result<()> {
 /// the Lease is granted, and the Lease only under the name kube-scheduler.
 #[test]
 fn kube_schedulers_built_in_roles_grant_it_with_the_kube_scheduler_lease() -> Result<()> {
-    let mut cluster = Vec::new();
-    for name in [
-        "clusterrole-system-kube-scheduler",
-        "clusterrole-system-volume-scheduler",
-    ] {
-        cluster.extend(PolicyRule::from_role(&recording(name)?["body"])?);
-    }
-    // The roles were recorded from v1.36, where DRADeviceTaintRules was off
-    // by default; v1.37's bootstrap policy grants kube-scheduler read access
-    // to DeviceTaintRules whenever the gate is on (GA in v1.37).
-    cluster.push(PolicyRule {
-        api_groups: vec!["resource.k8s.io".into()],
-        resources: vec!["devicetaintrules".into()],
-        resource_names: vec![],
-        verbs: vec!["get".into(), "list".into(), "watch".into()],
-    });
+    let cluster = kube_scheduler_rules()?;
     let lease = |name: &str| LeaseRef {
         namespace: "kube-system".into(),
         name: name.into(),

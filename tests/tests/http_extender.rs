@@ -7,13 +7,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use berth_client::pb::{EventType, SchedulingEvent};
-use berth_e2e::{Berthd, message};
+use berth_e2e::{Berthd, TempDir, message};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use serde_json::{Map, Value, json};
@@ -225,29 +224,6 @@ async fn start_extender() -> Result<Extender> {
         }
     });
     Ok(Extender { addr, seen })
-}
-
-/// A directory for one test's files, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Result<Self> {
-        let dir = std::env::temp_dir().join(format!("berth-httpext-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        Ok(Self(dir))
-    }
-
-    fn write(&self, name: &str, text: &str) -> Result<String> {
-        let path = self.0.join(name);
-        std::fs::write(&path, text)?;
-        Ok(path.display().to_string())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 async fn start_berthd(dir: &TempDir, extenders: &str) -> Result<Berthd> {

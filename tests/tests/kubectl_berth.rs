@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use berth_e2e::fake_apiserver::{FakeApiServer, Recorded};
-use berth_e2e::{Berthd, kubectl_berth_path, message};
+use berth_e2e::{Berthd, TempDir, kubectl_berth_path, message};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -22,29 +22,6 @@ const SYSTEM_PODS: &str = "/api/v1/namespaces/kube-system/pods";
 
 /// How long one kubectl-berth run may take before the test calls it hung.
 const GUARD: Duration = Duration::from_secs(60);
-
-/// A directory for one test's files, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Result<Self> {
-        let dir = std::env::temp_dir().join(format!("kubectl-berth-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        Ok(Self(dir))
-    }
-
-    fn write(&self, name: &str, text: &str) -> Result<String> {
-        let p = self.0.join(name);
-        std::fs::write(&p, text)?;
-        Ok(p.display().to_string())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn node(name: &str) -> Value {
     json!({

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{Context, Result, ensure};
-use berth_e2e::fake_apiserver::FakeApiServer;
+use berth_e2e::fake_apiserver::{FakeApiServer, ready_node};
 use berth_e2e::{Berthd, http_get, message};
 use berth_server::metrics::upstream::{FAMILIES, UPSTREAM_PREFIXES, family};
 use serde_json::json;
@@ -65,19 +65,7 @@ fn parse(text: &str) -> Result<BTreeMap<String, Declared>> {
 #[tokio::test]
 async fn metrics_match_kube_scheduler_v1_37s_names_labels_and_stability() -> Result<()> {
     let fake = FakeApiServer::start().await?;
-    fake.create(
-        "/api/v1/nodes",
-        json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
-            "spec": {},
-            "status": {
-                "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
-                "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}],
-            },
-        }),
-    )?;
+    fake.create("/api/v1/nodes", ready_node("n1", "4", "16Gi"))?;
     fake.create(
         "/api/v1/namespaces",
         json!({"metadata": {"name": "default"}}),

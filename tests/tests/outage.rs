@@ -6,22 +6,12 @@
 //! attempt; afterwards every pod is bound once. Lines are counted, not
 //! timed: the test waits for berthd's own lines and the server's refusals.
 
-use std::path::PathBuf;
-
 use anyhow::{Result, ensure};
-use berth_e2e::fake_apiserver::{BeforeBinding, FakeApiServer};
-use berth_e2e::{Berthd, message};
+use berth_e2e::fake_apiserver::{BeforeBinding, FakeApiServer, ready_node};
+use berth_e2e::{Berthd, TempDir, message};
 use serde_json::{Value, json};
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
-
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn pod(name: &str) -> Value {
     json!({
@@ -42,19 +32,7 @@ fn level(l: &Value) -> &str {
 #[tokio::test]
 async fn an_api_server_outage_is_a_line_down_summaries_and_a_line_back() -> Result<()> {
     let fake = FakeApiServer::start().await?;
-    fake.create(
-        "/api/v1/nodes",
-        json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
-            "spec": {},
-            "status": {
-                "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-                "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}],
-            },
-        }),
-    )?;
+    fake.create("/api/v1/nodes", ready_node("n1", "8", "32Gi"))?;
     fake.create(
         "/api/v1/namespaces",
         json!({"metadata": {"name": "default"}}),
@@ -65,7 +43,7 @@ async fn an_api_server_outage_is_a_line_down_summaries_and_a_line_back() -> Resu
     }
     // The first binding takes the server down before it stores anything.
     fake.before_binding("default", "p0", BeforeBinding::GoDown);
-    let dir = TempDir(std::env::temp_dir().join(format!("berth-outage-{}", std::process::id())));
+    let dir = TempDir::new("outage")?;
     std::fs::create_dir_all(&dir.0)?;
     let kubeconfig = dir.0.join("kubeconfig");
     fake.write_kubeconfig(&kubeconfig)?;

@@ -5,46 +5,19 @@
 //! under kube-scheduler's built-in roles it needs the Lease named
 //! `kube-scheduler`, and says so.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
-use berth_e2e::fake_apiserver::{FakeApiServer, PolicyRule, Recorded, recording};
+use berth_e2e::fake_apiserver::{
+    FakeApiServer, PolicyRule, Recorded, kube_scheduler_rules, ready_node,
+};
 use berth_e2e::manifests::{Manifests, manifests};
-use berth_e2e::{Berthd, http_get, message};
+use berth_e2e::{Berthd, TempDir, http_get, message};
 use serde_json::{Value, json};
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
 const SA_USER: &str = "system:serviceaccount:kube-system:berth";
 const TOKEN: &str = "berth-token";
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Result<Self> {
-        let dir = std::env::temp_dir().join(format!("berth-rbac-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        Ok(Self(dir))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn node(name: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "spec": {},
-        "status": {
-            "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
-            "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}],
-        },
-    })
-}
 
 fn pod(name: &str, scheduler: &str) -> Value {
     json!({
@@ -61,7 +34,7 @@ fn pod(name: &str, scheduler: &str) -> Value {
 /// The stand-in with a node and the default namespace.
 async fn cluster() -> Result<FakeApiServer> {
     let fake = FakeApiServer::start().await?;
-    fake.create("/api/v1/nodes", node("n1"))?;
+    fake.create("/api/v1/nodes", ready_node("n1", "4", "16Gi"))?;
     fake.create(
         "/api/v1/namespaces",
         json!({"metadata": {"name": "default"}}),
@@ -255,19 +228,6 @@ async fn a_forbidden_watch_is_one_line_naming_the_rule_and_readyz_names_the_info
         .collect();
     ensure!(dumps.is_empty(), "{dumps:#?}");
     Ok(())
-}
-
-/// The built-in roles kube-scheduler runs with, as the recordings have
-/// them (bound to the user system:kube-scheduler in every cluster).
-fn kube_scheduler_rules() -> Result<Vec<PolicyRule>> {
-    let mut rules = Vec::new();
-    for name in [
-        "clusterrole-system-kube-scheduler",
-        "clusterrole-system-volume-scheduler",
-    ] {
-        rules.extend(PolicyRule::from_role(&recording(name)?["body"])?);
-    }
-    Ok(rules)
 }
 
 /// In place of kube-scheduler, under its built-in roles: the default

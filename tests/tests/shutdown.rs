@@ -4,35 +4,11 @@
 //! Also: leader-election flags are validated as upstream validates the
 //! configuration.
 
-use std::path::PathBuf;
-
 use anyhow::{Context, Result, bail, ensure};
 use berth_client::pb::EventType;
-use berth_e2e::{Berthd, berthd_path, message};
+use berth_e2e::{Berthd, TempDir, berthd_path, message};
 use serde_json::Value;
 use tokio_stream::StreamExt;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Result<Self> {
-        let dir = std::env::temp_dir().join(format!("berth-shutdown-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        Ok(Self(dir))
-    }
-
-    fn write(&self, name: &str, text: &str) -> Result<String> {
-        let p = self.0.join(name);
-        std::fs::write(&p, text)?;
-        Ok(p.display().to_string())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Whether `wanted` appear in `lines`' messages in this order (others may
 /// come between).
