@@ -833,7 +833,7 @@ async fn a_dry_run_while_the_extender_is_down_is_incomplete_not_a_fit() -> Resul
     );
 
     let sim = run(
-        ctl,
+        ctl.clone(),
         &["-s", &addr, "simulate", "-f", &file, "--replicas", "3"],
     )
     .await?;
@@ -845,6 +845,18 @@ async fn a_dry_run_while_the_extender_is_down_is_incomplete_not_a_fit() -> Resul
         sim.stdout
     );
     assert_eq!(sim.stdout.matches("<unknown>").count(), 3, "{}", sim.stdout);
+
+    // `berthctl why` (issue 27's, over the same dry run) does not call the
+    // pod a fit either: exit 1, saying it cannot tell.
+    berthd.client().await?.apply(&[ssd], "").await?;
+    let why = run(ctl, &["-s", &addr, "why", "web"]).await?;
+    assert_eq!(why.code, Some(1), "{}{}", why.stdout, why.stderr);
+    assert!(
+        why.stdout
+            .contains("Now: cannot tell: the answer is incomplete (label-tier at Filter:"),
+        "{}",
+        why.stdout
+    );
     berthd.stop().await?;
     Ok(())
 }
