@@ -251,6 +251,26 @@ async fn metrics_match_what_the_scheduler_did() -> Result<()> {
         .fold(0.0, f64::max);
     let attempts = scheduled + unschedulable;
     assert_eq!(sampled, (attempts / 10.0).ceil(), "sampled PreFilter runs");
+    // Evaluations are counted in every cycle: the first PreFilter plugin
+    // ran once per attempt, and Filter and Score plugins ran per node.
+    let evaluations = |point: &str| -> Vec<f64> {
+        m.samples
+            .iter()
+            .filter(|(k, _)| {
+                k.starts_with("scheduler_plugin_evaluation_total{")
+                    && k.contains(&format!("extension_point=\"{point}\""))
+                    && k.contains("profile=\"default-scheduler\"")
+            })
+            .map(|(_, v)| *v)
+            .collect()
+    };
+    assert_eq!(
+        evaluations("PreFilter").into_iter().fold(0.0, f64::max),
+        attempts,
+        "PreFilter evaluations"
+    );
+    assert!(evaluations("Filter").into_iter().fold(0.0, f64::max) >= attempts);
+    assert!(evaluations("Score").into_iter().fold(0.0, f64::max) >= scheduled);
 
     // Queue gauges match GetQueue.
     let count = |q: i32| queue.iter().filter(|p| p.queue == q).count() as f64;

@@ -177,9 +177,47 @@ pub struct FrameworkMetrics {
     pub global: Arc<Metrics>,
     /// Per point (slot order), per plugin position.
     plugins: Vec<Vec<Arc<PluginMetrics>>>,
+    /// scheduler_plugin_evaluation_total's series, per point of
+    /// [`EVALUATED_POINTS`], per plugin position.
+    evaluations: [Vec<Arc<Evaluations>>; EVALUATED_POINTS.len()],
+}
+
+/// The points whose plugin calls scheduler_plugin_evaluation_total counts,
+/// as upstream instruments them.
+pub const EVALUATED_POINTS: [Point; 4] = [
+    Point::PreFilter,
+    Point::Filter,
+    Point::PreScore,
+    Point::Score,
+];
+
+/// How many times one profile called one plugin at one point
+/// (scheduler_plugin_evaluation_total).
+#[derive(Debug)]
+pub struct Evaluations {
+    profile: Arc<str>,
+    point: Point,
+    plugin: &'static str,
+    count: Counter,
 }
 
 impl FrameworkMetrics {
+    /// Counts `n` calls of the plugin at position `index` of `point` (one
+    /// of [`EVALUATED_POINTS`]; others are not counted).
+    #[inline]
+    pub fn evaluated(&self, point: Point, index: usize, n: u64) {
+        if n == 0 {
+            return;
+        }
+        if let Some(e) = EVALUATED_POINTS
+            .iter()
+            .position(|&p| p == point)
+            .and_then(|at| self.evaluations[at].get(index))
+        {
+            e.count.add(n);
+        }
+    }
+
     /// Records an extension point's run.
     #[inline]
     pub fn point(&self, p: Point, status: usize, took: Duration) {
@@ -209,6 +247,7 @@ impl FrameworkMetrics {
 pub struct Metrics {
     profiles: parking_lot::RwLock<Vec<Arc<ProfileMetrics>>>,
     plugins: parking_lot::RwLock<Vec<Arc<PluginMetrics>>>,
+    evaluations: parking_lot::RwLock<Vec<Arc<Evaluations>>>,
     cycles: AtomicU64,
     /// scheduler_scheduling_algorithm_duration_seconds.
     pub algorithm_duration: Histogram,
@@ -233,6 +272,7 @@ impl Default for Metrics {
         Self {
             profiles: Default::default(),
             plugins: Default::default(),
+            evaluations: Default::default(),
             cycles: AtomicU64::new(0),
             algorithm_duration: Histogram::seconds(&attempt_buckets()),
             preemption_attempts: Counter::default(),
@@ -266,6 +306,31 @@ impl Metrics {
                 }
             }
         };
+        let mut registered = self.evaluations.write();
+        let evaluations = EVALUATED_POINTS.map(|point| {
+            plugins(point)
+                .into_iter()
+                .map(|plugin| {
+                    let found = registered.iter().find(|e| {
+                        e.plugin == plugin && e.point == point && e.profile == *profile_name
+                    });
+                    match found {
+                        Some(e) => e.clone(),
+                        None => {
+                            let e = Arc::new(Evaluations {
+                                profile: profile_name.clone(),
+                                point,
+                                plugin,
+                                count: Counter::default(),
+                            });
+                            registered.push(e.clone());
+                            e
+                        }
+                    }
+                })
+                .collect()
+        });
+        drop(registered);
         let pb = exponential_buckets(0.00001, 1.5, 20);
         let mut all = self.plugins.write();
         let plugins = Point::ALL
@@ -296,6 +361,7 @@ impl Metrics {
             profile,
             global: self.clone(),
             plugins,
+            evaluations,
         }
     }
 
@@ -313,6 +379,15 @@ impl Metrics {
         let a = (attempts.max(1) as usize).min(SLI_ATTEMPT_LABELS);
         self.sli_duration[a - 1].observe_duration(since_first);
         self.pod_scheduling_attempts.observe(u64::from(attempts));
+    }
+
+    /// scheduler_plugin_evaluation_total for one series, if registered.
+    pub fn evaluations(&self, profile: &str, point: Point, plugin: &str) -> Option<u64> {
+        self.evaluations
+            .read()
+            .iter()
+            .find(|e| &*e.profile == profile && e.point == point && e.plugin == plugin)
+            .map(|e| e.count.get())
     }
 
     /// The profiles' metrics.
@@ -412,6 +487,22 @@ impl Metrics {
                     );
                 }
             }
+        }
+        e.family(
+            "scheduler_plugin_evaluation_total",
+            "counter",
+            "Number of attempts to schedule pods by each plugin and the extension point (available only in PreFilter, Filter, PreScore, and Score).",
+        );
+        for m in self.evaluations.read().iter() {
+            e.sample(
+                "scheduler_plugin_evaluation_total",
+                &[
+                    ("extension_point", m.point.label()),
+                    ("plugin", m.plugin),
+                    ("profile", &m.profile),
+                ],
+                m.count.get(),
+            );
         }
         e.family(
             "scheduler_preemption_attempts_total",

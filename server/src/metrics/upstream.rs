@@ -189,12 +189,11 @@ pub const FAMILIES: &[Family] = &[
         Beta,
         NOT_YET,
     ),
-    not_served(
+    served(
         "scheduler_plugin_evaluation_total",
         "counter",
         &["extension_point", "plugin", "profile"],
         Beta,
-        NOT_YET,
     ),
     not_served(
         "scheduler_queueing_hint_execution_duration_seconds",

@@ -8,11 +8,12 @@ use std::sync::Arc;
 pub use crate::rng::FastRng;
 
 use super::batching::Batch;
+use super::evaluations::{self, FilterTally};
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    BatchFiltersAhead, Code, CycleState, CycleToken, Diagnosis, FitError, Framework, NodeWindow,
-    NominatedPods, Status,
+    BatchFiltersAhead, Code, CycleState, CycleToken, Diagnosis, ExtensionPoint, FitError,
+    Framework, NodeWindow, NominatedPods, Status,
 };
 use crate::model::{PodInfo, PodRef};
 use crate::queue::SchedulingQueue;
@@ -447,6 +448,7 @@ impl Algorithm {
         let all = snapshot.list();
         let mut diagnosis = Diagnosis::default();
         let (pre_result, status, with_nodes) = fw.run_pre_filter(state, pod, all).await;
+        evaluations::record_once_each(fw, state, ExtensionPoint::PreFilter, &status);
         diagnosis.unschedulable_plugins = with_nodes.clone();
         if !status.is_success() {
             if !status.is_rejected() {
@@ -468,6 +470,10 @@ impl Algorithm {
             && let Some(node) = snapshot.get(nnn)
         {
             let s = fw.run_filter_with_nominated_pods(state, pod, node, nominated);
+            if let Some(mut tally) = FilterTally::new(fw, state) {
+                tally.node(0..usize::MAX, &s);
+                tally.record(fw);
+            }
             if s.is_success() {
                 let mut nodes = vec![node.clone()];
                 run_batch_filters(fw, state, pod, &mut nodes, &mut diagnosis).await?;
@@ -610,6 +616,9 @@ impl Algorithm {
             } else {
                 Cow::Owned(offsets.iter().map(|o| (shift + o) % n).collect())
             };
+            if let Some(tally) = FilterTally::new(fw, state) {
+                tally.batch(fw, state, feasible.len());
+            }
             fw.finish_batch_filters(
                 state,
                 pod,
@@ -675,6 +684,7 @@ impl Algorithm {
         let mut todo: Vec<usize> = Vec::new();
         let mut fresh: Vec<Judged> = Vec::new();
         let mut processed = 0;
+        let mut tally = FilterTally::new(fw, state);
         while processed < n && offsets.len() < want {
             // Evaluate at least what is still needed, in batches big enough
             // to keep the pool busy.
@@ -719,14 +729,26 @@ impl Algorithm {
                 let node = at(processed + i);
                 let status = match judged.next_if(|(t, _)| *t == i) {
                     Some((_, Judged::Whole(status))) => {
+                        if let Some(t) = tally.as_mut() {
+                            t.node(0..usize::MAX, &status);
+                        }
                         self.batch.keep_verdict(position(i), node, &status);
                         status
                     }
                     Some((_, Judged::Prefix(first, rest))) => {
+                        if let (Some(t), Some(from)) = (tally.as_mut(), rest_from) {
+                            t.node(0..from, &first);
+                            if let Some(rest) = &rest {
+                                t.node(from..usize::MAX, rest);
+                            }
+                        }
                         self.batch.keep_verdict(position(i), node, &first);
                         rest.unwrap_or(first)
                     }
                     Some((_, Judged::Rest(status))) => {
+                        if let (Some(t), Some(from)) = (tally.as_mut(), rest_from) {
+                            t.node(from..usize::MAX, &status);
+                        }
                         self.batch.reused_verdicts += 1;
                         status
                     }
@@ -759,6 +781,9 @@ impl Algorithm {
             }
         }
         self.next_start_node_index = (start + processed) % num_all_nodes;
+        if let Some(t) = tally {
+            t.record(fw);
+        }
         Ok((processed, offsets))
     }
 
@@ -791,6 +816,7 @@ impl Algorithm {
             return Ok(vec![1; nodes.len()]);
         }
         let s = fw.run_pre_score(state, pod, nodes).await;
+        evaluations::record_once_each(fw, state, ExtensionPoint::PreScore, &s);
         if !s.is_success() {
             return Err(ScheduleError::Error(s));
         }
@@ -820,6 +846,7 @@ impl Algorithm {
             .await
             .map_err(ScheduleError::Error)?;
         drop(known);
+        evaluations::record_score(fw, state, nodes.len() - reused as usize);
         if batching {
             self.batch.reused_scores += reused;
             self.batch

@@ -6,6 +6,7 @@ mod algorithm;
 #[cfg(test)]
 mod batch_judge;
 mod batching;
+mod evaluations;
 mod event_handlers;
 mod explain;
 mod idle;

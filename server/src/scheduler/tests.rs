@@ -649,6 +649,63 @@ async fn the_search_stops_at_the_sampling_size_and_rotates() {
     assert_eq!(alg.next_start_node_index, (224 + 225) % 300);
 }
 
+/// scheduler_plugin_evaluation_total counts each Filter plugin's calls as
+/// upstream's instrumented plugins do: every node the search judged up to
+/// the plugin that rejected it, nothing for plugins PreFilter skipped, and
+/// nothing in dry runs.
+#[tokio::test]
+async fn plugin_evaluations_count_the_calls_the_search_made() {
+    use crate::framework::ExtensionPoint;
+    use crate::metrics::{Metrics, Point};
+    let (fw, snap) = framework_for_search(50);
+    let metrics = Arc::new(Metrics::default());
+    fw.attach_metrics(&metrics);
+    let pod = make_pod("p").req_cpu("2").build();
+    let mut alg = Algorithm::new(50, FastRng::new(1));
+    let nominated = Default::default();
+    let mut state = CycleState::new();
+    let found = alg
+        .find_nodes_that_fit(&fw, &mut state, &pod, &snap, &nominated)
+        .await
+        .ok()
+        .unwrap();
+    // As in the test above: 224 nodes judged, 74 rejected by
+    // NodeResourcesFit, 150 feasible.
+    assert_eq!((found.evaluated, found.nodes.len()), (224, 150));
+    let profile = fw.profile_name().to_string();
+    let count = |point, plugin| metrics.evaluations(&profile, point, plugin).unwrap();
+    let filters = fw.plugin_names(ExtensionPoint::Filter);
+    let fit = filters
+        .iter()
+        .position(|n| *n == "NodeResourcesFit")
+        .unwrap();
+    for (i, name) in filters.iter().enumerate() {
+        let want = if state.skip_filter.contains(i) {
+            0
+        } else if i <= fit {
+            224
+        } else {
+            150
+        };
+        assert_eq!(count(Point::Filter, name), want, "{name}");
+    }
+    assert!(!state.skip_filter.is_empty(), "some plugins skipped");
+    for name in fw.plugin_names(ExtensionPoint::PreFilter) {
+        assert_eq!(count(Point::PreFilter, name), 1, "{name}");
+    }
+
+    // A dry run's calls are not counted.
+    let before = count(Point::Filter, "NodeResourcesFit");
+    let mut dry = CycleState::new();
+    dry.dry_run = true;
+    alg.find_nodes_that_fit(&fw, &mut dry, &pod, &snap, &nominated)
+        .await
+        .ok()
+        .unwrap();
+    assert_eq!(count(Point::Filter, "NodeResourcesFit"), before);
+    assert_eq!(count(Point::PreFilter, "NodeResourcesFit"), 1);
+}
+
 #[tokio::test]
 async fn the_adaptive_percentage_applies_when_none_is_set() {
     let (fw, snap) = framework_for_search(0);
