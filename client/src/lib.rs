@@ -26,6 +26,8 @@
 
 #![warn(missing_docs)]
 
+pub mod answer;
+
 use berth_proto::json::{from_struct, to_struct};
 use berth_proto::v1::cluster_client::ClusterClient;
 use berth_proto::v1::scheduler_client::SchedulerClient;
@@ -35,6 +37,7 @@ use berth_proto::v1::{
 };
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
+pub use answer::{Conclusion, EXIT_INCOMPLETE};
 pub use berth_proto::v1 as pb;
 pub use berth_proto::v1::{
     DryRunResponse, EventType, NodeVerdict, ObjectReference, QueueName, QueuedPod, SchedulingEvent,
@@ -356,6 +359,8 @@ impl Client {
 
     /// Places `objects` (pods, or workloads whose template is placed
     /// `replicas` times) one after another on a copy of the cluster state.
+    /// The answer holds every placement: the pages berthd sends them in
+    /// are followed to the end.
     pub async fn simulate(
         &mut self,
         objects: &[serde_json::Value],
@@ -376,16 +381,31 @@ impl Client {
             .filter(is_group)
             .map(object)
             .collect::<Result<_, _>>()?;
-        let r = self
+        let mut answer = self
             .scheduler
             .simulate(SimulateRequest {
                 pods,
                 replicas,
                 profile: profile.to_string(),
                 pod_groups,
+                ..Default::default()
             })
-            .await?;
-        Ok(r.into_inner())
+            .await?
+            .into_inner();
+        while !answer.r#continue.is_empty() {
+            let page = self
+                .scheduler
+                .simulate(SimulateRequest {
+                    r#continue: std::mem::take(&mut answer.r#continue),
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            answer.pods.extend(page.pods);
+            answer.r#continue = page.r#continue;
+            answer.remaining_pods = page.remaining_pods;
+        }
+        Ok(answer)
     }
 
     /// Streams scheduling events (`namespace` empty: all).
@@ -454,15 +474,27 @@ impl Client {
         Ok(r.into_inner())
     }
 
-    /// The pods waiting to be scheduled (`namespace` empty: all).
+    /// The pods waiting to be scheduled (`namespace` empty: all),
+    /// following the pages to the end.
     pub async fn get_queue(&mut self, namespace: &str) -> Result<Vec<QueuedPod>, ClientError> {
-        let r = self
-            .scheduler
-            .get_queue(GetQueueRequest {
-                namespace: namespace.to_string(),
-            })
-            .await?;
-        Ok(r.into_inner().pods)
+        let mut pods = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = self
+                .scheduler
+                .get_queue(GetQueueRequest {
+                    namespace: namespace.to_string(),
+                    limit: 0,
+                    r#continue: token,
+                })
+                .await?
+                .into_inner();
+            pods.extend(page.pods);
+            if page.r#continue.is_empty() {
+                return Ok(pods);
+            }
+            token = page.r#continue;
+        }
     }
 
     /// Every object of `kind` ("Node", "Pod", "pvc", ...) as Kubernetes

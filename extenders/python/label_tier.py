@@ -20,6 +20,12 @@ under the node's name and the id berthd gave it: requests name nodes by id
 (protocol version 2). When berthd asks for the scores with the Filter
 request (``FilterRequest.score``), they come in the same answer.
 
+With ``--wants-pods`` it also asks for the pod feed (``wants_pods``): berthd
+streams every pod placed on a node, bound or assumed (``PodUpsert``), each
+change once, and its removal (``PodDelete``); the session keeps them in a
+``PodTable`` by node (``Session.pods``), logging each change. The scores
+above do not use it; an extender that counts or packs pods would.
+
 Run: ``python label_tier.py --listen 127.0.0.1:7070``. The first line on
 stderr is ``listening on HOST:PORT`` with the port bound (``--listen`` may
 give port 0). SIGTERM or SIGINT stop it cleanly (exit status 0).
@@ -193,6 +199,81 @@ class NodeCache:
         return labels_of(node)
 
 
+@dataclass(frozen=True)
+class PlacedPod:
+    """A pod placed on a node, as a PodUpsert sent it."""
+
+    id: int
+    node: str
+    node_id: int
+    namespace: str
+    name: str
+    uid: str
+    #: Assumed (a scheduling cycle chose the node, the binding is in
+    #: flight) rather than bound.
+    assumed: bool
+    #: The parsed pod, or None if its JSON was invalid.
+    obj: Mapping[str, Any] | None
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+
+class PodTable:
+    """The pods berthd streamed on one session (the pod feed), by id and by
+    node name."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, PlacedPod] = {}
+        self._on_node: dict[str, set[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def upsert(self, pod: PlacedPod) -> PlacedPod | None:
+        """Adds or replaces a pod (it may have moved); returns the one it
+        replaced."""
+        old = self._by_id.get(pod.id)
+        if old is not None:
+            self._unindex(old)
+        self._by_id[pod.id] = pod
+        self._on_node.setdefault(pod.node, set()).add(pod.id)
+        return old
+
+    def delete(self, pod_id: int) -> PlacedPod | None:
+        """Forgets a pod; returns it (None if unknown)."""
+        old = self._by_id.pop(pod_id, None)
+        if old is not None:
+            self._unindex(old)
+        return old
+
+    def on_node(self, node: str) -> list[PlacedPod]:
+        """The pods on the node named ``node``, by id."""
+        return [self._by_id[i] for i in sorted(self._on_node.get(node, ()))]
+
+    def count_on(self, node: str) -> int:
+        """How many pods are on the node named ``node``."""
+        return len(self._on_node.get(node, ()))
+
+    def _unindex(self, pod: PlacedPod) -> None:
+        ids = self._on_node.get(pod.node)
+        if ids is not None:
+            ids.discard(pod.id)
+            if not ids:
+                del self._on_node[pod.node]
+
+
+def parse_json_object(raw: bytes) -> Mapping[str, Any] | None:
+    """A JSON object, or None if ``raw`` is not one."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
 @dataclass
 class CyclePod:
     """The pod of one cycle, as its CycleStart sent it."""
@@ -242,6 +323,10 @@ class Session:
     pb: Any
     name: str = EXTENDER_NAME
     nodes: NodeCache = field(default_factory=NodeCache)
+    #: Whether Hello asks for the pod feed.
+    wants_pods: bool = False
+    #: The pods placed on the nodes (only with ``wants_pods``).
+    pods: PodTable = field(default_factory=PodTable)
     #: Pods by cycle id, from CycleStart to CycleEnd.
     cycles: dict[int, CyclePod] = field(default_factory=dict)
     opened: bool = False
@@ -259,6 +344,7 @@ class Session:
                 points=[pb.EXTENSION_POINT_FILTER, pb.EXTENSION_POINT_SCORE],
                 score_normalization=pb.SCORE_NORMALIZATION_NONE,
                 wants_nodes=True,
+                wants_pods=self.wants_pods,
             )
         )
 
@@ -283,7 +369,32 @@ class Session:
             log.info("node deleted name=%s id=%d", d.name, d.id)
         elif kind == "nodes_synced":
             self.synced = True
-            log.info("nodes synced nodes=%d cached=%d", message.nodes_synced.nodes, len(self.nodes))
+            log.info(
+                "nodes synced nodes=%d cached=%d pods=%d", message.nodes_synced.nodes, len(self.nodes), len(self.pods)
+            )
+        elif kind == "pod_upsert":
+            u = message.pod_upsert
+            obj = parse_json_object(u.pod)
+            if obj is None:
+                log.warning("pod %s/%s was sent as invalid JSON: kept without its object", u.namespace, u.name)
+            pod = PlacedPod(u.id, u.node, u.node_id, u.namespace, u.name, u.uid, u.assumed, obj)
+            self.pods.upsert(pod)
+            log.info(
+                "pod placed id=%d pod=%s node=%s node_id=%d assumed=%s pods_on_node=%d",
+                pod.id,
+                pod.key,
+                pod.node,
+                pod.node_id,
+                str(pod.assumed).lower(),
+                self.pods.count_on(pod.node),
+            )
+        elif kind == "pod_delete":
+            d = message.pod_delete
+            gone = self.pods.delete(d.id)
+            if gone is None:
+                log.warning("pod_delete of unknown pod id=%d uid=%s", d.id, d.uid)
+            else:
+                log.info("pod removed id=%d pod=%s node=%s node_id=%d", gone.id, gone.key, gone.node, d.node_id)
         elif kind == "cycle_start":
             c = message.cycle_start
             if c.cycle_id in self.cycles:
@@ -369,15 +480,16 @@ class Session:
 class ExtenderService:
     """The Extender gRPC service: a fresh Session per stream."""
 
-    def __init__(self, pb: Any, name: str = EXTENDER_NAME) -> None:
+    def __init__(self, pb: Any, name: str = EXTENDER_NAME, wants_pods: bool = False) -> None:
         self.pb = pb
         self.name = name
+        self.wants_pods = wants_pods
 
     async def Session(self, requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:  # noqa: N802 (gRPC method name)
         """Serves one stream until berthd closes it."""
         import grpc  # noqa: PLC0415 (imported by main before this runs)
 
-        session = Session(self.pb, self.name)
+        session = Session(self.pb, self.name, wants_pods=self.wants_pods)
         try:
             async for message in requests:
                 try:
@@ -402,7 +514,13 @@ def bound_address(listen: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-async def serve(listen: str, protocol: protogen.Protocol, name: str, ready: Callable[[str], None]) -> None:
+async def serve(
+    listen: str,
+    protocol: protogen.Protocol,
+    name: str,
+    ready: Callable[[str], None],
+    wants_pods: bool = False,
+) -> None:
     """Serves on ``listen`` until SIGTERM or SIGINT; calls ``ready`` with the
     address bound once serving."""
     import grpc  # noqa: PLC0415
@@ -413,7 +531,7 @@ async def serve(listen: str, protocol: protogen.Protocol, name: str, ready: Call
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ]
     )
-    protocol.pb2_grpc.add_ExtenderServicer_to_server(ExtenderService(protocol.pb2, name), server)
+    protocol.pb2_grpc.add_ExtenderServicer_to_server(ExtenderService(protocol.pb2, name, wants_pods), server)
     try:
         port = server.add_insecure_port(listen)
     except RuntimeError as e:
@@ -441,6 +559,9 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     p.add_argument("--name", default=EXTENDER_NAME, help="the name declared in Hello")
     p.add_argument("--proto-dir", type=Path, default=protogen.DEFAULT_PROTO_DIR, help="the repository's proto/ directory")
     p.add_argument("--gen-dir", type=Path, default=protogen.DEFAULT_CACHE_DIR, help="where generated code is cached")
+    p.add_argument(
+        "--wants-pods", action="store_true", help="ask berthd for the pods placed on the nodes (the pod feed)"
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p.parse_args(None if argv is None else list(argv))
 
@@ -473,7 +594,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         )
 
     try:
-        asyncio.run(serve(args.listen, protocol, args.name, ready))
+        asyncio.run(serve(args.listen, protocol, args.name, ready, args.wants_pods))
     except OSError as e:
         print(f"{EXTENDER_NAME}: {e}", file=sys.stderr)
         return 1

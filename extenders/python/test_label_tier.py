@@ -218,6 +218,46 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(hello.score_normalization, pb.SCORE_NORMALIZATION_NONE)
         self.assertTrue(hello.wants_nodes)
 
+    def test_hello_asks_for_pods_only_when_told(self) -> None:
+        self.assertFalse(Session(pb).handle(open_msg())[0].hello.wants_pods)
+        self.assertTrue(Session(pb, wants_pods=True).handle(open_msg())[0].hello.wants_pods)
+
+    def test_the_pod_feed_is_kept_by_node(self) -> None:
+        s = Session(pb, wants_pods=True)
+        s.handle(open_msg())
+        for name in NODES:
+            s.handle(upsert(name))
+
+        def placed(pid: int, name: str, node: str, assumed: bool = False) -> Any:
+            return msg(
+                pod_upsert=pb.PodUpsert(
+                    id=pid,
+                    node_id=IDS[node],
+                    node=node,
+                    namespace="default",
+                    name=name,
+                    uid=f"uid-{name}",
+                    assumed=assumed,
+                    pod=json.dumps(pod(name)).encode(),
+                )
+            )
+
+        self.assertEqual(s.handle(placed(1, "a", "gold-hdd")), [])
+        s.handle(placed(2, "b", "gold-hdd", assumed=True))
+        s.handle(msg(nodes_synced=pb.NodesSynced(nodes=len(NODES))))
+        self.assertEqual(s.pods.count_on("gold-hdd"), 2)
+        self.assertTrue(s.pods.on_node("gold-hdd")[1].assumed)
+        self.assertEqual(s.pods.on_node("gold-hdd")[0].obj["metadata"]["name"], "a")
+        # Bound, then moved: the same pod, counted once, where it is now.
+        s.handle(placed(2, "b", "gold-hdd"))
+        s.handle(placed(2, "b", "silver-ssd"))
+        self.assertEqual([p.name for p in s.pods.on_node("gold-hdd")], ["a"])
+        self.assertEqual([p.name for p in s.pods.on_node("silver-ssd")], ["b"])
+        s.handle(msg(pod_delete=pb.PodDelete(id=1, node_id=IDS["gold-hdd"], uid="uid-a")))
+        self.assertEqual((s.pods.count_on("gold-hdd"), len(s.pods)), (0, 1))
+        # An unknown id is logged, not fatal.
+        self.assertEqual(s.handle(msg(pod_delete=pb.PodDelete(id=9))), [])
+
     def test_the_first_message_must_be_open_and_only_once(self) -> None:
         with self.assertRaisesRegex(ProtocolError, "first message must be Open, got node_upsert"):
             Session(pb).handle(upsert("gold-hdd"))

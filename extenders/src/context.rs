@@ -11,6 +11,7 @@ use parking_lot::RwLock;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::pods::Pods;
 use crate::session::SessionCore;
 
 /// The context of one request, passed to every handler.
@@ -22,6 +23,7 @@ pub struct Context {
     pub(crate) deadline: Option<Instant>,
     pub(crate) token: CancellationToken,
     pub(crate) nodes: Nodes,
+    pub(crate) pods: Pods,
     pub(crate) decider: PermitDecider,
     pub(crate) session_id: u64,
     pub(crate) scheduler: Arc<str>,
@@ -38,6 +40,7 @@ impl Context {
             deadline: None,
             token: CancellationToken::new(),
             nodes,
+            pods: Pods::default(),
             decider: PermitDecider {
                 session: Weak::new(),
             },
@@ -70,6 +73,19 @@ impl Context {
     /// name, with its object parsed once when the extender wants nodes.
     pub fn nodes(&self) -> &Nodes {
         &self.nodes
+    }
+
+    /// The session's pod table: the pods placed on each node, bound or
+    /// assumed (empty unless the extender asked for them with
+    /// [`ExtenderBuilder::wants_pods`](crate::ExtenderBuilder::wants_pods)).
+    pub fn pods(&self) -> &Pods {
+        &self.pods
+    }
+
+    /// This context over `pods` instead: for unit tests of handlers.
+    pub fn with_pods(mut self, pods: Pods) -> Self {
+        self.pods = pods;
+        self
     }
 
     /// Cancelled when berthd cancels the request, its timeout passes, or the

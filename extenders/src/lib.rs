@@ -17,6 +17,9 @@
 //! - the session's node cache (each `NodeUpsert` parsed once into a shared
 //!   [`k8s_openapi`] `Node`, [`Context::nodes`]) and the cycles' pods (each
 //!   `CycleStart` parsed once into a [`CyclePod`], dropped at `CycleEnd`);
+//! - with [`ExtenderBuilder::wants_pods`], the session's pod table: the pods
+//!   placed on each node, bound or assumed ([`Context::pods`]), kept from
+//!   berthd's pod feed (`PodUpsert`, `PodDelete`);
 //! - concurrent dispatch: each request runs in its own task, answers go back
 //!   in any order, so a slow Permit or PreBind does not hold up the next
 //!   cycle's Filter;
@@ -109,6 +112,7 @@
 #![warn(missing_docs)]
 
 mod context;
+mod pods;
 mod points;
 mod reservations;
 pub mod resources;
@@ -118,6 +122,7 @@ mod types;
 
 pub use async_trait::async_trait;
 pub use context::{Context, DecisionError, Nodes, PermitDecider};
+pub use pods::{PlacedPod, Pods};
 pub use points::{
     Bind, CycleHooks, Filter, Permit, PostBind, PostFilter, PreBind, PreFilter, PreScore, Reserve,
     Score,

@@ -43,6 +43,7 @@ pub struct ExtenderBuilder {
     name: String,
     handlers: Handlers,
     wants_nodes: bool,
+    wants_pods: bool,
     reservation_memory: usize,
 }
 
@@ -54,6 +55,7 @@ impl ExtenderBuilder {
             name: name.into(),
             handlers: Handlers::default(),
             wants_nodes: false,
+            wants_pods: false,
             reservation_memory: DEFAULT_RESERVATION_MEMORY,
         }
     }
@@ -132,6 +134,15 @@ impl ExtenderBuilder {
         self
     }
 
+    /// Whether berthd should stream the pods placed on the nodes, bound or
+    /// assumed, into the sessions' pod tables
+    /// ([`Context::pods`](crate::Context::pods)). Default: false (the
+    /// table stays empty).
+    pub fn wants_pods(mut self, wants: bool) -> Self {
+        self.wants_pods = wants;
+        self
+    }
+
     /// How many reservation ids to remember for Unreserve idempotence
     /// (default [`DEFAULT_RESERVATION_MEMORY`], at least 1).
     pub fn reservation_memory(mut self, ids: usize) -> Self {
@@ -169,6 +180,7 @@ impl ExtenderBuilder {
                 name: self.name,
                 handlers: self.handlers,
                 wants_nodes: self.wants_nodes,
+                wants_pods: self.wants_pods,
                 normalization,
                 points,
                 reservations: ReservationBook::new(self.reservation_memory),
@@ -193,6 +205,7 @@ impl std::fmt::Debug for Extender {
             .field("name", &self.shared.name)
             .field("points", &self.shared.points)
             .field("wants_nodes", &self.shared.wants_nodes)
+            .field("wants_pods", &self.shared.wants_pods)
             .finish()
     }
 }
@@ -231,6 +244,11 @@ impl Extender {
     /// Whether it asks berthd for node objects.
     pub fn wants_nodes(&self) -> bool {
         self.shared.wants_nodes
+    }
+
+    /// Whether it asks berthd for the pod feed.
+    pub fn wants_pods(&self) -> bool {
+        self.shared.wants_pods
     }
 
     /// How its Score answers are normalized.

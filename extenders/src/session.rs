@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, warn};
 
 use crate::context::{Context, DecisionError, Nodes, PermitDecider, Table};
+use crate::pods::{PlacedPod, Pods};
 use crate::points::{
     Bind, CycleHooks, Filter, Permit, PostBind, PostFilter, PreBind, PreFilter, PreScore, Reserve,
     Score,
@@ -56,6 +57,7 @@ pub(crate) struct Shared {
     pub(crate) name: String,
     pub(crate) handlers: Handlers,
     pub(crate) wants_nodes: bool,
+    pub(crate) wants_pods: bool,
     pub(crate) normalization: ScoreNormalization,
     pub(crate) points: Vec<ExtensionPoint>,
     pub(crate) reservations: Arc<ReservationBook>,
@@ -70,6 +72,7 @@ impl Shared {
             points: self.points.iter().map(|p| *p as i32).collect(),
             score_normalization: self.normalization as i32,
             wants_nodes: self.wants_nodes,
+            wants_pods: self.wants_pods,
         }
     }
 }
@@ -296,6 +299,7 @@ pub(crate) async fn run(
             shared,
             core,
             nodes: Nodes::default(),
+            pods: Pods::default(),
             cycles: HashMap::new(),
             inflight: Arc::new(Mutex::new(HashMap::new())),
             token: CancellationToken::new(),
@@ -334,6 +338,7 @@ struct Reader {
     shared: Arc<Shared>,
     core: Arc<SessionCore>,
     nodes: Nodes,
+    pods: Pods,
     cycles: HashMap<u64, CycleSlot>,
     inflight: Arc<Mutex<HashMap<u64, InFlight>>>,
     /// Cancelled when the session ends; every request's token is a child.
@@ -381,7 +386,30 @@ impl Reader {
             }
             In::NodesSynced(s) => {
                 self.nodes.set_synced();
-                info!(sent = s.nodes, cached = self.nodes.len(), "nodes synced");
+                info!(
+                    sent = s.nodes,
+                    cached = self.nodes.len(),
+                    pods = self.pods.len(),
+                    "nodes synced"
+                );
+            }
+            In::PodUpsert(u) => {
+                let (ns, name) = (u.namespace.clone(), u.name.clone());
+                match PlacedPod::from_proto(u) {
+                    Ok(p) => {
+                        self.pods.upsert(p);
+                    }
+                    Err(e) => warn!(
+                        pod = %format!("{ns}/{name}"),
+                        error = %e,
+                        "PodUpsert is not a valid v1 Pod: the pod table keeps what it had"
+                    ),
+                }
+            }
+            In::PodDelete(d) => {
+                if self.pods.remove(d.id).is_none() {
+                    debug!(id = d.id, uid = %d.uid, "PodDelete of a pod not in the table");
+                }
             }
             In::CycleStart(c) => self.on_cycle_start(c),
             In::CycleEnd(e) => match self.cycles.remove(&e.cycle_id) {
@@ -499,6 +527,7 @@ impl Reader {
             deadline: timeout.map(|t| Instant::now() + t),
             token: self.token.child_token(),
             nodes: self.nodes.clone(),
+            pods: self.pods.clone(),
             decider: PermitDecider {
                 session: Arc::downgrade(&self.core),
             },

@@ -62,6 +62,10 @@ def pod(name, ns="default", cpu=None, mem=None, extra=None, labels=None,
     container = {"name": "app", "image": "registry.k8s.io/pause:3.10"}
     if req:
         container["resources"] = {"requests": req}
+    if extra:
+        # Extended resources cannot be overcommitted: the API server wants
+        # their limits, equal to the requests.
+        container["resources"]["limits"] = dict(extra)
     spec = {"containers": [container]}
     if priority is not None:
         spec["priority"] = priority

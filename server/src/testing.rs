@@ -145,7 +145,25 @@ impl PodBuilder {
         container.insert("name".into(), json!("c"));
         container.insert("image".into(), json!("registry.k8s.io/pause:3.10"));
         if !self.requests.is_empty() {
-            container.insert("resources".into(), json!({"requests": self.requests}));
+            // Extended resources and hugepages cannot be overcommitted: the
+            // API server wants their limits, equal to the requests.
+            let limits: Map<String, Value> = self
+                .requests
+                .iter()
+                .filter(|(k, _)| {
+                    crate::model::resource::is_extended_resource(k)
+                        || crate::model::resource::is_hugepages_resource(k)
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if limits.is_empty() {
+                container.insert("resources".into(), json!({"requests": self.requests}));
+            } else {
+                container.insert(
+                    "resources".into(),
+                    json!({"requests": self.requests, "limits": limits}),
+                );
+            }
         }
         if !self.ports.is_empty() {
             container.insert("ports".into(), Value::Array(self.ports.clone()));

@@ -5,7 +5,6 @@
 //! comes next; no pod is bound twice. Short durations keep it quick.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use berth_e2e::fake_apiserver::FakeApiServer;
@@ -14,8 +13,6 @@ use serde_json::{Value, json};
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/berth";
-const LEASE_DURATION: Duration = Duration::from_secs(3);
-const RETRY: Duration = Duration::from_millis(500);
 
 struct TempDir(PathBuf);
 
@@ -148,7 +145,6 @@ async fn only_the_leader_binds_and_a_standby_takes_over_a_killed_leader() -> Res
     // A dies without releasing. B takes over when the Lease has not changed
     // for the lease duration, as B saw it.
     a.signal("KILL")?;
-    let killed = Instant::now();
     let (status, _) = a.wait_exit().await?;
     ensure!(!status.success());
     ensure!(
@@ -159,12 +155,10 @@ async fn only_the_leader_binds_and_a_standby_takes_over_a_killed_leader() -> Res
     );
     b.wait_for(|l| message(l) == "successfully acquired lease kube-system/berth")
         .await?;
-    let took = killed.elapsed();
-    // At most: the lease duration after B's last read that saw A's last
-    // renewal, plus a jittered retry on each side, plus slack for a
-    // loaded machine.
-    let bound = LEASE_DURATION + RETRY.mul_f64(2.2) * 2 + Duration::from_secs(3);
-    ensure!(took <= bound, "takeover after {took:?} (bound {bound:?})");
+    // When: a lease duration after B last saw the Lease change, on B's own
+    // clock. That is pinned with paused time, not here on a wall clock a
+    // loaded machine stretches (leader::tests::a_fresh_lease_of_another_
+    // holder_is_waited_out_on_the_local_clock_then_taken_over).
     // B scheduled nothing while it was a standby.
     ensure!(
         !b.seen.iter().any(|l| message(l) == "scheduled"),

@@ -69,11 +69,17 @@ impl PyExtender {
     /// Starts `label_tier.py --listen listen` and reads the address from its
     /// first stderr line.
     async fn start(listen: &str) -> Result<Self> {
+        Self::start_with(listen, &[]).await
+    }
+
+    /// As [`PyExtender::start`], with more command-line arguments.
+    async fn start_with(listen: &str, args: &[&str]) -> Result<Self> {
         let python = python_path()?;
         let script = workspace_root().join("extenders/python/label_tier.py");
         let mut child = Command::new(&python)
             .arg(&script)
             .args(["--listen", listen])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -226,6 +232,8 @@ async fn start(tag: &str, ignorable: bool) -> Result<(PyExtender, Berthd, TempDi
     let connected = wait_connected(&mut berthd).await?;
     assert_eq!(connected["fields"]["remote_name"], EXTENDER);
     assert_eq!(connected["fields"]["wants_nodes"], true);
+    // Written before the pod feed: it does not ask for pods.
+    assert_eq!(connected["fields"]["wants_pods"], false);
     assert_eq!(
         connected["fields"]["endpoint"],
         format!("http://{}", ext.addr).as_str()
@@ -458,6 +466,13 @@ async fn python_filter_and_score_decide_where_pods_go() -> Result<()> {
     );
     ext.wait_for(|l| l.contains("filter pod=default/needs-gpu nodes=4 rejected=4"))
         .await?;
+    // An extender that did not ask for pods gets none (the pods assumed
+    // and bound so far would have come on the stream before this cycle).
+    assert!(
+        !ext.seen.iter().any(|l| l.contains("pod placed")),
+        "{:#?}",
+        ext.seen
+    );
     ext.wait_for(|l| {
         l.contains("score pod=default/needs-ssd scores=")
             && l.contains("silver-ssd:50")
@@ -687,4 +702,305 @@ async fn a_dead_ignorable_extender_is_skipped() -> Result<()> {
     assert_eq!(events.times_bound("needs-gpu"), 1);
     berthd.stop().await?;
     Ok(())
+}
+
+/// A command's exit code and output.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn run(program: PathBuf, args: &[&str]) -> Result<Run> {
+    let out = tokio::time::timeout(
+        GUARD,
+        Command::new(&program)
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .map_err(|_| anyhow!("{} {args:?} hung", program.display()))??;
+    Ok(Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// grpcurl's DryRun (grpcurl's default message limit, proto3 JSON) of `pod`.
+async fn grpcurl_dry_run(addr: &str, pod: &Value) -> Result<Value> {
+    let body = json!({ "pod": pod, "allNodes": true }).to_string();
+    let r = run(
+        berth_e2e::grpcurl_path()?,
+        &["-plaintext", "-d", &body, addr, "berth.v1.Scheduler/DryRun"],
+    )
+    .await?;
+    ensure!(r.code == Some(0), "grpcurl: {}", r.stderr);
+    Ok(serde_json::from_str(&r.stdout)?)
+}
+
+/// Each node's verdict in a grpcurl DryRun answer.
+fn node_verdicts(answer: &Value) -> BTreeMap<String, String> {
+    answer["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|n| {
+            (
+                n["node"].as_str().unwrap_or("").to_string(),
+                n["verdict"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 28, item 1: with the non-ignorable extender down, a dry run must
+/// not say the pod fits. Before, grpcurl got every node
+/// NODE_VERDICT_FEASIBLE (gold-hdd too, which the extender rejects) and
+/// berthctl listed every node "ok" and exited 0. Now every node the
+/// extender could not judge is NODE_VERDICT_UNKNOWN with the reason, the
+/// answer is COMPLETENESS_INCOMPLETE naming the extender, and berthctl
+/// exits 3 (dry-run and simulate alike).
+#[tokio::test]
+async fn a_dry_run_while_the_extender_is_down_is_incomplete_not_a_fit() -> Result<()> {
+    let (ext, mut berthd, dir) = start("dry-run-down", false).await?;
+    let addr = berthd.addr.clone();
+    let ssd = pod("web", Some("disk=ssd"));
+    let file = dir.write("web.yaml", &serde_yaml::to_string(&ssd)?)?;
+    let ctl = berth_e2e::berthctl_path()?;
+
+    // With the extender up: complete; it rejects the nodes without an SSD.
+    let up = grpcurl_dry_run(&addr, &ssd).await?;
+    assert_eq!(up["completeness"], "COMPLETENESS_COMPLETE", "{up}");
+    assert_eq!(up["selectedNode"], "silver-ssd", "{up}");
+    assert_eq!(
+        node_verdicts(&up)["gold-hdd"],
+        "NODE_VERDICT_UNRESOLVABLE",
+        "{up}"
+    );
+    let ok = run(ctl.clone(), &["-s", &addr, "dry-run", "-f", &file]).await?;
+    assert_eq!(ok.code, Some(0), "{}{}", ok.stdout, ok.stderr);
+
+    ext.kill().await?;
+    wait_disconnected(&mut berthd).await?;
+
+    let down = grpcurl_dry_run(&addr, &ssd).await?;
+    assert_eq!(down["completeness"], "COMPLETENESS_INCOMPLETE", "{down}");
+    assert!(down["selectedNode"].is_null(), "{down}");
+    let verdicts = node_verdicts(&down);
+    assert_eq!(verdicts.len(), 4, "{down}");
+    assert!(
+        verdicts.values().all(|v| v == "NODE_VERDICT_UNKNOWN"),
+        "no node judged without the extender: {verdicts:?}"
+    );
+    for n in down["nodes"].as_array().context("nodes")? {
+        let reason = n["reason"].as_str().unwrap_or("");
+        assert!(
+            reason.contains("extender \"label-tier\" failed at Filter: not connected"),
+            "{n}"
+        );
+        let tier = n["filters"]
+            .as_array()
+            .and_then(|f| f.iter().find(|f| f["plugin"] == EXTENDER))
+            .context("the extender's filter result")?;
+        assert_eq!(tier["code"], "Unknown", "{n}");
+    }
+    let incomplete = &down["incomplete"][0];
+    assert_eq!(incomplete["plugin"], EXTENDER, "{down}");
+    assert_eq!(incomplete["point"], "Filter", "{down}");
+    assert_eq!(incomplete["nodes"], 4, "{down}");
+
+    let dry = run(ctl.clone(), &["-s", &addr, "dry-run", "-f", &file]).await?;
+    assert_eq!(dry.code, Some(3), "{}{}", dry.stdout, dry.stderr);
+    assert!(dry.stdout.contains("INCOMPLETE"), "{}", dry.stdout);
+    assert!(
+        !dry.stdout.lines().any(|l| l.trim_end().ends_with(" ok")),
+        "no node listed ok:\n{}",
+        dry.stdout
+    );
+    let gold = dry
+        .stdout
+        .lines()
+        .find(|l| l.contains("gold-hdd"))
+        .context("gold-hdd's row")?;
+    assert!(gold.contains("unknown: "), "{gold}");
+    assert!(
+        dry.stderr
+            .contains(&format!("{file}: the answer is incomplete")),
+        "{}",
+        dry.stderr
+    );
+
+    let sim = run(
+        ctl.clone(),
+        &["-s", &addr, "simulate", "-f", &file, "--replicas", "3"],
+    )
+    .await?;
+    assert_eq!(sim.code, Some(3), "{}{}", sim.stdout, sim.stderr);
+    assert!(
+        sim.stdout
+            .contains("0 scheduled, 0 unschedulable, 3 unknown"),
+        "{}",
+        sim.stdout
+    );
+    assert_eq!(sim.stdout.matches("<unknown>").count(), 3, "{}", sim.stdout);
+
+    // `berthctl why` (issue 27's, over the same dry run) does not call the
+    // pod a fit either: exit 1, saying it cannot tell.
+    berthd.client().await?.apply(&[ssd], "").await?;
+    let why = run(ctl, &["-s", &addr, "why", "web"]).await?;
+    assert_eq!(why.code, Some(1), "{}{}", why.stdout, why.stderr);
+    assert!(
+        why.stdout
+            .contains("Now: cannot tell: the answer is incomplete (label-tier at Filter:"),
+        "{}",
+        why.stdout
+    );
+    berthd.stop().await?;
+    Ok(())
+}
+
+/// Issue 28, item 1: an ignorable extender that is down is skipped, as the
+/// scheduler skips it, and the answer says so (complete: berthctl exits 0).
+#[tokio::test]
+async fn a_dry_run_names_an_ignorable_extender_it_skipped() -> Result<()> {
+    let (ext, mut berthd, dir) = start("dry-run-ignorable", true).await?;
+    let addr = berthd.addr.clone();
+    ext.kill().await?;
+    wait_disconnected(&mut berthd).await?;
+    let gpu = pod("gpu", Some("gpu=true"));
+    let answer = grpcurl_dry_run(&addr, &gpu).await?;
+    assert_eq!(answer["completeness"], "COMPLETENESS_COMPLETE", "{answer}");
+    assert!(
+        node_verdicts(&answer)
+            .values()
+            .all(|v| v == "NODE_VERDICT_FEASIBLE"),
+        "{answer}"
+    );
+    let skipped: Vec<(&str, &str)> = answer["skipped"]
+        .as_array()
+        .context("skipped")?
+        .iter()
+        .map(|n| {
+            (
+                n["plugin"].as_str().unwrap_or(""),
+                n["point"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(skipped, [(EXTENDER, "Filter"), (EXTENDER, "Score")]);
+    let file = dir.write("gpu.yaml", &serde_yaml::to_string(&gpu)?)?;
+    let ctl = berth_e2e::berthctl_path()?;
+    let dry = run(ctl, &["-s", &addr, "dry-run", "-f", &file]).await?;
+    assert_eq!(dry.code, Some(0), "{}{}", dry.stdout, dry.stderr);
+    assert!(
+        dry.stdout.contains(
+            "Skipped (ignorable, as the scheduler skips them):\n  label-tier at Filter: "
+        ),
+        "{}",
+        dry.stdout
+    );
+    berthd.stop().await?;
+    Ok(())
+}
+
+/// Issue 28, item 6: the Python extender started with `--wants-pods` asks
+/// for the pod feed at Hello and gets the pods on the nodes from berthd: a
+/// pod bound in the cluster file before NodesSynced, a new pod assumed then
+/// bound (the same id), and its removal, each once, with its node.
+#[tokio::test]
+async fn the_python_extender_that_wants_pods_follows_them_on_their_nodes() -> Result<()> {
+    let mut ext = PyExtender::start_with("127.0.0.1:0", &["--wants-pods"]).await?;
+    let dir = TempDir::new("pod-feed")?;
+    let bound = r#"
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: resident, namespace: default, uid: uid-resident}
+spec:
+  nodeName: plain-ssd
+  containers: [{name: c, image: busybox}]
+"#;
+    let cluster = dir.write("cluster.yaml", &format!("{NODES}{bound}"))?;
+    let cfg = dir.write("config.yaml", &config(&ext.addr, false))?;
+    let mut berthd =
+        Berthd::start(&["--cluster", &cluster, "--config", &cfg, "--seed", "1"]).await?;
+    let connected = wait_connected(&mut berthd).await?;
+    assert_eq!(connected["fields"]["wants_pods"], true);
+    // The table first: the resident pod, before NodesSynced.
+    let synced = ext.wait_for(|l| l.contains("nodes synced")).await?;
+    assert!(
+        synced.contains("nodes synced nodes=4 cached=4 pods=1"),
+        "{synced}"
+    );
+    let resident = ext
+        .wait_for(|l| l.contains("pod placed") && l.contains("pod=default/resident"))
+        .await?;
+    assert!(
+        resident.contains("id=1 pod=default/resident node=plain-ssd node_id="),
+        "{resident}"
+    );
+    assert!(
+        resident.ends_with(" assumed=false pods_on_node=1"),
+        "{resident}"
+    );
+    // Named by the id berthd gave its node (ids start at 1).
+    assert_ne!(word(&resident, "node_id="), "0", "{resident}");
+    let at = |line: &str| ext.seen.iter().position(|l| l == line);
+    assert!(at(&resident) < at(&synced), "{:#?}", ext.seen);
+
+    // A new pod: assumed on the node the extender's Score picks, then bound.
+    let mut events = Events::open(&berthd).await?;
+    let mut client = berthd.client().await?;
+    client.apply(&[pod("newcomer", None)], "").await?;
+    let e = events
+        .next("newcomer", &[EventType::Scheduled, EventType::Failed])
+        .await?;
+    assert_eq!(
+        (e.r#type(), e.node.as_str()),
+        (EventType::Scheduled, "gold-hdd")
+    );
+    let assumed = ext
+        .wait_for(|l| l.contains("pod=default/newcomer") && l.contains("assumed=true"))
+        .await?;
+    let bound = ext
+        .wait_for(|l| l.contains("pod=default/newcomer") && l.contains("assumed=false"))
+        .await?;
+    for l in [&assumed, &bound] {
+        assert_eq!(word(l, "id="), "2", "{l}");
+        assert_eq!(word(l, "node="), "gold-hdd", "{l}");
+    }
+    let gold = word(&bound, "node_id=");
+    assert_eq!(word(&assumed, "node_id="), gold);
+    assert_ne!(gold, "0");
+    assert_ne!(gold, word(&resident, "node_id="));
+
+    // Deleted: removed once, from its node.
+    client.delete("Pod", "default", "newcomer").await?;
+    let removed = ext.wait_for(|l| l.contains("pod removed")).await?;
+    assert!(
+        removed.contains("pod removed id=2 pod=default/newcomer node=gold-hdd node_id="),
+        "{removed}"
+    );
+    assert_eq!(word(&removed, "node_id="), gold);
+    // Each change once: two upserts (assumed, bound) and one removal.
+    let newcomer: Vec<&String> = ext
+        .seen
+        .iter()
+        .filter(|l| {
+            l.contains("pod=default/newcomer")
+                && (l.contains("pod placed") || l.contains("pod removed"))
+        })
+        .collect();
+    assert_eq!(newcomer.len(), 3, "{newcomer:#?}");
+    berthd.stop().await?;
+    Ok(())
+}
+
+/// The value of `key` (such as "node_id=") in a `key=value` log line.
+fn word<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key))
+        .unwrap_or("")
 }

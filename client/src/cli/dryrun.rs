@@ -2,15 +2,17 @@
 //! matrix.
 
 use anyhow::{Result, bail};
+use berth_client::answer::describe;
 use berth_client::pb::{DryRunResponse, NodeResult, NodeVerdict, PluginResult};
-use berth_client::{Client, pb};
+use berth_client::{Client, ClientError, Conclusion, pb};
 
-use crate::cli::Rpc;
-use crate::cli::files::{Doc, Source};
+use crate::cli::files::{Doc, Source, locate_field};
 use crate::cli::output::{Output, emit, emit_proto};
 use crate::cli::table::Table;
+use crate::cli::{Rpc, RpcError};
 
-/// `berthctl dry-run -f POD_FILE`.
+/// `berthctl dry-run -f POD_FILE`; the exit code the answer asks for
+/// ([`Conclusion::exit_code`]: non-zero when it is incomplete).
 pub async fn run(
     client: &mut Client,
     format: Output,
@@ -18,7 +20,7 @@ pub async fn run(
     docs: &[Doc],
     all_nodes: bool,
     profile: &str,
-) -> Result<()> {
+) -> Result<u8> {
     let is_group = |d: &&Doc| d.value["kind"].as_str() == Some("PodGroup");
     if let Some(group) = docs.iter().find(is_group) {
         // A PodGroup and its pods: the gang is dry-run as a whole.
@@ -38,9 +40,9 @@ pub async fn run(
             .await
             .rpc()?;
         if format != Output::Table {
-            return emit_proto(format, &resp);
+            return emit_proto(format, &resp).map(|()| 0);
         }
-        return emit(&render(&resp, ""));
+        return emit(&render(&resp, "")).map(|()| 0);
     }
     let [doc] = docs else {
         bail!(
@@ -49,17 +51,33 @@ pub async fn run(
             docs.len()
         );
     };
-    let resp = client.dry_run(&doc.value, profile, all_nodes).await.rpc()?;
+    let resp = match client.dry_run(&doc.value, profile, all_nodes).await {
+        Ok(r) => r,
+        Err(ClientError::Status(s)) => {
+            return Err(RpcError {
+                code: s.code(),
+                message: locate_field(s.message(), "pod", &[doc]),
+            }
+            .into());
+        }
+        Err(e) => return Err(e).rpc(),
+    };
     if format != Output::Table {
-        return emit_proto(format, &resp);
+        emit_proto(format, &resp)?;
+    } else {
+        let ns = Some(doc.namespace()).filter(|n| !n.is_empty());
+        let pod = format!(
+            "{}/{}",
+            ns.unwrap_or("default"),
+            doc.value["metadata"]["name"].as_str().unwrap_or("")
+        );
+        emit(&render(&resp, &pod))?;
     }
-    let ns = Some(doc.namespace()).filter(|n| !n.is_empty());
-    let pod = format!(
-        "{}/{}",
-        ns.unwrap_or("default"),
-        doc.value["metadata"]["name"].as_str().unwrap_or("")
-    );
-    emit(&render(&resp, &pod))
+    let conclusion = Conclusion::of_dry_run(&resp);
+    if let Some(w) = conclusion.warning() {
+        eprintln!("warning: {}: {w}", src.name);
+    }
+    Ok(conclusion.exit_code())
 }
 
 /// Short column names for plugins: their capitals (NodeResourcesFit ->
@@ -94,11 +112,17 @@ pub fn filter_cell(n: &NodeResult) -> String {
     match verdict(n) {
         NodeVerdict::Feasible => "ok".into(),
         NodeVerdict::NotEvaluated => "not evaluated".into(),
+        NodeVerdict::Unknown => format!("unknown: {}", n.reason),
         v => {
             let failures: Vec<String> = n
                 .filters
                 .iter()
-                .filter(|f| !matches!(f.code.as_str(), "Success" | "Skip" | "NotEvaluated"))
+                .filter(|f| {
+                    !matches!(
+                        f.code.as_str(),
+                        "Success" | "Skip" | "NotEvaluated" | "Ignored"
+                    )
+                })
                 .map(|f| {
                     if f.reasons.is_empty() {
                         format!("{}: {}", f.plugin, f.code)
@@ -122,14 +146,16 @@ pub fn filter_cell(n: &NodeResult) -> String {
 }
 
 /// Feasible nodes by total score (the selected one first among equals),
-/// then rejected ones, then those not evaluated; by name within each.
+/// then those that could not be judged, rejected ones, then those not
+/// evaluated; by name within each.
 pub fn sorted(nodes: &[NodeResult]) -> Vec<&NodeResult> {
     let mut v: Vec<&NodeResult> = nodes.iter().collect();
     v.sort_by_key(|n| {
         let rank = match verdict(n) {
             NodeVerdict::Feasible => (0, -n.total_score, !n.selected),
-            NodeVerdict::NotEvaluated => (2, 0, true),
-            _ => (1, 0, true),
+            NodeVerdict::Unknown => (1, 0, true),
+            NodeVerdict::NotEvaluated => (3, 0, true),
+            _ => (2, 0, true),
         };
         (rank, n.node.as_str())
     });
@@ -319,6 +345,24 @@ pub fn render_group(profile: &str, g: &pb::PodGroupDryRun) -> String {
     out
 }
 
+/// What the answer lacks and which ignorable extenders it went without.
+pub fn notes(resp: &DryRunResponse) -> String {
+    let mut out = String::new();
+    if !resp.incomplete.is_empty() {
+        out.push_str("INCOMPLETE: some nodes could not be judged; do not conclude the pod fits or does not:\n");
+        for n in &resp.incomplete {
+            out.push_str(&format!("  {}\n", describe(n)));
+        }
+    }
+    if !resp.skipped.is_empty() {
+        out.push_str("Skipped (ignorable, as the scheduler skips them):\n");
+        for n in &resp.skipped {
+            out.push_str(&format!("  {}\n", describe(n)));
+        }
+    }
+    out
+}
+
 /// The human explanation of a dry run of `pod` (namespace/name).
 pub fn render(resp: &DryRunResponse, pod: &str) -> String {
     if let Some(g) = &resp.pod_group {
@@ -332,6 +376,7 @@ pub fn render(resp: &DryRunResponse, pod: &str) -> String {
         resp.evaluated_nodes,
         resp.feasible_nodes
     ));
+    out.push_str(&notes(resp));
     out.push_str(&plugin_lines("PreFilter", &resp.pre_filter));
     out.push_str(&plugin_lines("PreScore", &resp.pre_score));
 
@@ -642,5 +687,57 @@ Scores are normalized × weight: NRF=NodeResourcesFit TT=TaintToleration
         n.verdict = NodeVerdict::Error as i32;
         n.filters = vec![filter("A", "Error", &["boom"])];
         assert_eq!(filter_cell(&n), "error: A: boom");
+    }
+
+    #[test]
+    fn unknown_nodes_and_skipped_extenders_are_said_so() {
+        let mut r = response();
+        r.selected_node.clear();
+        r.message = "extender \"quota\" failed at Filter: not connected".into();
+        for n in &mut r.nodes {
+            if n.verdict == NodeVerdict::Feasible as i32 {
+                n.verdict = NodeVerdict::Unknown as i32;
+                n.reason = r.message.clone();
+                n.scores.clear();
+                n.selected = false;
+                n.top_score = false;
+            }
+        }
+        r.feasible_nodes = 0;
+        r.completeness = pb::Completeness::Incomplete as i32;
+        r.incomplete = vec![pb::PluginNote {
+            plugin: "quota".into(),
+            point: "Filter".into(),
+            reason: r.message.clone(),
+            nodes: 2,
+            pods: 0,
+        }];
+        r.skipped = vec![pb::PluginNote {
+            plugin: "tier".into(),
+            point: "Score".into(),
+            reason: "timed out after 1s".into(),
+            ..Default::default()
+        }];
+        let text = render(&r, "default/web");
+        let want = "\
+Pod default/web, profile default-scheduler: extender \"quota\" failed at Filter: not connected
+5 nodes, 4 evaluated, 0 feasible.
+INCOMPLETE: some nodes could not be judged; do not conclude the pod fits or does not:
+  quota at Filter: extender \"quota\" failed at Filter: not connected (2 nodes)
+Skipped (ignorable, as the scheduler skips them):
+  tier at Score: timed out after 1s
+PreFilter:
+  NodeAffinity: restricted to 3 nodes (a, b, c)
+  skipped: VolumeBinding
+
+   NODE   TOTAL   FILTER
+   a          -   unknown: extender \"quota\" failed at Filter: not connected
+   b          -   unknown: extender \"quota\" failed at Filter: not connected
+   c          -   NodeResourcesFit: Insufficient cpu
+   e          -   TaintToleration: node(s) had untolerated taint {gpu: true}
+   d          -   not evaluated
+
+";
+        assert_eq!(text, want, "\n{text}");
     }
 }

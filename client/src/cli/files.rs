@@ -132,6 +132,53 @@ impl Doc {
     }
 }
 
+/// Names the file and document in a server message about request field
+/// `field` (`pod`, `pods`): `pod.spec.x: ...` and `pods[1].spec.x: ...`
+/// become `web.yaml: document 1: spec.x: ...`, in a list of several
+/// errors (`[pod.a: ..., pod.b: ...]`) each one; `docs` are the objects
+/// sent, in order (one for `pod`).
+pub fn locate_field(message: &str, field: &str, docs: &[&Doc]) -> String {
+    let one = |m: &str| -> String {
+        let Some(rest) = m.strip_prefix(field) else {
+            return m.to_string();
+        };
+        let (doc, rest) = match rest.strip_prefix('[') {
+            Some(r) => match r.split_once(']') {
+                Some((i, rest)) => (i.parse::<usize>().ok().and_then(|i| docs.get(i)), rest),
+                None => (None, rest),
+            },
+            None if docs.len() == 1 => (docs.first(), rest),
+            None => (None, rest),
+        };
+        let Some(doc) = doc else {
+            return m.to_string();
+        };
+        match (rest.strip_prefix('.'), rest.strip_prefix(": ")) {
+            (Some(path), _) => format!("{}: {path}", doc.origin),
+            (_, Some(text)) => format!("{}: {text}", doc.origin),
+            _ => format!("{}{rest}", doc.origin),
+        }
+    };
+    match message.strip_prefix('[').and_then(|m| m.strip_suffix(']')) {
+        Some(list) => {
+            let prefix = format!(", {field}");
+            let parts: Vec<String> = list
+                .split(prefix.as_str())
+                .enumerate()
+                .map(|(i, p)| {
+                    one(&if i == 0 {
+                        p.to_string()
+                    } else {
+                        format!("{field}{p}")
+                    })
+                })
+                .collect();
+            format!("[{}]", parts.join(", "))
+        }
+        None => one(message),
+    }
+}
+
 /// Reads every file, failing at the first that cannot be read or parsed.
 pub fn read_all(paths: &[String]) -> Result<Vec<(Source, Vec<Doc>)>> {
     paths
@@ -209,6 +256,35 @@ mod tests {
         assert!(
             format!("{e:#}").starts_with("reading /nonexistent/pod.yaml: "),
             "{e:#}"
+        );
+    }
+
+    #[test]
+    fn request_fields_in_messages_become_the_file_and_document() {
+        let doc = |origin: &str| Doc {
+            origin: origin.into(),
+            value: serde_json::json!({}),
+        };
+        let (a, b) = (doc("web.yaml: document 1"), doc("web.yaml: document 2"));
+        assert_eq!(
+            locate_field(
+                "pod.spec.nodeSelektor: unknown field \"nodeSelektor\"",
+                "pod",
+                &[&a]
+            ),
+            "web.yaml: document 1: spec.nodeSelektor: unknown field \"nodeSelektor\""
+        );
+        assert_eq!(
+            locate_field(
+                "[pods[1].spec.containers[0].name: Required value, pods[1].spec.x: y]",
+                "pods",
+                &[&a, &b]
+            ),
+            "[web.yaml: document 2: spec.containers[0].name: Required value, web.yaml: document 2: spec.x: y]"
+        );
+        assert_eq!(
+            locate_field("replicas: Invalid value: 9", "pods", &[&a, &b]),
+            "replicas: Invalid value: 9"
         );
     }
 }

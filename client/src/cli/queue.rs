@@ -12,7 +12,13 @@ use crate::cli::table::Table;
 pub async fn run(client: &mut Client, format: Output, namespace: &str) -> Result<()> {
     let pods = client.get_queue(namespace).await.rpc()?;
     if format != Output::Table {
-        return emit_proto(format, &GetQueueResponse { pods });
+        return emit_proto(
+            format,
+            &GetQueueResponse {
+                pods,
+                ..Default::default()
+            },
+        );
     }
     if pods.is_empty() {
         eprintln!("No pods are waiting.");
@@ -32,6 +38,32 @@ fn queue_name(q: i32) -> &'static str {
         QueueName::Pending => "pending",
         QueueName::Unspecified => "?",
     }
+}
+
+/// Why the pod waits: for a pod held at Permit, who holds it, since when,
+/// until when; otherwise its last failure.
+fn reason(p: &QueuedPod) -> String {
+    let Some(w) = p.permit_wait.as_ref() else {
+        return p.last_failure.clone();
+    };
+    let since = w
+        .since
+        .as_ref()
+        .map(crate::cli::watch::time_of_day)
+        .unwrap_or_default();
+    let who: Vec<String> = w
+        .waiting_for
+        .iter()
+        .map(|x| match x.until.as_ref() {
+            Some(t) => format!("{} (until {})", x.plugin, crate::cli::watch::time_of_day(t)),
+            None => x.plugin.clone(),
+        })
+        .collect();
+    format!(
+        "waiting at Permit on {} since {since} for {}",
+        w.node,
+        who.join(", ")
+    )
 }
 
 /// The queue as a table; BACKOFF-UNTIL and NOMINATED appear when some pod
@@ -67,7 +99,7 @@ pub fn render(pods: &[QueuedPod]) -> String {
         if nominated {
             row.push(p.nominated_node_name.clone());
         }
-        row.push(p.last_failure.clone());
+        row.push(reason(p));
         t.row(row);
     }
     t.render()
@@ -128,6 +160,26 @@ default     a      unschedulable          0          1   0/3 nodes are available
                 nanos: 0
             })),
             "{row_b}"
+        );
+    }
+
+    #[test]
+    fn a_pod_held_at_permit_says_by_whom_and_until_when() {
+        let at = |seconds| prost_types::Timestamp { seconds, nanos: 0 };
+        let mut p = pod("first", QueueName::InFlight);
+        p.permit_wait = Some(berth_client::pb::PermitWait {
+            node: "n1".into(),
+            since: Some(at(0)),
+            waiting_for: vec![berth_client::pb::PermitWaiter {
+                plugin: "Coscheduling".into(),
+                until: Some(at(600)),
+            }],
+        });
+        let since = crate::cli::watch::time_of_day(&at(0));
+        let until = crate::cli::watch::time_of_day(&at(600));
+        assert_eq!(
+            reason(&p),
+            format!("waiting at Permit on n1 since {since} for Coscheduling (until {until})")
         );
     }
 }

@@ -10,8 +10,8 @@
 //! this module does not know are shown as they come.
 
 use anyhow::{Result, bail};
-use berth_client::Client;
 use berth_client::pb::{DryRunResponse, NodeResult, NodeVerdict, QueueName, QueuedPod};
+use berth_client::{Client, Conclusion};
 use serde_json::{Value, json};
 
 use crate::cli::Rpc;
@@ -38,11 +38,13 @@ pub struct Why {
 
 impl Why {
     /// Whether the pod would be scheduled now: it is bound already, or a
-    /// node fits it and nothing (scheduling gates) holds it back.
+    /// node fits it and nothing (scheduling gates) holds it back. An
+    /// incomplete dry run (a plugin or extender that applies could not
+    /// run) never says it fits.
     pub fn fits(&self) -> bool {
         match &self.dry_run {
             None => true,
-            Some(d) => !d.selected_node.is_empty() && gates(&self.pod).is_empty(),
+            Some(d) => Conclusion::of_dry_run(d) == Conclusion::Fits && gates(&self.pod).is_empty(),
         }
     }
 }
@@ -309,7 +311,13 @@ pub fn render(why: &Why, wide: bool) -> Result<String> {
         return Ok(out);
     };
     out.push('\n');
-    if d.selected_node.is_empty() {
+    if let Conclusion::Incomplete(lines) = Conclusion::of_dry_run(d) {
+        out.push_str(&format!(
+            "Now: cannot tell: the answer is incomplete ({}). {}\n",
+            lines.join("; "),
+            d.message
+        ));
+    } else if d.selected_node.is_empty() {
         out.push_str(&format!("Now: does not fit. {}\n", d.message));
     } else {
         out.push_str(&format!(
@@ -637,6 +645,45 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Now: fits. berth would schedule it to a (1 of 1 nodes feasible)."));
+    }
+
+    #[test]
+    fn an_incomplete_dry_run_is_not_a_fit() {
+        // Issue 28, item 1, through `why`: a non-ignorable extender down
+        // leaves a node unjudged; even with a node selected by an older
+        // berthd, the answer says it is incomplete and `why` exits 1.
+        let why = Why {
+            pod: pod(json!({"spec": {"containers": []}})),
+            profile: "default-scheduler".into(),
+            queue: None,
+            dry_run: Some(DryRunResponse {
+                selected_node: String::new(),
+                message: "extender \"x\" failed at Filter: not connected".into(),
+                nodes: vec![node("a", NodeVerdict::Unknown, &[("x", "Error", &[])])],
+                completeness: berth_client::pb::Completeness::Incomplete as i32,
+                incomplete: vec![berth_client::pb::PluginNote {
+                    plugin: "x".into(),
+                    point: "Filter".into(),
+                    reason: "extender \"x\" failed at Filter: not connected".into(),
+                    nodes: 1,
+                    pods: 0,
+                }],
+                ..Default::default()
+            }),
+        };
+        assert!(!why.fits());
+        let text = render(&why, false).unwrap();
+        assert!(
+            text.contains("Now: cannot tell: the answer is incomplete (x at Filter:"),
+            "{text}"
+        );
+        // An answer without `completeness` (an older berthd) with an
+        // unknown verdict is incomplete too, even if it selected a node.
+        let mut older = why.clone();
+        let d = older.dry_run.as_mut().unwrap();
+        d.completeness = 0;
+        d.selected_node = "a".into();
+        assert!(!older.fits());
     }
 
     #[test]

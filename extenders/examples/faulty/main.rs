@@ -203,6 +203,7 @@ impl Config {
                 points,
                 score_normalization: pb::ScoreNormalization::None as i32,
                 wants_nodes: false,
+                wants_pods: false,
             },
             faults,
         })
@@ -413,7 +414,13 @@ impl Session {
             }
             Some(In::Request(r)) => self.on_request(r),
             Some(In::Cancel(c)) => info!(request = c.id, "request cancelled request={}", c.id),
-            Some(In::NodeUpsert(_) | In::NodeDelete(_) | In::NodesSynced(_)) => {}
+            Some(
+                In::NodeUpsert(_)
+                | In::NodeDelete(_)
+                | In::NodesSynced(_)
+                | In::PodUpsert(_)
+                | In::PodDelete(_),
+            ) => {}
             None => warn!("an empty message: ignored"),
         }
     }

@@ -246,6 +246,7 @@ impl Cluster for ClusterApi {
         let cluster = self.cluster.embedded()?;
         let req = req.into_inner();
         let k = kind(&req.kind)?;
+        super::convert::namespace_arg(&req.namespace)?;
         if req.name.is_empty() {
             return Err(ApiError::InvalidArgument("name: Required value".into()).into());
         }
@@ -279,6 +280,7 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<pb::ListResponse>, Status> {
         let req = req.into_inner();
         let k = kind(&req.kind)?;
+        super::convert::namespace_arg(&req.namespace)?;
         let ns = req.namespace.as_str();
         let scope = format!("{}/{ns}", kind_name(k));
         // Sorted by key; only the page's objects are converted.
@@ -344,6 +346,7 @@ impl Cluster for ClusterApi {
             return Err(ApiError::InvalidArgument("name: Required value".into()).into());
         }
         let k = kind(&req.kind)?;
+        super::convert::namespace_arg(&req.namespace)?;
         let object = match k {
             Kind::Node => self.cluster.node(&req.name).map(|n| to_json(&*n)),
             Kind::Pod => {
@@ -379,6 +382,7 @@ impl Cluster for ClusterApi {
         } else {
             Some(kind(&req.kind)?)
         };
+        super::convert::namespace_arg(&req.namespace)?;
         let ns = req.namespace;
         let mut changes = self.cluster.subscribe();
         // The store hands every change to an unbounded channel; a relay

@@ -27,14 +27,24 @@ fn fresh_uid(prefix: &str) -> String {
     format!("{prefix}-{:012x}", NEXT_UID.fetch_add(1, Ordering::Relaxed))
 }
 
-/// `field.path: message`, or `field: message` for the object itself.
+/// `field.path: message` (or `field: message` for the object itself), or
+/// several as the API server lists them: `[field.a: ..., field.b: ...]`.
 fn at(field: &str, e: InvalidObject) -> ApiError {
-    if e.path.is_empty() {
-        ApiError::InvalidArgument(format!("{field}: {}", e.message))
-    } else if e.path.starts_with('[') {
-        ApiError::InvalidArgument(format!("{field}{}: {}", e.path, e.message))
-    } else {
-        ApiError::InvalidArgument(format!("{field}.{}: {}", e.path, e.message))
+    ApiError::InvalidArgument(e.under(field))
+}
+
+/// A request's `namespace` field: empty (every namespace, or the default)
+/// or a DNS-1123 label, as the API server's paths take them; anything
+/// else would match nothing and answer nothing.
+pub fn namespace_arg(ns: &str) -> Result<(), ApiError> {
+    if ns.is_empty() {
+        return Ok(());
+    }
+    match crate::model::validation::dns1123_label(ns) {
+        None => Ok(()),
+        Some(m) => Err(ApiError::InvalidArgument(format!(
+            "namespace: Invalid value: {ns:?}: {m}"
+        ))),
     }
 }
 

@@ -11,6 +11,7 @@ pub mod limits;
 pub mod paging;
 mod scheduler;
 mod scheduler_groups;
+pub mod simulations;
 mod tls;
 
 use std::net::SocketAddr;

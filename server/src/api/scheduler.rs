@@ -13,15 +13,16 @@ use tonic::{Request, Response, Status};
 
 pub use super::convert::MAX_SIMULATED_PODS;
 use super::convert::{object, pod_from_json_with_priority, simulation_plan};
-use super::paging::{Page, page};
+use super::paging::{MAX_PAGE_BYTES, Page, page};
 use super::scheduler_groups::{
     GATE_OFF, group_dry_run_response, group_pods, pod_group_from_json, scheduled_members,
 };
+use super::simulations::{Simulations, check_limit};
 use super::{ApiError, Closing};
 use crate::framework::{Code, FilterVerdict, NodeDetail, Status as PluginStatus};
 use crate::queue::QueueName;
 use crate::scheduler::{
-    DryRunReport, EventKind, PluginOutcome, PodIdentity, Scheduler, SchedulingEvent,
+    DryRunReport, EventKind, PluginNote, PluginOutcome, PodIdentity, Scheduler, SchedulingEvent,
     UnknownProfile, Verdict,
 };
 
@@ -30,6 +31,8 @@ use crate::scheduler::{
 pub struct SchedulerApi {
     scheduler: Scheduler,
     closing: Closing,
+    /// Simulations whose placements are paged out.
+    simulations: std::sync::Arc<Simulations>,
 }
 
 impl SchedulerApi {
@@ -38,6 +41,7 @@ impl SchedulerApi {
         Self {
             scheduler,
             closing: Closing::never(),
+            simulations: Default::default(),
         }
     }
 
@@ -113,6 +117,7 @@ pub fn dry_run_response(r: &DryRunReport) -> pb::DryRunResponse {
                     Verdict::Unresolvable => pb::NodeVerdict::Unresolvable,
                     Verdict::Error => pb::NodeVerdict::Error,
                     Verdict::NotEvaluated => pb::NodeVerdict::NotEvaluated,
+                    Verdict::Unknown => pb::NodeVerdict::Unknown,
                 } as i32,
                 filters: n
                     .filters
@@ -122,6 +127,10 @@ pub fn dry_run_response(r: &DryRunReport) -> pb::DryRunResponse {
                             FilterVerdict::Ran(s) => (s.code().as_str().to_string(), reasons(s)),
                             FilterVerdict::Skipped => (Code::Skip.as_str().to_string(), Vec::new()),
                             FilterVerdict::NotEvaluated => ("NotEvaluated".to_string(), Vec::new()),
+                            FilterVerdict::Unknown(s) => ("Unknown".to_string(), vec![s.message()]),
+                            FilterVerdict::Ignored(why) => {
+                                ("Ignored".to_string(), vec![why.clone()])
+                            }
                         };
                         pb::FilterResult {
                             plugin: plugin.to_string(),
@@ -146,6 +155,7 @@ pub fn dry_run_response(r: &DryRunReport) -> pb::DryRunResponse {
                 top_score: n.top,
                 unsatisfied: n.details.iter().filter_map(unsatisfied).collect(),
                 devices: n.details.iter().filter_map(allocated_device).collect(),
+                reason: n.reason.clone(),
             })
             .collect(),
         evaluated_nodes: r.evaluated as u32,
@@ -160,6 +170,27 @@ pub fn dry_run_response(r: &DryRunReport) -> pb::DryRunResponse {
             message: p.message.clone(),
         }),
         pod_group: None,
+        completeness: completeness(r.is_complete()) as i32,
+        incomplete: r.incomplete.iter().map(plugin_note).collect(),
+        skipped: r.skipped.iter().map(plugin_note).collect(),
+    }
+}
+
+fn completeness(complete: bool) -> pb::Completeness {
+    if complete {
+        pb::Completeness::Complete
+    } else {
+        pb::Completeness::Incomplete
+    }
+}
+
+fn plugin_note(n: &PluginNote) -> pb::PluginNote {
+    pb::PluginNote {
+        plugin: n.plugin.to_string(),
+        point: n.point.to_string(),
+        reason: n.reason.clone(),
+        nodes: n.nodes as u32,
+        pods: n.pods as u32,
     }
 }
 
@@ -302,6 +333,51 @@ impl Gangs {
     }
 }
 
+/// A GetQueue page's `continue` token: the namespace asked for, where the
+/// next page starts, and the uid of the pod before it (the page resumes
+/// after that pod if it is still queued, else at the same position).
+fn queue_token(ns: &str, next: usize, last_uid: &str) -> String {
+    let text = format!("q1\0{ns}\0{next}\0{last_uid}");
+    text.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn queue_page_start(
+    token: &str,
+    ns: &str,
+    entries: &[crate::queue::QueueEntry],
+) -> Result<usize, ApiError> {
+    if token.is_empty() {
+        return Ok(0);
+    }
+    let invalid =
+        |why: &str| ApiError::InvalidArgument(format!("continue: Invalid value: {token:?}: {why}"));
+    let bytes: Option<Vec<u8>> = (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
+        .collect();
+    let text = bytes
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| invalid("not a continue token of GetQueue"))?;
+    let mut parts = text.splitn(4, '\0');
+    let (Some("q1"), Some(tns), Some(next), Some(uid)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(invalid("not a continue token of GetQueue"));
+    };
+    if tns != ns {
+        return Err(invalid(
+            "the token belongs to another namespace: send the same namespace as for the first page",
+        ));
+    }
+    let next: usize = next
+        .parse()
+        .map_err(|_| invalid("not a continue token of GetQueue"))?;
+    Ok(entries
+        .iter()
+        .position(|e| *e.info.pod.uid == *uid)
+        .map_or(next.min(entries.len()), |i| i + 1))
+}
+
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SchedulingEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -367,6 +443,18 @@ impl SchedulerService for SchedulerApi {
         req: Request<pb::SimulateRequest>,
     ) -> Result<Response<pb::SimulateResponse>, Status> {
         let req = req.into_inner();
+        let limit = check_limit(req.limit)?;
+        if !req.r#continue.is_empty() {
+            if !req.pods.is_empty() || req.replicas > 0 || !req.profile.is_empty() {
+                return Err(ApiError::InvalidArgument(
+                    "continue: Forbidden: a continue token asks for the rest of an earlier simulation: pods, replicas and profile must be empty".into(),
+                )
+                .into());
+            }
+            return Ok(Response::new(
+                self.simulations.next_page(&req.r#continue, limit)?,
+            ));
+        }
         // Bounded before anything is built: the replicas asked for, then
         // each object's count as its own fields say.
         if req.replicas as usize > MAX_SIMULATED_PODS {
@@ -472,20 +560,15 @@ impl SchedulerService for SchedulerApi {
         }
         let report = sim.finish();
         let scheduled = report.pods.iter().filter(|p| p.node.is_some()).count() as u32;
-        Ok(Response::new(pb::SimulateResponse {
+        let unknown = report.pods.iter().filter(|p| p.unknown).count() as u32;
+        let summary = pb::SimulateResponse {
             scheduled,
-            unschedulable: report.pods.len() as u32 - scheduled,
-            pods: report
-                .pods
-                .iter()
-                .map(|p| pb::SimulatedPod {
-                    pod_group: p.pod_group.as_deref().unwrap_or("").to_string(),
-                    namespace: p.namespace.to_string(),
-                    name: p.name.to_string(),
-                    node: p.node.as_deref().unwrap_or("").to_string(),
-                    reason: p.reason.to_string(),
-                })
-                .collect(),
+            unschedulable: report.pods.len() as u32 - scheduled - unknown,
+            unknown,
+            completeness: completeness(report.incomplete.is_empty()) as i32,
+            incomplete: report.incomplete.iter().map(plugin_note).collect(),
+            skipped: report.skipped.iter().map(plugin_note).collect(),
+            pods: Vec::new(),
             nodes: report
                 .nodes
                 .iter()
@@ -515,7 +598,14 @@ impl SchedulerService for SchedulerApi {
                     message: g.message.clone(),
                 })
                 .collect(),
-        }))
+            r#continue: String::new(),
+            remaining_pods: 0,
+        };
+        Ok(Response::new(self.simulations.first_page(
+            summary,
+            report.pods,
+            limit,
+        )))
     }
 
     async fn list_node_usage(
@@ -573,14 +663,27 @@ impl SchedulerService for SchedulerApi {
         &self,
         req: Request<pb::GetQueueRequest>,
     ) -> Result<Response<pb::GetQueueResponse>, Status> {
-        let ns = req.into_inner().namespace;
+        let req = req.into_inner();
+        let ns = req.namespace;
+        super::convert::namespace_arg(&ns)?;
+        let limit = check_limit(req.limit)?;
         let queue = self.scheduler.queue();
+        let waiting = self.scheduler.handle().waiting_pods();
         let now = tokio::time::Instant::now();
-        let pods = queue
+        let entries: Vec<_> = queue
             .list()
             .into_iter()
             .filter(|e| ns.is_empty() || *e.info.pod.namespace == *ns)
-            .map(|e| {
+            .collect();
+        let start = queue_page_start(&req.r#continue, &ns, &entries)?;
+        let mut bytes = 0usize;
+        let mut pods = Vec::new();
+        let mut end = start;
+        for e in &entries[start..] {
+            if pods.len() >= limit {
+                break;
+            }
+            let item = {
                 let q = &e.info;
                 pb::QueuedPod {
                     namespace: q.pod.namespace.to_string(),
@@ -609,10 +712,42 @@ impl SchedulerService for SchedulerApi {
                         .nominated_node(&q.pod.uid)
                         .map(|n| n.to_string())
                         .unwrap_or_default(),
+                    permit_wait: (e.queue == QueueName::InFlight)
+                        .then(|| waiting.get(&q.pod.uid))
+                        .flatten()
+                        .map(|wp| pb::PermitWait {
+                            node: wp.node().to_string(),
+                            since: Some(wall_clock(wp.since())),
+                            waiting_for: wp
+                                .pending_until()
+                                .into_iter()
+                                .map(|(plugin, until)| pb::PermitWaiter {
+                                    plugin: plugin.to_string(),
+                                    until: Some(wall_clock(until)),
+                                })
+                                .collect(),
+                        }),
                 }
-            })
-            .collect();
-        Ok(Response::new(pb::GetQueueResponse { pods }))
+            };
+            let len = prost::Message::encoded_len(&item) + 8;
+            if !pods.is_empty() && bytes + len > MAX_PAGE_BYTES {
+                break;
+            }
+            bytes += len;
+            pods.push(item);
+            end += 1;
+        }
+        let remaining = entries.len() - end;
+        let next = if remaining > 0 && end > start {
+            queue_token(&ns, end, &entries[end - 1].info.pod.uid)
+        } else {
+            String::new()
+        };
+        Ok(Response::new(pb::GetQueueResponse {
+            pods,
+            remaining_item_count: if next.is_empty() { 0 } else { remaining as i64 },
+            r#continue: next,
+        }))
     }
 
     type WatchEventsStream = EventStream;
@@ -622,6 +757,7 @@ impl SchedulerService for SchedulerApi {
         req: Request<pb::WatchEventsRequest>,
     ) -> Result<Response<EventStream>, Status> {
         let ns = req.into_inner().namespace;
+        super::convert::namespace_arg(&ns)?;
         let stream = BroadcastStream::new(self.scheduler.events()).filter_map(move |e| match e {
             Ok(e) if ns.is_empty() || *e.pod.namespace == *ns => Some(Ok(event(&e))),
             // A slow reader misses events rather than holding the scheduler up.

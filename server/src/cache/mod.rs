@@ -118,6 +118,19 @@ pub struct Cache {
     /// PodGroups and where their pods are (`GenericWorkload` on), kept in
     /// step with the pods' transitions here.
     pod_groups: Option<Arc<PodGroupManager>>,
+    /// Told of pods' placements, when extenders follow them.
+    sink: Option<Arc<dyn PlacementSink>>,
+}
+
+/// Told of every change to where pods are placed, bound or assumed (the
+/// extenders' pod feed). Called with the cache's lock held: must not call
+/// back into the cache, and should be quick.
+pub trait PlacementSink: Send + Sync + std::fmt::Debug {
+    /// `pod` is placed on its node (newly, or changed: assumed to bound,
+    /// a new version of its object, another node).
+    fn placed(&self, pod: &PodRef, assumed: bool);
+    /// `pod` left the cache (deleted, forgotten, expired).
+    fn removed(&self, pod: &PodRef);
 }
 
 /// How many nodes have each image: read once per scored node by
@@ -140,6 +153,24 @@ impl Cache {
             image_nodes: ImageCounts::default(),
             images_version: 0,
             pod_groups: None,
+            sink: None,
+        }
+    }
+
+    /// Tells `sink` of every placement from now on.
+    pub fn set_placement_sink(&mut self, sink: Arc<dyn PlacementSink>) {
+        self.sink = Some(sink);
+    }
+
+    fn placed(&self, pod: &PodRef, assumed: bool) {
+        if let Some(s) = &self.sink {
+            s.placed(pod, assumed);
+        }
+    }
+
+    fn removed(&self, pod: &PodRef) {
+        if let Some(s) = &self.sink {
+            s.removed(pod);
         }
     }
 
@@ -310,6 +341,7 @@ impl Cache {
         if let Some(g) = self.groups_of(&pod) {
             g.assume(&pod);
         }
+        self.placed(&pod, true);
         self.assumed.insert(pod.uid.clone());
         self.pods.insert(
             pod.uid.clone(),
@@ -355,6 +387,7 @@ impl Cache {
         if let Some(g) = self.groups_of(&state.pod) {
             g.forget(&state.pod);
         }
+        self.removed(&state.pod);
         Ok(())
     }
 
@@ -378,6 +411,7 @@ impl Cache {
         if let Some(g) = self.groups_of(&pod) {
             g.assign(&pod);
         }
+        self.placed(&pod, false);
         self.pods.insert(
             pod.uid.clone(),
             PodState {
@@ -404,6 +438,7 @@ impl Cache {
         if let Some(g) = self.groups_of(&pod) {
             g.assign(&pod);
         }
+        self.placed(&pod, false);
         let uid = pod.uid.clone();
         self.pods.get_mut(&uid).expect("present").pod = pod;
         Ok(())
@@ -420,6 +455,7 @@ impl Cache {
         if let Some(g) = self.groups_of(&state.pod) {
             g.remove(&state.pod);
         }
+        self.removed(&state.pod);
         Ok(state.pod)
     }
 

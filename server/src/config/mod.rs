@@ -397,9 +397,45 @@ pub fn parse_gated(
     gates: &FeatureGates,
 ) -> Result<SchedulerConfig, ConfigError> {
     let de = serde_yaml::Deserializer::from_str(text);
-    let raw: RawConfiguration =
-        serde_path_to_error::deserialize(de).map_err(|e| ConfigError::from_serde("", e))?;
+    let raw: RawConfiguration = serde_path_to_error::deserialize(de)
+        .map_err(|e| not_a_configuration(ConfigError::from_serde("", e)))?;
     resolve_gated(raw, plugin_known, gates)
+}
+
+/// Words the errors of a document that is not a configuration at all (not
+/// YAML, or not a mapping of fields) as such, instead of the decoder's
+/// `?: invalid type: map, expected field identifier`.
+fn not_a_configuration(e: ConfigError) -> ConfigError {
+    const WHAT: &str = "not a KubeSchedulerConfiguration";
+    if e.path == "?" {
+        let found = e
+            .message
+            .strip_prefix("invalid type: ")
+            .and_then(|m| m.split_once(", expected field identifier"))
+            .map_or("not a string", |(t, _)| t);
+        let at = e.message.rfind(" (line ").map_or("", |i| &e.message[i..]);
+        return ConfigError::new(
+            "",
+            format!("{WHAT}: a mapping key is itself a {found}, not a field name{at}"),
+        );
+    }
+    if !e.path.is_empty() {
+        return e;
+    }
+    if let Some(rest) = e.message.strip_prefix("invalid type: ")
+        && let Some((found, _)) = rest.split_once(", expected struct RawConfiguration")
+    {
+        return ConfigError::new(
+            "",
+            format!(
+                "{WHAT}: expected a mapping of its fields (apiVersion, kind, profiles, ...), found {found}"
+            ),
+        );
+    }
+    if e.message.contains("while scanning") || e.message.contains("while parsing") {
+        return ConfigError::new("", format!("not valid YAML: {}", e.message));
+    }
+    e
 }
 
 /// The configuration used when none is given: one `default-scheduler`
@@ -546,6 +582,32 @@ pub fn resolve_gated(
             plugin_config,
             path,
         });
+    }
+
+    // A remote extender enabled at a point its configuration does not list
+    // would only fail once the profile is built (after dialing it): name
+    // the list to change here.
+    for p in &profiles {
+        for point in ExtensionPoint::ALL {
+            for r in &p.plugins.get(point).enabled {
+                let Some((i, e)) = remote.iter().enumerate().find(|(_, e)| e.name == r.name) else {
+                    continue;
+                };
+                if !e.points.contains(&point) {
+                    let listed: Vec<&str> = e.points.iter().map(|p| p.field()).collect();
+                    return Err(ConfigError::new(
+                        &r.path,
+                        format!(
+                            "plugin {:?} does not extend {} plugin: berthExtenders[{i}].points is [{}]; add {} to it (and to the points the extender's Hello declares) or remove the plugin from this list",
+                            r.name,
+                            point.interface(),
+                            listed.join(", "),
+                            point.field()
+                        ),
+                    ));
+                }
+            }
+        }
     }
 
     // Upstream's HTTP extenders apply to every profile: their Filter after

@@ -410,3 +410,54 @@ fn leader_election_is_not_validated_when_off() {
     ));
     assert!(!c.leader_election.leader_elect);
 }
+
+#[test]
+fn a_document_that_is_not_a_configuration_says_what_it_is() {
+    let cases = [
+        (
+            "{{a}}",
+            "not a KubeSchedulerConfiguration: a mapping key is itself a map, not a field name (line 1, column 2)",
+        ),
+        (
+            "? [a]\n: b\n",
+            "not a KubeSchedulerConfiguration: a mapping key is itself a sequence, not a field name (line 1, column 3)",
+        ),
+        (
+            "hello",
+            "not a KubeSchedulerConfiguration: expected a mapping of its fields (apiVersion, kind, profiles, ...), found string \"hello\"",
+        ),
+        (
+            "[1, 2]",
+            "not a KubeSchedulerConfiguration: expected a mapping of its fields (apiVersion, kind, profiles, ...), found sequence",
+        ),
+        (
+            "\tfoo: 1",
+            "not valid YAML: found character that cannot start any token, while scanning for the next token",
+        ),
+    ];
+    for (text, want) in cases {
+        let e = crate::config::parse(text, &|_| true).unwrap_err();
+        assert!(e.to_string().starts_with(want), "{text:?}: {e}");
+    }
+}
+
+#[test]
+fn an_extender_enabled_at_a_point_it_does_not_list_is_refused_before_it_is_dialed() {
+    let yaml = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    filter: {enabled: [{name: ex}]}
+    score: {enabled: [{name: ex, weight: 1}]}
+berthExtenders:
+- name: ex
+  endpoint: http://127.0.0.1:1
+  points: [filter]
+";
+    let e = crate::config::parse(yaml, &|n| n == "NodeResourcesFit").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "profiles[0].plugins.score.enabled[0]: plugin \"ex\" does not extend ScorePlugin plugin: berthExtenders[0].points is [filter]; add score to it (and to the points the extender's Hello declares) or remove the plugin from this list"
+    );
+}

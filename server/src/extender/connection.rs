@@ -1373,7 +1373,8 @@ impl Inner {
         });
         // Every extender follows the node table (ids name nodes in
         // requests); the objects go to those that want them.
-        self.feed.subscribe(tx, session.hello.wants_nodes);
+        self.feed
+            .subscribe(tx, session.hello.wants_nodes, session.hello.wants_pods);
         *self.session.write() = Some(session.clone());
         *self.last_error.lock() = None;
         self.metrics.sessions.inc();
@@ -1386,6 +1387,7 @@ impl Inner {
             endpoint = %self.cfg.endpoint,
             remote_name = %session.hello.name,
             wants_nodes = session.hello.wants_nodes,
+            wants_pods = session.hello.wants_pods,
             "extender connected"
         );
         self.outage.succeeded();

@@ -30,10 +30,10 @@ use super::connection::{CallError, CallRequest, Connection, Reply};
 use crate::cache::NodeInfo;
 use crate::framework::{
     BatchFilter, BatchFilterAnswer, BatchFilterCall, BatchScore, BindPlugin, Code, CycleState,
-    ExtensionPoint, FilterPlugin, Framework, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeToStatus,
-    NodeWindow, PermitPlugin, Plugin, PostBindPlugin, PostFilterPlugin, PostFilterResult,
-    PreBindPlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin,
-    Status,
+    CycleToken, ExtensionPoint, FilterPlugin, Framework, MAX_NODE_SCORE, MIN_NODE_SCORE,
+    NodeToStatus, NodeWindow, PermitPlugin, Plugin, PluginFailure, PostBindPlugin,
+    PostFilterPlugin, PostFilterResult, PreBindPlugin, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, ReservePlugin, ScorePlugin, Status,
 };
 use crate::model::PodInfo;
 
@@ -90,26 +90,49 @@ fn node_ids<'a>(nodes: impl Iterator<Item = &'a Arc<NodeInfo>>) -> Vec<u32> {
 
 /// How an ignorable extender's failure is logged and counted, and how any
 /// other's fails the point.
+/// Either way the failure is noted in the cycle's token, for dry runs and
+/// simulations to report.
 #[derive(Clone)]
 struct Failure {
     conn: Arc<Connection>,
     namespace: Arc<str>,
     name: Arc<str>,
+    token: Arc<CycleToken>,
 }
 
 impl Failure {
-    fn new(conn: &Arc<Connection>, pod: &PodInfo) -> Self {
+    fn new(conn: &Arc<Connection>, state: &CycleState, pod: &PodInfo) -> Self {
         Self {
             conn: conn.clone(),
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
+            token: state.token().clone(),
         }
     }
 
     /// `Ok(fallback)` when the extender is ignorable (logged and counted),
     /// else an error naming the extender, the point and what was wrong.
-    fn handle<T>(&self, point: &str, e: CallError, fallback: T) -> Result<T, Status> {
+    fn handle<T>(&self, point: &'static str, e: CallError, fallback: T) -> Result<T, Status> {
+        self.handle_node(point, e, fallback, None)
+    }
+
+    /// [`Failure::handle`] for a failure about one node of a batch.
+    fn handle_node<T>(
+        &self,
+        point: &'static str,
+        e: CallError,
+        fallback: T,
+        node_id: Option<u32>,
+    ) -> Result<T, Status> {
         let name = self.conn.name();
+        let ignored = self.conn.config().ignorable;
+        self.token.note_failure(PluginFailure {
+            plugin: name,
+            point,
+            reason: e.to_string(),
+            ignored,
+            node_id,
+        });
         let pod = format_args!("{}/{}", self.namespace, self.name);
         // While the extender is down its outage reporter speaks (one line
         // down, summaries, one line back): each call is DEBUG and counted,
@@ -122,7 +145,7 @@ impl Failure {
                 _ => outage.count_failed(),
             }
         }
-        if self.conn.config().ignorable {
+        if ignored {
             self.conn.note_skipped();
             if down {
                 tracing::debug!(extender = name, point, pod = %pod, error = %e, "ignorable extender skipped");
@@ -142,7 +165,7 @@ impl Failure {
         }
     }
 
-    fn status(&self, point: &str, e: CallError, fallback: Status) -> Status {
+    fn status(&self, point: &'static str, e: CallError, fallback: Status) -> Status {
         self.handle(point, e, fallback).unwrap_or_else(|s| s)
     }
 }
@@ -176,8 +199,8 @@ impl RemotePlugin {
         })
     }
 
-    fn failure(&self, pod: &PodInfo) -> Failure {
-        Failure::new(&self.conn, pod)
+    fn failure(&self, state: &CycleState, pod: &PodInfo) -> Failure {
+        Failure::new(&self.conn, state, pod)
     }
 
     /// A rejection's status; reasons default to one naming the extender.
@@ -222,7 +245,9 @@ impl RemotePlugin {
                     r.node_id,
                     r.reasons.join(", ")
                 ));
-                let s = failure.status("Filter", e, Status::success());
+                let s = failure
+                    .handle_node("Filter", e, Status::success(), Some(r.node_id))
+                    .unwrap_or_else(|s| s);
                 if !s.is_success() {
                     out.push((i, s));
                 }
@@ -349,7 +374,8 @@ impl PreFilterPlugin for RemotePlugin {
             }
             Err(e) => (
                 None,
-                self.failure(pod).status("PreFilter", e, Status::success()),
+                self.failure(state, pod)
+                    .status("PreFilter", e, Status::success()),
             ),
         }
     }
@@ -404,7 +430,7 @@ impl BatchFilter for RemotePlugin {
                 score,
             }),
         );
-        let failure = self.failure(pod);
+        let failure = self.failure(state, pod);
         let this = RemotePlugin::new(self.conn.clone());
         Some(Box::pin(async move {
             match call.await {
@@ -483,10 +509,13 @@ impl PostFilterPlugin for RemotePlugin {
             }
             Ok(other) => (
                 None,
-                self.failure(pod)
+                self.failure(state, pod)
                     .status("PostFilter", mismatch(&other), declined()),
             ),
-            Err(e) => (None, self.failure(pod).status("PostFilter", e, declined())),
+            Err(e) => (
+                None,
+                self.failure(state, pod).status("PostFilter", e, declined()),
+            ),
         }
     }
 }
@@ -513,10 +542,13 @@ impl PreScorePlugin for RemotePlugin {
             .await;
         match r {
             Ok(Reply::PreScore(s)) => self.status_of("PreScore", s),
-            Ok(other) => self
-                .failure(pod)
-                .status("PreScore", mismatch(&other), Status::skip()),
-            Err(e) => self.failure(pod).status("PreScore", e, Status::skip()),
+            Ok(other) => {
+                self.failure(state, pod)
+                    .status("PreScore", mismatch(&other), Status::skip())
+            }
+            Err(e) => self
+                .failure(state, pod)
+                .status("PreScore", e, Status::skip()),
         }
     }
 }
@@ -557,7 +589,10 @@ impl BatchScore for RemotePlugin {
             Ok(other) => Err(mismatch(&other)),
             Err(e) => Err(e),
         };
-        r.or_else(|e| self.failure(pod).handle("Score", e, vec![0; nodes.len()]))
+        r.or_else(|e| {
+            self.failure(state, pod)
+                .handle("Score", e, vec![0; nodes.len()])
+        })
     }
 
     async fn score_prefetched(
@@ -588,7 +623,10 @@ impl BatchScore for RemotePlugin {
             }
             None => self.normalized(state, pod, nodes, raw).await,
         };
-        r.or_else(|e| self.failure(pod).handle("Score", e, vec![0; nodes.len()]))
+        r.or_else(|e| {
+            self.failure(state, pod)
+                .handle("Score", e, vec![0; nodes.len()])
+        })
     }
 }
 
@@ -610,10 +648,13 @@ impl ReservePlugin for RemotePlugin {
             .await;
         match r {
             Ok(Reply::Reserve(s)) => self.status_of("Reserve", s),
-            Ok(other) => self
-                .failure(pod)
-                .status("Reserve", mismatch(&other), Status::success()),
-            Err(e) => self.failure(pod).status("Reserve", e, Status::success()),
+            Ok(other) => {
+                self.failure(state, pod)
+                    .status("Reserve", mismatch(&other), Status::success())
+            }
+            Err(e) => self
+                .failure(state, pod)
+                .status("Reserve", e, Status::success()),
         }
     }
 
@@ -656,13 +697,15 @@ impl PermitPlugin for RemotePlugin {
         let (s, timeout) = match r {
             Ok(Reply::Permit(s, timeout)) => (s, timeout),
             Ok(other) => {
-                let s = self
-                    .failure(pod)
-                    .status("Permit", mismatch(&other), Status::success());
+                let s =
+                    self.failure(state, pod)
+                        .status("Permit", mismatch(&other), Status::success());
                 return (s, Duration::ZERO);
             }
             Err(e) => {
-                let s = self.failure(pod).status("Permit", e, Status::success());
+                let s = self
+                    .failure(state, pod)
+                    .status("Permit", e, Status::success());
                 return (s, Duration::ZERO);
             }
         };
@@ -703,10 +746,13 @@ impl PreBindPlugin for RemotePlugin {
             .await;
         match r {
             Ok(Reply::PreBind(s)) => self.status_of("PreBind", s),
-            Ok(other) => self
-                .failure(pod)
-                .status("PreBind", mismatch(&other), Status::success()),
-            Err(e) => self.failure(pod).status("PreBind", e, Status::success()),
+            Ok(other) => {
+                self.failure(state, pod)
+                    .status("PreBind", mismatch(&other), Status::success())
+            }
+            Err(e) => self
+                .failure(state, pod)
+                .status("PreBind", e, Status::success()),
         }
     }
 }
@@ -729,9 +775,9 @@ impl BindPlugin for RemotePlugin {
         match r {
             Ok(Reply::Bind(s)) => self.status_of("Bind", s),
             Ok(other) => self
-                .failure(pod)
+                .failure(state, pod)
                 .status("Bind", mismatch(&other), Status::skip()),
-            Err(e) => self.failure(pod).status("Bind", e, Status::skip()),
+            Err(e) => self.failure(state, pod).status("Bind", e, Status::skip()),
         }
     }
 }

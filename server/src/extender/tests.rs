@@ -25,11 +25,16 @@ use crate::plugins::in_tree_registry;
 use crate::scheduler::{Decision, Decisions, Options, Scheduler};
 use crate::testing::{NodeBuilder, PodBuilder, make_node, make_pod};
 
+mod dry_run;
+mod pod_feed;
+
 /// What the scripted extender does.
 #[derive(Clone, Default)]
 struct Script {
     points: Vec<pb::ExtensionPoint>,
     wants_nodes: bool,
+    /// Hello sets wants_pods.
+    wants_pods: bool,
     /// The protocol version Hello declares (default: berthd's).
     version: Option<pb::ProtocolVersion>,
     /// Never answer Open with Hello.
@@ -275,6 +280,7 @@ impl extender_server::Extender for Fake {
                             points: s.points.iter().map(|p| *p as i32).collect(),
                             score_normalization: 0,
                             wants_nodes: s.wants_nodes,
+                            wants_pods: s.wants_pods,
                         })));
                     }
                     Some(Message::NodeUpsert(n)) => {
@@ -286,6 +292,17 @@ impl extender_server::Extender for Fake {
                         fake.note(format!("node-delete {}", n.name))
                     }
                     Some(Message::NodesSynced(n)) => fake.note(format!("synced {}", n.nodes)),
+                    Some(Message::PodUpsert(p)) => fake.note(format!(
+                        "pod #{} {} on {}#{}{}",
+                        p.id,
+                        p.name,
+                        p.node,
+                        p.node_id,
+                        if p.assumed { " assumed" } else { "" }
+                    )),
+                    Some(Message::PodDelete(p)) => {
+                        fake.note(format!("pod-delete #{} from #{}", p.id, p.node_id))
+                    }
                     Some(Message::CycleStart(c)) => fake.note(format!("start {}", c.name)),
                     Some(Message::CycleEnd(_)) => fake.note("end".into()),
                     Some(Message::Cancel(_)) => fake.note("cancel".into()),

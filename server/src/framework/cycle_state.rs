@@ -8,7 +8,10 @@
 //! Keys are typed: a [`StateKey<T>`] can only store and load a `T`. The state
 //! also carries the sets of plugins that asked, by returning `Skip` at
 //! PreFilter/PreScore, not to be run at Filter/Score in this cycle, and the
-//! cycle's [`CycleToken`]: its id, and what to do when the cycle is over.
+//! cycle's [`CycleToken`]: its id, what to do when the cycle is over, and
+//! the plugin calls that failed in it ([`PluginFailure`]), so that dry runs
+//! and simulations can say what they could not judge and which ignorable
+//! extenders they went without.
 
 use std::any::Any;
 use std::fmt;
@@ -103,6 +106,27 @@ impl PluginMask {
 pub struct CycleToken {
     id: u64,
     on_end: Mutex<Vec<EndCallback>>,
+    /// Failed plugin calls, in the order they failed (failure paths only:
+    /// a cycle where every call succeeds never takes the lock).
+    failures: Mutex<Vec<PluginFailure>>,
+}
+
+/// A plugin call that failed in a scheduling context: a remote extender
+/// that could not be reached, timed out or answered out of protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginFailure {
+    /// The plugin (the extender's configured name).
+    pub plugin: &'static str,
+    /// The extension point: "PreFilter", "Filter", "Score", ...
+    pub point: &'static str,
+    /// What went wrong.
+    pub reason: String,
+    /// Whether the failure was ignored (an ignorable extender, skipped as
+    /// the scheduler skips it) rather than failing the point.
+    pub ignored: bool,
+    /// When the failure was about one node of a batch (an extender's
+    /// CODE_ERROR for it): that node's feed id.
+    pub node_id: Option<u32>,
 }
 
 type EndCallback = Box<dyn FnOnce(u64) + Send>;
@@ -114,7 +138,27 @@ impl CycleToken {
         Arc::new(Self {
             id: NEXT_CYCLE_ID.fetch_add(1, Ordering::Relaxed),
             on_end: Mutex::new(Vec::new()),
+            failures: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Records a failed plugin call.
+    pub fn note_failure(&self, failure: PluginFailure) {
+        self.failures.lock().push(failure);
+    }
+
+    /// The failed plugin calls so far, from the `from`-th on (a caller that
+    /// read `n` of them earlier asks for those after with `from = n`).
+    pub fn failures(&self, from: usize) -> Vec<PluginFailure> {
+        self.failures
+            .lock()
+            .get(from..)
+            .map_or_else(Vec::new, <[_]>::to_vec)
+    }
+
+    /// How many plugin calls failed so far.
+    pub fn failure_count(&self) -> usize {
+        self.failures.lock().len()
     }
 
     /// The context's id, unique in the process.

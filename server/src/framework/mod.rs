@@ -19,7 +19,7 @@ mod types;
 mod waiting_pods;
 
 pub use crate::config::{ExtensionPoint, go_duration};
-pub use cycle_state::{CycleState, CycleToken, PluginMask, StateData, StateKey};
+pub use cycle_state::{CycleState, CycleToken, PluginFailure, PluginMask, StateData, StateKey};
 pub use events::{
     ActionType, ClusterEvent, ClusterEventWithHint, EventObject, EventResource, QueueingHint,
     QueueingHintFn, node_scheduling_property_changes, pod_scheduling_property_changes,

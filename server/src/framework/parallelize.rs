@@ -127,6 +127,18 @@ impl Parallelizer {
         out: &mut [T],
         f: impl Fn(usize, &mut T) + Sync + Send,
     ) {
+        self.for_each_mut_timed(&Monotonic, cost, out, f)
+    }
+
+    /// [`Parallelizer::for_each_mut_measured`] with the clock that times
+    /// the work as a parameter, so that tests can say what the work cost.
+    fn for_each_mut_timed<T: Send>(
+        &self,
+        clock: &impl WorkClock,
+        cost: &WorkCost,
+        out: &mut [T],
+        f: impl Fn(usize, &mut T) + Sync + Send,
+    ) {
         let n = out.len();
         if n == 0 {
             return;
@@ -140,20 +152,21 @@ impl Parallelizer {
                     out.par_chunks_mut(chunk)
                         .enumerate()
                         .for_each(|(c, items)| {
-                            let start = Instant::now();
+                            let start = clock.now_ns();
                             let base = c * chunk;
                             for (j, item) in items.iter_mut().enumerate() {
                                 f(base + j, item);
                             }
-                            total.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                            let took = clock.now_ns().saturating_sub(start);
+                            total.fetch_add(took, Ordering::Relaxed);
                         })
                 });
                 total.into_inner()
             }
             _ => {
-                let start = Instant::now();
+                let start = clock.now_ns();
                 out.iter_mut().enumerate().for_each(|(i, item)| f(i, item));
-                start.elapsed().as_nanos() as u64
+                clock.now_ns().saturating_sub(start)
             }
         };
         cost.observe(work_ns / n as u64);
@@ -168,6 +181,23 @@ impl Parallelizer {
             }
             _ => (0..n).for_each(f),
         }
+    }
+}
+
+/// What times a run of work: the thread's view of the passing time, in
+/// nanoseconds. Only differences between two readings on one thread count.
+trait WorkClock: Sync {
+    fn now_ns(&self) -> u64;
+}
+
+/// The monotonic clock, read from one process-wide origin.
+struct Monotonic;
+
+impl WorkClock for Monotonic {
+    fn now_ns(&self) -> u64 {
+        static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let origin = *ORIGIN.get_or_init(Instant::now);
+        u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 }
 
@@ -210,28 +240,86 @@ mod tests {
         assert_eq!(cost.ns_per_item(), 176);
     }
 
+    std::thread_local! {
+        /// The work done on this thread so far, in nanoseconds, as the
+        /// test's work declares it.
+        static WORK_DONE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// A clock that only moves when the work on its thread says it cost
+    /// something: the measurement sees exactly the declared cost, whatever
+    /// the machine's load.
+    struct DeclaredCost;
+
+    impl WorkClock for DeclaredCost {
+        fn now_ns(&self) -> u64 {
+            WORK_DONE.with(|w| w.get())
+        }
+    }
+
+    fn costs(ns: u64) {
+        WORK_DONE.with(|w| w.set(w.get() + ns));
+    }
+
     #[test]
     fn cheap_work_stays_inline_and_costly_work_fans_out() {
-        let p = Parallelizer::new(2).unwrap();
-        let cost = WorkCost::default();
+        // Two threads whatever the machine has, so that the pool exists.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let p = Parallelizer {
+            pool: Some(Arc::new(pool)),
+            parallelism: 2,
+        };
         let main = std::thread::current().id();
-        let threads = |cost: &WorkCost, spin: u64| {
+        let threads = |cost: &WorkCost, ns: u64| {
             let mut out = vec![None; 200];
-            p.for_each_mut_measured(cost, &mut out, |_, slot| {
-                let t = std::time::Instant::now();
-                while (t.elapsed().as_nanos() as u64) < spin {}
+            p.for_each_mut_timed(&DeclaredCost, cost, &mut out, |_, slot| {
+                costs(ns);
                 *slot = Some(std::thread::current().id());
             });
             out.into_iter().flatten().filter(|id| *id != main).count()
         };
-        assert_eq!(threads(&cost, 0), 0, "no estimate yet: inline");
-        assert!(cost.ns_per_item() < 1_000);
-        assert_eq!(threads(&cost, 0), 0, "cheap: inline");
+        let cheap = WorkCost::default();
+        assert_eq!(threads(&cheap, 50), 0, "no estimate yet: inline");
+        assert_eq!(cheap.ns_per_item(), 50);
+        assert_eq!(threads(&cheap, 50), 0, "cheap: 10µs for 200 stays inline");
         let costly = WorkCost::default();
-        threads(&costly, 5_000); // learns ~5µs per item: 1ms for 200
-        if p.parallelism() > 1 {
-            assert!(threads(&costly, 5_000) > 0, "costly work runs on the pool");
-        }
+        assert_eq!(threads(&costly, 5_000), 0, "no estimate yet: inline");
+        assert_eq!(costly.ns_per_item(), 5_000, "1ms for 200");
+        assert_eq!(threads(&costly, 5_000), 200, "costly work runs on the pool");
+        assert_eq!(
+            costly.ns_per_item(),
+            5_000,
+            "each chunk times its own work, on its own thread"
+        );
+        // Work that turns cheap goes back inline once the estimate follows.
+        let runs_until_inline = (1..=40)
+            .find(|_| threads(&costly, 10) == 0)
+            .expect("back inline");
+        assert_eq!(runs_until_inline, 19, "{}", costly.ns_per_item());
+    }
+
+    #[test]
+    fn too_few_items_stay_inline_however_costly() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let p = Parallelizer {
+            pool: Some(Arc::new(pool)),
+            parallelism: 2,
+        };
+        let main = std::thread::current().id();
+        let cost = WorkCost::default();
+        cost.observe(1_000_000);
+        let mut out = vec![None; INLINE_BELOW - 1];
+        p.for_each_mut_timed(&DeclaredCost, &cost, &mut out, |_, slot| {
+            costs(1_000_000);
+            *slot = Some(std::thread::current().id());
+        });
+        assert!(out.iter().all(|id| *id == Some(main)));
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
 
 use super::status::{Code, Status};
 use crate::config::go_duration;
@@ -36,12 +37,15 @@ pub const MAX_PERMIT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 pub struct WaitingPod {
     pod: PodRef,
     node: Arc<str>,
+    /// When it was parked.
+    since: Instant,
     inner: Mutex<Inner>,
 }
 
 struct Inner {
-    /// Plugins that have not allowed the pod yet, with their timers.
-    pending: Vec<(&'static str, Option<AbortHandle>)>,
+    /// Plugins that have not allowed the pod yet, with when their wait
+    /// times out and their timers.
+    pending: Vec<(&'static str, Instant, Option<AbortHandle>)>,
     /// Where the outcome goes; taken by the first outcome.
     outcome: Option<oneshot::Sender<Status>>,
     /// Where the binding cycle waits; taken by it.
@@ -71,14 +75,29 @@ impl WaitingPod {
 
     /// The plugins it still waits for.
     pub fn pending_plugins(&self) -> Vec<&'static str> {
-        self.inner.lock().pending.iter().map(|(p, _)| *p).collect()
+        self.inner.lock().pending.iter().map(|(p, ..)| *p).collect()
+    }
+
+    /// When it was parked.
+    pub fn since(&self) -> Instant {
+        self.since
+    }
+
+    /// The plugins it still waits for, each with when its wait times out.
+    pub fn pending_until(&self) -> Vec<(&'static str, Instant)> {
+        self.inner
+            .lock()
+            .pending
+            .iter()
+            .map(|(p, until, _)| (*p, *until))
+            .collect()
     }
 
     /// `plugin` allows the pod; when no plugin is left, the pod proceeds.
     pub fn allow(&self, plugin: &str) {
         let mut inner = self.inner.lock();
-        if let Some(i) = inner.pending.iter().position(|(p, _)| *p == plugin)
-            && let (_, Some(timer)) = inner.pending.remove(i)
+        if let Some(i) = inner.pending.iter().position(|(p, ..)| *p == plugin)
+            && let (_, _, Some(timer)) = inner.pending.remove(i)
         {
             timer.abort();
         }
@@ -93,7 +112,7 @@ impl WaitingPod {
     /// it (the pod was deleted).
     pub fn reject(&self, plugin: Option<&'static str>, message: &str) {
         let mut inner = self.inner.lock();
-        for (_, timer) in inner.pending.drain(..) {
+        for (_, _, timer) in inner.pending.drain(..) {
             if let Some(timer) = timer {
                 timer.abort();
             }
@@ -135,11 +154,13 @@ impl WaitingPods {
     /// tokio runtime (the timers are tasks).
     pub(crate) fn add(&self, pod: PodRef, node: Arc<str>, waits: Vec<(&'static str, Duration)>) {
         let (tx, rx) = oneshot::channel();
+        let since = Instant::now();
         let wp = Arc::new(WaitingPod {
             pod: pod.clone(),
             node,
+            since,
             inner: Mutex::new(Inner {
-                pending: waits.iter().map(|(p, _)| (*p, None)).collect(),
+                pending: waits.iter().map(|(p, t)| (*p, since + *t, None)).collect(),
                 outcome: Some(tx),
                 receiver: Some(rx),
             }),
@@ -158,7 +179,7 @@ impl WaitingPods {
                     );
                 }
             });
-            wp.inner.lock().pending[i].1 = Some(timer.abort_handle());
+            wp.inner.lock().pending[i].2 = Some(timer.abort_handle());
         }
         let early = {
             let mut pods = self.0.lock();

@@ -12,12 +12,12 @@
 //! not admitted again.
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 pub use super::decode::{MAX_DEPTH, MAX_OBJECT_BYTES};
 use super::decode::{check_bounds, decode_strict};
-use super::validation::{NameRule, validate_meta, validate_pod};
+pub use super::validation::{ObjectRef, validate_object};
+use super::validation::{validate_node, validate_pod};
 use super::{InvalidObject, defaults};
 
 /// Defaults and validates a pod as the API server would on create.
@@ -26,31 +26,40 @@ pub fn admit_pod(pod: &mut Pod) -> Result<(), InvalidObject> {
     validate_pod(pod)
 }
 
-/// Validates a node as the API server would on create, for what the
-/// scheduler relies on (name, labels, annotations).
+/// Validates a node as the API server would on create.
 pub fn admit_node(node: &Node) -> Result<(), InvalidObject> {
-    validate_meta(&node.metadata, false, NameRule::Subdomain)
+    validate_node(node)
 }
 
-/// Validates the metadata of an object of another kind: `namespaced` says
-/// whether it lives in a namespace; namespaces and services are named by
-/// DNS labels (`label_name`), the rest by DNS subdomains.
-pub fn admit_meta(
-    meta: &ObjectMeta,
-    namespaced: bool,
-    label_name: bool,
-) -> Result<(), InvalidObject> {
-    let rule = if label_name {
-        NameRule::Label
-    } else {
-        NameRule::Subdomain
-    };
-    validate_meta(meta, namespaced, rule)
+/// Refuses an object whose `apiVersion` or `kind`, when given, is not
+/// `api_version` and `kind`, naming the field (the decoder would say only
+/// "invalid value: string \"v2\", expected v1").
+pub fn check_type_meta(value: &Value, api_version: &str, kind: &str) -> Result<(), InvalidObject> {
+    for (field, want) in [("apiVersion", api_version), ("kind", kind)] {
+        match value.get(field) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) if s == want => {}
+            Some(Value::String(s)) => {
+                return Err(InvalidObject::new(
+                    field,
+                    format!("Unsupported value: {s:?}: supported values: {want:?}"),
+                ));
+            }
+            Some(other) => {
+                return Err(InvalidObject::new(
+                    field,
+                    format!("Invalid value: {other}: must be a string, {want:?}"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A pod from its JSON: bounded, strictly decoded, defaulted, validated.
 pub fn pod_from_json(value: Value) -> Result<Pod, InvalidObject> {
     check_bounds(&value)?;
+    check_type_meta(&value, "v1", "Pod")?;
     let mut pod: Pod = decode_strict(value)?;
     admit_pod(&mut pod)?;
     Ok(pod)
@@ -59,6 +68,7 @@ pub fn pod_from_json(value: Value) -> Result<Pod, InvalidObject> {
 /// A node from its JSON: bounded, strictly decoded, validated.
 pub fn node_from_json(value: Value) -> Result<Node, InvalidObject> {
     check_bounds(&value)?;
+    check_type_meta(&value, "v1", "Node")?;
     let node: Node = decode_strict(value)?;
     admit_node(&node)?;
     Ok(node)

@@ -37,7 +37,8 @@ pub use resource::{Resource, ResourceName};
 pub use selector::{LabelSelector, NodeSelector, NodeSelectorTerm, Operator, Requirement};
 pub use taint::{Taint, TaintEffect, Toleration, TolerationOperator};
 
-/// A Kubernetes object that cannot be used, with the field at fault.
+/// A Kubernetes object that cannot be used, with the field at fault (and,
+/// as the API server reports them, every other field at fault).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InvalidObject {
     /// The JSON path of the offending field inside the object, for example
@@ -45,6 +46,9 @@ pub struct InvalidObject {
     pub path: String,
     /// What is wrong with it.
     pub message: String,
+    /// The other fields at fault, as (path, message), in the order the
+    /// API server's validation finds them.
+    pub also: Vec<(String, String)>,
 }
 
 /// The longest message kept: decoders quote the value they refused, and a
@@ -66,17 +70,39 @@ impl InvalidObject {
         Self {
             path: path.into(),
             message,
+            also: Vec::new(),
+        }
+    }
+
+    /// Every error, the first one first, as (path, message).
+    pub fn errors(&self) -> impl Iterator<Item = (&str, &str)> {
+        std::iter::once((self.path.as_str(), self.message.as_str()))
+            .chain(self.also.iter().map(|(p, m)| (p.as_str(), m.as_str())))
+    }
+
+    /// The errors with each path under `field` (a request field such as
+    /// `pod` or `objects[0]`), as the API server lists several: one as
+    /// `field.path: message`, more as `[a, b]`.
+    pub fn under(&self, field: &str) -> String {
+        let one = |path: &str, message: &str| match (field.is_empty(), path.is_empty()) {
+            (_, true) if field.is_empty() => message.to_string(),
+            (_, true) => format!("{field}: {message}"),
+            (true, false) => format!("{path}: {message}"),
+            (false, false) if path.starts_with('[') => format!("{field}{path}: {message}"),
+            (false, false) => format!("{field}.{path}: {message}"),
+        };
+        let all: Vec<String> = self.errors().map(|(p, m)| one(p, m)).collect();
+        if all.len() == 1 {
+            all.into_iter().next().unwrap_or_default()
+        } else {
+            format!("[{}]", all.join(", "))
         }
     }
 }
 
 impl std::fmt::Display for InvalidObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.path.is_empty() {
-            f.write_str(&self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
+        f.write_str(&self.under(""))
     }
 }
 

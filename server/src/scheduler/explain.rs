@@ -53,6 +53,53 @@ pub enum Verdict {
     Error,
     /// Not evaluated (search stopped, or ruled out by PreFilter).
     NotEvaluated,
+    /// A Filter that applies could not judge it (an extender down, a
+    /// PreFilter error): it may or may not fit ([`NodeReport::reason`]
+    /// says why).
+    Unknown,
+}
+
+/// A plugin that could not run as an answer needs it (the answer is
+/// incomplete), or an ignorable extender the answer went without, as the
+/// scheduler goes without it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginNote {
+    /// The plugin or extender ("" when the failure names none).
+    pub plugin: &'static str,
+    /// The extension point ("PreFilter", "Filter", ...; "" when unknown).
+    pub point: &'static str,
+    /// What went wrong (the first time, when it went wrong several times).
+    pub reason: String,
+    /// Filter: the nodes it left unjudged (or, ignored, passed unjudged).
+    pub nodes: usize,
+    /// Simulations: the pods it happened to.
+    pub pods: usize,
+}
+
+/// Adds one occurrence to the note of `plugin` at `point`, or a new note.
+fn note<'a>(
+    notes: &'a mut Vec<PluginNote>,
+    plugin: &'static str,
+    point: &'static str,
+    reason: impl FnOnce() -> String,
+) -> &'a mut PluginNote {
+    let at = match notes
+        .iter()
+        .position(|n| n.plugin == plugin && n.point == point)
+    {
+        Some(i) => i,
+        None => {
+            notes.push(PluginNote {
+                plugin,
+                point,
+                reason: reason(),
+                nodes: 0,
+                pods: 0,
+            });
+            notes.len() - 1
+        }
+    };
+    &mut notes[at]
 }
 
 /// One Score plugin's scores of one node.
@@ -92,6 +139,8 @@ pub struct NodeReport {
     /// that rejected the node did, or what the pod would get on the
     /// selected node (DynamicResources: claims' requests, devices).
     pub details: Vec<(&'static str, NodeDetail)>,
+    /// With [`Verdict::Unknown`]: why the node could not be judged.
+    pub reason: String,
 }
 
 /// What preemption would do.
@@ -126,6 +175,21 @@ pub struct DryRunReport {
     pub feasible: usize,
     /// When no node fits: what preemption would do.
     pub preemption: Option<PreemptionReport>,
+    /// What could not run: empty when the answer is complete (every
+    /// Filter that applies ran on every node it reports, and every later
+    /// point that applies ran).
+    pub incomplete: Vec<PluginNote>,
+    /// Ignorable extenders that failed and were skipped, as the scheduler
+    /// skips them.
+    pub skipped: Vec<PluginNote>,
+}
+
+impl DryRunReport {
+    /// Whether every point that applies ran: the answer is the
+    /// scheduler's.
+    pub fn is_complete(&self) -> bool {
+        self.incomplete.is_empty()
+    }
 }
 
 /// Where a simulated pod went.
@@ -141,6 +205,9 @@ pub struct SimulatedPod {
     pub reason: Arc<str>,
     /// The PodGroup it was placed with, as a gang.
     pub pod_group: Option<Arc<str>>,
+    /// Whether where it goes could not be judged (a plugin failed, as an
+    /// extender that is down): neither placed nor known not to fit.
+    pub unknown: bool,
 }
 
 /// A node after a simulation.
@@ -161,6 +228,11 @@ pub struct SimulationReport {
     pub groups: Vec<super::SimulatedGroup>,
     /// Every node afterwards.
     pub nodes: Vec<NodeUse>,
+    /// What could not run, with the pods it happened to: empty when every
+    /// pod's placement was judged.
+    pub incomplete: Vec<PluginNote>,
+    /// Ignorable extenders that failed and were skipped, with the pods.
+    pub skipped: Vec<PluginNote>,
 }
 
 fn verdict_of(s: &Status) -> Verdict {
@@ -170,6 +242,34 @@ fn verdict_of(s: &Status) -> Verdict {
         Code::Error => Verdict::Error,
         _ => Verdict::Unschedulable,
     }
+}
+
+/// A node's Filter error: noted as what the answer lacks, and kept as the
+/// attempt's error if it is the first.
+fn failed_on(incomplete: &mut Vec<PluginNote>, first: &mut Option<Status>, s: &Status) {
+    note(incomplete, s.plugin().unwrap_or(""), "Filter", || {
+        s.message()
+    })
+    .nodes += 1;
+    first.get_or_insert_with(|| s.clone());
+}
+
+/// The ignorable extenders' failures noted in `state`'s token, one note per
+/// plugin and point; `nodes_of(plugin)` counts the nodes a Filter one
+/// passed unjudged.
+fn skipped_notes(state: &CycleState, nodes_of: impl Fn(&str) -> usize) -> Vec<PluginNote> {
+    let mut notes = Vec::new();
+    for f in state.token().failures(0) {
+        if f.ignored {
+            note(&mut notes, f.plugin, f.point, || f.reason.clone());
+        }
+    }
+    for n in &mut notes {
+        if n.point == "Filter" {
+            n.nodes = nodes_of(n.plugin);
+        }
+    }
+    notes
 }
 
 impl Scheduler {
@@ -203,6 +303,12 @@ impl Scheduler {
     /// Explains where `pod` would go with `profile` (default: the pod's
     /// schedulerName), on a copy of the current state. With `all_nodes`,
     /// every node is evaluated with every Filter plugin.
+    ///
+    /// The answer never claims more than was judged: a node is feasible
+    /// only if every Filter that applies ran and passed; a node a plugin
+    /// could not judge is [`Verdict::Unknown`], and the report says what
+    /// could not run ([`DryRunReport::incomplete`]) and which ignorable
+    /// extenders were skipped ([`DryRunReport::skipped`]).
     pub async fn dry_run(
         &self,
         pod: PodInfo,
@@ -211,17 +317,16 @@ impl Scheduler {
     ) -> Result<DryRunReport, UnknownProfile> {
         let fw = self.profile_for(profile, &pod)?;
         let snapshot = Arc::new(self.snapshot());
-        let nominated = self.shared.handle.nominated_pods();
         let mut state = CycleState::with_snapshot(snapshot.clone());
         state.dry_run = true;
-        let all = snapshot.list();
         let mut report = DryRunReport {
             profile: fw.profile_name().clone(),
             selected: None,
             message: String::new(),
             pre_filter: Vec::new(),
             pre_score: Vec::new(),
-            nodes: all
+            nodes: snapshot
+                .list()
                 .iter()
                 .map(|n| NodeReport {
                     name: Arc::from(n.name()),
@@ -232,34 +337,66 @@ impl Scheduler {
                     selected: false,
                     top: false,
                     details: Vec::new(),
+                    reason: String::new(),
                 })
                 .collect(),
             evaluated: 0,
             feasible: 0,
             preemption: None,
+            incomplete: Vec::new(),
+            skipped: Vec::new(),
         };
+        self.explain(&fw, &mut state, &pod, &snapshot, all_nodes, &mut report)
+            .await;
+        report.skipped = skipped_notes(&state, |plugin| {
+            report
+                .nodes
+                .iter()
+                .filter(|n| {
+                    n.filters
+                        .iter()
+                        .any(|(p, v)| *p == plugin && matches!(v, FilterVerdict::Ignored(_)))
+                })
+                .count()
+        });
+        Ok(report)
+    }
+
+    /// The body of [`Scheduler::dry_run`]: fills `report`.
+    async fn explain(
+        &self,
+        fw: &Arc<Framework>,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Arc<Snapshot>,
+        all_nodes: bool,
+        report: &mut DryRunReport,
+    ) {
+        let nominated = self.shared.handle.nominated_pods();
+        let all = snapshot.list();
         if all.is_empty() {
             report.message = NO_NODES_AVAILABLE.into();
-            return Ok(report);
+            return;
         }
 
         let mut outcomes = Vec::new();
-        let (restriction, status, with_nodes) =
-            fw.run_pre_filter_recorded(&mut state, &pod, all, &mut |plugin,
-                                                                    s,
-                                                                    r: Option<
-                &PreFilterResult,
-            >| {
-                outcomes.push(PluginOutcome {
-                    plugin,
-                    status: s.clone(),
-                    node_names: r.and_then(|r| r.node_names.as_ref()).map(|n| {
-                        let mut v: Vec<String> = n.iter().map(|s| s.to_string()).collect();
-                        v.sort();
-                        v
-                    }),
-                });
-            })
+        let (restriction, status, with_nodes) = fw
+            .run_pre_filter_recorded(
+                state,
+                pod,
+                all,
+                &mut |plugin, s, r: Option<&PreFilterResult>| {
+                    outcomes.push(PluginOutcome {
+                        plugin,
+                        status: s.clone(),
+                        node_names: r.and_then(|r| r.node_names.as_ref()).map(|n| {
+                            let mut v: Vec<String> = n.iter().map(|s| s.to_string()).collect();
+                            v.sort();
+                            v
+                        }),
+                    });
+                },
+            )
             .await;
         report.pre_filter = outcomes;
         let mut diagnosis = Diagnosis {
@@ -268,15 +405,27 @@ impl Scheduler {
         };
         if !status.is_success() {
             if !status.is_rejected() {
+                // PreFilter failed: no node can be judged.
                 report.message = status.message();
-                return Ok(report);
+                for nr in &mut report.nodes {
+                    nr.verdict = Verdict::Unknown;
+                    nr.reason = report.message.clone();
+                }
+                note(
+                    &mut report.incomplete,
+                    status.plugin().unwrap_or(""),
+                    "PreFilter",
+                    || status.message(),
+                )
+                .nodes = all.len();
+                return;
             }
             diagnosis.pre_filter_msg = Some(status.message());
             diagnosis.add_plugin_status(&status);
             diagnosis.node_to_status.set_absent_nodes_status(status);
-            self.explain_failure(&fw, &state, &pod, &snapshot, diagnosis, &mut report)
+            self.explain_failure(fw, state, pod, snapshot, diagnosis, report)
                 .await;
-            return Ok(report);
+            return;
         }
 
         // The candidates: all nodes, or those PreFilter narrowed to.
@@ -295,6 +444,9 @@ impl Scheduler {
             .collect();
         let n = candidates.len();
         let mut feasible: Vec<usize> = Vec::new();
+        // The first error a plugin gave (the attempt's error in a real
+        // cycle, and so the message).
+        let mut first_error: Option<Status> = None;
         if n > 0 {
             let pct = fw
                 .percentage_of_nodes_to_score()
@@ -317,7 +469,7 @@ impl Scheduler {
                 }
                 let i = candidates[(start + k) % n];
                 let node = &all[i];
-                let filters = self.filter_node(&fw, &state, &pod, node, &nominated, all_nodes);
+                let filters = self.filter_node(fw, state, pod, node, &nominated, all_nodes);
                 let decisive = filters
                     .iter()
                     .find_map(|(_, v)| match v {
@@ -336,7 +488,7 @@ impl Scheduler {
                 let details = if rejecting.is_empty() {
                     Vec::new()
                 } else {
-                    fw.explain_node(&state, &pod, node, &rejecting)
+                    fw.explain_node(state, pod, node, &rejecting)
                 };
                 let nr = &mut report.nodes[i];
                 nr.details = details;
@@ -344,9 +496,12 @@ impl Scheduler {
                 nr.verdict = verdict_of(&decisive);
                 if decisive.code() == Code::Error {
                     // As in a cycle, a Filter error ends it: no node is
-                    // chosen and preemption is not tried.
+                    // chosen, preemption is not tried, and the answer is
+                    // incomplete.
+                    failed_on(&mut report.incomplete, &mut first_error, &decisive);
+                    report.feasible = feasible.len();
                     report.message = decisive.message();
-                    return Ok(report);
+                    return;
                 }
                 if decisive.is_success() {
                     feasible.push(i);
@@ -359,50 +514,59 @@ impl Scheduler {
         if fw.has_batch_filters() && !feasible.is_empty() {
             // Batch plugins (remote extenders) judge the nodes that passed
             // the others, all at once, as in a real cycle.
-            let batch = fw.batch_filter_names();
-            let mut nodes: Vec<Arc<NodeInfo>> = feasible.iter().map(|&i| all[i].clone()).collect();
-            let mut rejected: Vec<(&'static str, Arc<str>, Status)> = Vec::new();
-            let outcome = fw
-                .run_batch_filters(&state, &pod, &mut nodes, &mut |plugin, node, s| {
-                    rejected.push((plugin, Arc::from(node.name()), s));
-                })
-                .await;
-            if let Err(s) = outcome {
-                report.message = s.message();
-                return Ok(report);
-            }
-            feasible.retain(|&i| {
+            let nodes: Vec<Arc<NodeInfo>> = feasible.iter().map(|&i| all[i].clone()).collect();
+            let judged = fw.run_batch_filters_each(state, pod, &nodes).await;
+            let mut still = Vec::with_capacity(feasible.len());
+            for (k, &i) in feasible.iter().enumerate() {
                 let nr = &mut report.nodes[i];
-                let failed = rejected.iter().find(|(_, n, _)| *n == nr.name);
-                for (name, verdict) in nr.filters.iter_mut() {
-                    if !batch.contains(name) || *verdict != FilterVerdict::NotEvaluated {
-                        continue;
-                    }
-                    match failed {
-                        Some((p, _, s)) if p == name => *verdict = FilterVerdict::Ran(s.clone()),
-                        Some(_) => {}
-                        None => *verdict = FilterVerdict::Ran(Status::success()),
-                    }
-                    if failed.is_some_and(|(p, _, _)| p == name) {
-                        break;
+                for (plugin, verdicts) in &judged {
+                    if let Some(slot) = nr.filters.iter_mut().find(|(p, _)| p == plugin) {
+                        slot.1 = verdicts[k].clone();
                     }
                 }
-                match failed {
-                    Some((_, _, s)) => {
+                let mut decisive: Option<&Status> = None;
+                let mut unknown: Option<(&'static str, &Status)> = None;
+                for (plugin, verdicts) in &judged {
+                    match &verdicts[k] {
+                        FilterVerdict::Ran(s) if !s.is_success() => {
+                            decisive = decisive.or(Some(s));
+                        }
+                        FilterVerdict::Unknown(s) => unknown = unknown.or(Some((plugin, s))),
+                        _ => {}
+                    }
+                }
+                match (decisive, unknown) {
+                    (Some(s), _) if s.code() == Code::Error => {
+                        nr.verdict = Verdict::Error;
+                        failed_on(&mut report.incomplete, &mut first_error, s);
+                    }
+                    (Some(s), _) => {
                         nr.verdict = verdict_of(s);
                         diagnosis.add_plugin_status(s);
                         diagnosis.node_to_status.set(nr.name.clone(), s.clone());
-                        false
                     }
-                    None => true,
+                    (None, Some((plugin, s))) => {
+                        nr.verdict = Verdict::Unknown;
+                        nr.reason = s.message();
+                        note(&mut report.incomplete, plugin, "Filter", || s.message()).nodes += 1;
+                        first_error.get_or_insert_with(|| s.clone());
+                    }
+                    (None, None) => still.push(i),
                 }
-            });
+            }
+            feasible = still;
         }
         report.feasible = feasible.len();
+        if let Some(e) = first_error {
+            // A real cycle would end here with this error: nothing is
+            // selected and preemption is not tried.
+            report.message = e.message();
+            return;
+        }
         if feasible.is_empty() {
-            self.explain_failure(&fw, &state, &pod, &snapshot, diagnosis, &mut report)
+            self.explain_failure(fw, state, pod, snapshot, diagnosis, report)
                 .await;
-            return Ok(report);
+            return;
         }
 
         let nodes: Vec<Arc<NodeInfo>> = feasible.iter().map(|&i| all[i].clone()).collect();
@@ -410,7 +574,7 @@ impl Scheduler {
         if fw.has_score_plugins() {
             let mut outcomes = Vec::new();
             let s = fw
-                .run_pre_score_recorded(&mut state, &pod, &nodes, &mut |plugin, s| {
+                .run_pre_score_recorded(state, pod, &nodes, &mut |plugin, s| {
                     outcomes.push(PluginOutcome {
                         plugin,
                         status: s.clone(),
@@ -421,13 +585,27 @@ impl Scheduler {
             report.pre_score = outcomes;
             if !s.is_success() {
                 report.message = s.message();
-                return Ok(report);
+                note(
+                    &mut report.incomplete,
+                    s.plugin().unwrap_or(""),
+                    "PreScore",
+                    || s.message(),
+                )
+                .nodes = nodes.len();
+                return;
             }
-            let scores = match fw.run_score(&state, &pod, &nodes).await {
+            let scores = match fw.run_score(state, pod, &nodes).await {
                 Ok(r) => r,
                 Err(s) => {
                     report.message = s.message();
-                    return Ok(report);
+                    note(
+                        &mut report.incomplete,
+                        s.plugin().unwrap_or(""),
+                        "Score",
+                        || s.message(),
+                    )
+                    .nodes = nodes.len();
+                    return;
                 }
             };
             let np = scores.plugins.len();
@@ -457,14 +635,13 @@ impl Scheduler {
             }
         }
         report.nodes[best].selected = true;
-        report.nodes[best].details = fw.explain_node(&state, &pod, &all[best], &[]);
+        report.nodes[best].details = fw.explain_node(state, pod, &all[best], &[]);
         let node = report.nodes[best].name.clone();
         report.message = format!(
             "Successfully assigned {}/{} to {node}",
             pod.namespace, pod.name
         );
         report.selected = Some(node);
-        Ok(report)
     }
 
     /// One node's filter verdicts, counting pods nominated to it with at
@@ -515,6 +692,14 @@ impl Scheduler {
                 .run_post_filter(state, pod, &diagnosis.node_to_status)
                 .await;
             preemption.message = s.message();
+            if s.code() == Code::Error {
+                note(
+                    &mut report.incomplete,
+                    s.plugin().unwrap_or(""),
+                    "PostFilter",
+                    || s.message(),
+                );
+            }
             if let Some(r) = result {
                 if let NominatingInfo::Override(Some(n)) = &r.nominating_info {
                     preemption.nominated_node = Some(n.clone());
@@ -545,6 +730,8 @@ impl Scheduler {
             alg: self.algorithm(),
             last_reason: None,
             groups: Vec::new(),
+            incomplete: Vec::new(),
+            skipped: Vec::new(),
         }
     }
 
@@ -576,6 +763,8 @@ pub struct Simulation<'a> {
     pub(super) last_reason: Option<Arc<str>>,
     /// The gangs placed (or not), in order.
     pub(super) groups: Vec<super::SimulatedGroup>,
+    incomplete: Vec<PluginNote>,
+    skipped: Vec<PluginNote>,
 }
 
 impl Simulation<'_> {
@@ -603,7 +792,27 @@ impl Simulation<'_> {
             .alg
             .schedule_pod(&fw, &mut state, &pod, &self.snapshot, &self.nominated)
             .await;
+        let failures = state.token().failures(0);
         drop(state);
+        let mut skipped_here = Vec::new();
+        for f in failures.iter().filter(|f| f.ignored) {
+            let n = note(&mut skipped_here, f.plugin, f.point, || f.reason.clone());
+            n.pods = 1;
+        }
+        for n in skipped_here {
+            note(&mut self.skipped, n.plugin, n.point, || n.reason.clone()).pods += 1;
+        }
+        let mut unknown = false;
+        if let Err(ScheduleError::Error(s)) = &result {
+            // What failed: the plugin's own note names the point.
+            unknown = true;
+            let (plugin, point, reason) = failures
+                .iter()
+                .find(|f| !f.ignored)
+                .map(|f| (f.plugin, f.point, f.reason.clone()))
+                .unwrap_or_else(|| (s.plugin().unwrap_or(""), "", s.message()));
+            note(&mut self.incomplete, plugin, point, || reason).pods += 1;
+        }
         match result {
             Ok(r) => {
                 Arc::make_mut(&mut self.snapshot)
@@ -615,6 +824,7 @@ impl Simulation<'_> {
                     node: Some(r.suggested_host),
                     reason: Arc::from(""),
                     pod_group: None,
+                    unknown: false,
                 });
             }
             Err(e) => {
@@ -637,6 +847,7 @@ impl Simulation<'_> {
                     node: None,
                     reason,
                     pod_group: None,
+                    unknown,
                 });
             }
         }
@@ -658,6 +869,8 @@ impl Simulation<'_> {
             pods: self.out,
             groups: self.groups,
             nodes,
+            incomplete: self.incomplete,
+            skipped: self.skipped,
         }
     }
 }

@@ -418,6 +418,7 @@ impl super::Simulation<'_> {
             node,
             reason,
             pod_group: group,
+            unknown: false,
         });
     }
 

@@ -38,8 +38,8 @@ pub use algorithm::{
     num_feasible_nodes_to_find,
 };
 pub use explain::{
-    DryRunReport, NodeReport, NodeUse, PluginOutcome, PreemptionReport, ScoreRow, SimulatedPod,
-    Simulation, SimulationReport, UnknownProfile, Verdict,
+    DryRunReport, NodeReport, NodeUse, PluginNote, PluginOutcome, PreemptionReport, ScoreRow,
+    SimulatedPod, Simulation, SimulationReport, UnknownProfile, Verdict,
 };
 pub use explain_group::{
     GroupDryRunReport, GroupMembers, GroupPodReport, GroupPreemptionReport, SimulatedGroup,
@@ -406,6 +406,10 @@ impl Scheduler {
         }
         for fw in profiles.values() {
             fw.attach_metrics(&prom);
+        }
+        let mut cache = Cache::new(options.assumed_pod_ttl);
+        if let Some(feed) = extenders.feed() {
+            cache.set_placement_sink(feed);
         }
         let queue = SchedulingQueue::new(
             QueueConfig {

@@ -1,8 +1,11 @@
 //! berthctl: the command-line client for berthd.
 //!
 //! Exit codes: 0 on success, 1 on any error (connection, gRPC, file), 2 on
-//! usage errors; `why` answers 0 when the pod would fit now, 1 when not,
-//! and 2 on any error.
+//! usage errors, 3 when a dry run's or simulation's answer is incomplete
+//! (berthd could not run a point that applies, as an extender that is
+//! down: see `berth_client::Conclusion`); `why` answers 0 when the pod
+//! would fit now, 1 when not (or when berthd could not tell), and 2 on any
+//! error.
 
 #[path = "../../cli/mod.rs"]
 mod cli;
@@ -171,24 +174,18 @@ async fn connect(target: &Target) -> Result<Client> {
         .rpc()
 }
 
-/// How a command ended, for the exit code.
-enum Outcome {
-    /// It did what it was asked.
-    Done,
-    /// `why`: the pod would not be scheduled now.
-    DoesNotFit,
-}
-
-async fn run(args: Args) -> Result<Outcome> {
+/// Runs the command; the exit code it asks for (0 unless its answer says
+/// otherwise: see the exit codes above).
+async fn run(args: Args) -> Result<u8> {
     let format = args.output;
     let target = Target::from_args(&args)?;
     let server = &target;
     // Files are read (once: one may be stdin) before connecting, so that a
     // bad file is reported as such whether or not berthd is up.
-    let done = match args.command {
+    match args.command {
         Command::Apply { files } => {
             let inputs = files::read_all(&files)?;
-            apply::apply(&mut connect(server).await?, format, &inputs).await
+            apply::apply(&mut connect(server).await?, format, &inputs).await?;
         }
         Command::Delete {
             kind,
@@ -202,7 +199,7 @@ async fn run(args: Args) -> Result<Outcome> {
                 _ => apply::Targets::Files(files::read_all(&files)?),
             };
             let c = &mut connect(server).await?;
-            apply::delete(c, format, targets, &namespace, ignore_not_found).await
+            apply::delete(c, format, targets, &namespace, ignore_not_found).await?;
         }
         Command::Get {
             kind,
@@ -210,7 +207,7 @@ async fn run(args: Args) -> Result<Outcome> {
             namespace,
         } => {
             let c = &mut connect(server).await?;
-            get::run(c, format, &kind, name.as_deref(), &namespace).await
+            get::run(c, format, &kind, name.as_deref(), &namespace).await?;
         }
         Command::DryRun {
             file,
@@ -220,7 +217,7 @@ async fn run(args: Args) -> Result<Outcome> {
             let src = files::Source::read(&file)?;
             let docs = src.objects()?;
             let c = &mut connect(server).await?;
-            dryrun::run(c, format, &src, &docs, all_nodes, &profile).await
+            return dryrun::run(c, format, &src, &docs, all_nodes, &profile).await;
         }
         Command::Simulate {
             files,
@@ -229,15 +226,15 @@ async fn run(args: Args) -> Result<Outcome> {
         } => {
             let inputs = files::read_all(&files)?;
             let c = &mut connect(server).await?;
-            simulate::run(c, format, &inputs, replicas, &profile).await
+            return simulate::run(c, format, &inputs, replicas, &profile).await;
         }
         Command::Queue { namespace } => {
-            queue::run(&mut connect(server).await?, format, &namespace).await
+            queue::run(&mut connect(server).await?, format, &namespace).await?;
         }
         Command::Watch { namespace, kind } => {
             let c = &mut connect(server).await?;
             let shown = berth_client::normalize_addr(&server.server);
-            watch::run(c, format, &shown, &namespace, kind.as_deref()).await
+            watch::run(c, format, &shown, &namespace, kind.as_deref()).await?;
         }
         Command::Why {
             pod,
@@ -249,14 +246,10 @@ async fn run(args: Args) -> Result<Outcome> {
             let object = c.get("Pod", &namespace, &pod).await.rpc()?;
             let answer = why::ask(c, object, &profile, wide).await?;
             why::print(&answer, format, wide)?;
-            return Ok(if answer.fits() {
-                Outcome::Done
-            } else {
-                Outcome::DoesNotFit
-            });
+            return Ok(if answer.fits() { 0 } else { 1 });
         }
-    };
-    done.map(|()| Outcome::Done)
+    }
+    Ok(0)
 }
 
 #[tokio::main]
@@ -271,8 +264,7 @@ async fn main() -> ExitCode {
         1
     };
     match run(args).await {
-        Ok(Outcome::Done) => ExitCode::SUCCESS,
-        Ok(Outcome::DoesNotFit) => ExitCode::from(1),
+        Ok(code) => ExitCode::from(code),
         Err(e) if e.is::<StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
             let line = match &target {

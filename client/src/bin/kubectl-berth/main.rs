@@ -8,9 +8,11 @@
 //! berth Service (the Lease holder's first), or directly with
 //! `--berth ADDR`.
 //!
-//! Exit codes: 0 on success, 1 on errors, 2 on usage errors; `why` answers
-//! 0 when the pod would be scheduled now, 1 when not, and 2 on errors (as
-//! `kubectl diff` answers 0, 1 and above 1).
+//! Exit codes: 0 on success, 1 on errors, 2 on usage errors, 3 when a dry
+//! run's or simulation's answer is incomplete (as berthctl's); `why`
+//! answers 0 when the pod would be scheduled now, 1 when not (or when
+//! berthd could not tell), and 2 on errors (as `kubectl diff` answers 0, 1
+//! and above 1).
 
 #[path = "../../cli/mod.rs"]
 // kubectl berth uses the questions of the shared commands, not the
@@ -156,6 +158,9 @@ enum Command {
 enum Outcome {
     Done,
     DoesNotFit,
+    /// The exit code the answer asks for (dry-run, simulate: 3 when it is
+    /// incomplete).
+    Code(u8),
 }
 
 /// The flags' choices, resolved.
@@ -262,8 +267,9 @@ async fn run(args: &Args, lazy: &mut Lazy<'_>) -> Result<Outcome> {
             let namespace = lazy.namespace().await?;
             default_namespace(&mut docs, &namespace);
             let c = &mut lazy.berthd(&cx).await?;
-            dryrun::run(c, cx.format, &src, &docs, *all_nodes || cx.wide, profile).await?;
-            Ok(Outcome::Done)
+            let code =
+                dryrun::run(c, cx.format, &src, &docs, *all_nodes || cx.wide, profile).await?;
+            Ok(Outcome::Code(code))
         }
         Command::Simulate {
             files: paths,
@@ -276,8 +282,8 @@ async fn run(args: &Args, lazy: &mut Lazy<'_>) -> Result<Outcome> {
                 default_namespace(docs, &namespace);
             }
             let c = &mut lazy.berthd(&cx).await?;
-            simulate::run(c, cx.format, &inputs, *replicas, profile).await?;
-            Ok(Outcome::Done)
+            let code = simulate::run(c, cx.format, &inputs, *replicas, profile).await?;
+            Ok(Outcome::Code(code))
         }
         Command::Queue { all_namespaces } => {
             let namespace = if *all_namespaces {
@@ -308,6 +314,7 @@ async fn main() -> ExitCode {
     match run(&args, &mut lazy).await {
         Ok(Outcome::Done) => ExitCode::SUCCESS,
         Ok(Outcome::DoesNotFit) => ExitCode::from(1),
+        Ok(Outcome::Code(code)) => ExitCode::from(code),
         Err(e) if e.is::<StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
             let line = match (&args.berth, args.tls.options(), &lazy.forward) {

@@ -490,6 +490,8 @@ pub fn admit(value: serde_json::Value) -> Result<Admitted, ApplyError> {
                 return Err(ApplyError::UnsupportedKind(kind_text));
             };
             crate::model::decode::check_bounds(&value)?;
+            let (api_version, kind_name) = kind.type_meta();
+            admission::check_type_meta(&value, api_version, kind_name)?;
             // Other kinds are decoded leniently, then encoded again: a
             // field of the input missing from the result is one the kind
             // does not have.
@@ -539,9 +541,33 @@ fn pod_group_write(old: Option<&KubeObject>, obj: KubeObject) -> Result<KubeObje
     Ok(KubeObject::PodGroup(Arc::new(pg)))
 }
 
-fn admit_meta(obj: &KubeObject, kind: ObjectKind) -> Result<(), InvalidObject> {
-    let label_name = matches!(kind, ObjectKind::Namespace | ObjectKind::Service);
-    admission::admit_meta(obj.metadata(), kind.namespaced(), label_name)
+/// Validates an object of a kind other than Node and Pod as the API server
+/// does on create ([`admission::validate_object`]).
+fn admit_meta(obj: &KubeObject, _kind: ObjectKind) -> Result<(), InvalidObject> {
+    use admission::ObjectRef as R;
+    let r = match obj {
+        KubeObject::Namespace(o) => R::Namespace(o),
+        KubeObject::PersistentVolume(o) => R::PersistentVolume(o),
+        KubeObject::PersistentVolumeClaim(o) => R::PersistentVolumeClaim(o),
+        KubeObject::StorageClass(o) => R::StorageClass(o),
+        KubeObject::CsiNode(o) => R::CsiNode(o),
+        KubeObject::PodDisruptionBudget(o) => R::PodDisruptionBudget(o),
+        KubeObject::Service(o) => R::Service(o),
+        KubeObject::ReplicaSet(o) => R::ReplicaSet(o),
+        KubeObject::StatefulSet(o) => R::StatefulSet(o),
+        KubeObject::ReplicationController(o) => R::ReplicationController(o),
+        KubeObject::DeviceClass(o) => R::DeviceClass(o),
+        KubeObject::ResourceClaim(o) => R::ResourceClaim(o),
+        KubeObject::ResourceClaimTemplate(o) => R::ResourceClaimTemplate(o),
+        KubeObject::ResourceSlice(o) => R::ResourceSlice(o),
+        KubeObject::DeviceTaintRule(o) => R::DeviceTaintRule(o),
+        KubeObject::CsiDriver(o) => R::CsiDriver(o),
+        KubeObject::CsiStorageCapacity(o) => R::CsiStorageCapacity(o),
+        KubeObject::PriorityClass(o) => R::PriorityClass(o),
+        KubeObject::PodGroup(o) => R::PodGroup(o),
+        KubeObject::Workload(o) => R::Workload(o),
+    };
+    admission::validate_object(r)
 }
 
 fn now_time() -> Time {
@@ -1484,7 +1510,7 @@ mod tests {
             .unwrap();
         c.apply(
             json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv1"},
-            "spec": {"capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"]}}),
+            "spec": {"capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/d"}}}),
         )
         .unwrap();
         // The scheduler's binder claims the volume through an update.

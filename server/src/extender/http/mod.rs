@@ -46,7 +46,8 @@ use crate::config::ConfigError;
 use crate::config::extenders::HttpExtenderConfig;
 use crate::framework::{
     BatchFilter, BatchScore, BindPlugin, Code, CycleState, ExtenderError, FilterPlugin, Handle,
-    MAX_NODE_SCORE, NodeVictims, Plugin, PreemptionExtender, ScorePlugin, Status, Victims,
+    MAX_NODE_SCORE, NodeVictims, Plugin, PluginFailure, PreemptionExtender, ScorePlugin, Status,
+    Victims,
 };
 use crate::model::PodInfo;
 
@@ -168,13 +169,21 @@ impl HttpExtender {
     /// extenders log.
     fn failed<T>(
         &self,
-        point: &str,
+        state: &CycleState,
+        point: &'static str,
         pod: &PodInfo,
         e: &HttpExtenderError,
         fallback: T,
     ) -> Result<T, Status> {
         let name = self.name;
         self.stats.failures.fetch_add(1, Ordering::Relaxed);
+        state.token().note_failure(PluginFailure {
+            plugin: name,
+            point,
+            reason: e.to_string(),
+            ignored: self.cfg.ignorable,
+            node_id: None,
+        });
         if self.cfg.ignorable {
             self.stats.skipped.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(extender = name, point, pod = %pod.key(), error = %e, "ignorable extender skipped");
@@ -405,7 +414,7 @@ impl FilterPlugin for HttpExtender {
 impl BatchFilter for HttpExtender {
     async fn filter_nodes(
         &self,
-        _: &CycleState,
+        state: &CycleState,
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> Result<Vec<Status>, Status> {
@@ -415,7 +424,7 @@ impl BatchFilter for HttpExtender {
         }
         match self.filter_remote(pod, nodes).await {
             Ok(v) => Ok(v),
-            Err(e) => self.failed("Filter", pod, &e, pass()),
+            Err(e) => self.failed(state, "Filter", pod, &e, pass()),
         }
     }
 }
@@ -435,7 +444,7 @@ impl ScorePlugin for HttpExtender {
 impl BatchScore for HttpExtender {
     async fn score_nodes(
         &self,
-        _: &CycleState,
+        state: &CycleState,
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> Result<Vec<i64>, Status> {
@@ -446,6 +455,13 @@ impl BatchScore for HttpExtender {
             Ok(v) => Ok(v),
             Err(e) => {
                 // Upstream lets the other scores decide, ignorable or not.
+                state.token().note_failure(PluginFailure {
+                    plugin: self.name,
+                    point: "Score",
+                    reason: e.to_string(),
+                    ignored: true,
+                    node_id: None,
+                });
                 self.stats.failures.fetch_add(1, Ordering::Relaxed);
                 self.stats.skipped.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(extender = self.name, point = "Score", pod = %pod.key(), error = %e, "extender prioritize failed; no score given by it");
@@ -457,13 +473,13 @@ impl BatchScore for HttpExtender {
 
 #[async_trait]
 impl BindPlugin for HttpExtender {
-    async fn bind(&self, _: &CycleState, pod: &PodInfo, node: &str) -> Status {
+    async fn bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
         if !self.interested(pod) {
             return Status::skip();
         }
         if let Err(e) = self.bind_remote(pod, node).await {
             return self
-                .failed("Bind", pod, &e, Status::skip())
+                .failed(state, "Bind", pod, &e, Status::skip())
                 .unwrap_or_else(|s| s);
         }
         match self.handle.cluster().bind(pod, node).await {

@@ -200,68 +200,6 @@ impl Framework {
         Status::success()
     }
 
-    /// Each Filter plugin's verdict on one node, for explanations: skipped
-    /// for plugins whose PreFilter skipped them, and, unless `all`, not
-    /// evaluated for plugins after the first that does not succeed (the
-    /// scheduler does not run them). The decisive status is the first
-    /// non-success.
-    pub fn run_filter_each(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        node: &NodeInfo,
-        all: bool,
-    ) -> Vec<(&'static str, FilterVerdict)> {
-        let mut out = Vec::with_capacity(self.filter.len());
-        let mut rejected = false;
-        for (i, p) in self.filter.iter().enumerate() {
-            let verdict = if state.skip_filter.contains(i) {
-                FilterVerdict::Skipped
-            } else if self.batch_filter.contains(i) {
-                // Judged later, with every node that passes the others.
-                FilterVerdict::NotEvaluated
-            } else if rejected && !all {
-                FilterVerdict::NotEvaluated
-            } else {
-                let s = p.filter(state, pod, node);
-                let s = if s.is_success() {
-                    s
-                } else {
-                    self.filter_failure(p.name(), s)
-                };
-                rejected |= !s.is_success();
-                FilterVerdict::Ran(s)
-            };
-            out.push((p.name(), verdict));
-        }
-        out
-    }
-
-    /// Dry runs: the details Filter plugins give about `node`; those of
-    /// `plugins` on a node they rejected, or every plugin's on the node the
-    /// pod would go to (`plugins` empty).
-    pub fn explain_node(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        node: &NodeInfo,
-        plugins: &[&str],
-    ) -> Vec<(&'static str, super::NodeDetail)> {
-        let rejected = !plugins.is_empty();
-        self.filter
-            .iter()
-            .enumerate()
-            .filter(|(i, p)| {
-                !state.skip_filter.contains(*i) && (!rejected || plugins.contains(&p.name()))
-            })
-            .flat_map(|(_, p)| {
-                p.explain(state, pod, node, rejected)
-                    .into_iter()
-                    .map(|d| (p.name(), d))
-            })
-            .collect()
-    }
-
     /// Whether any Filter plugin judges nodes in batches.
     pub fn has_batch_filters(&self) -> bool {
         !self.batch_filter.is_empty()
@@ -568,7 +506,7 @@ impl Framework {
             .collect()
     }
 
-    fn filter_failure(&self, name: &'static str, s: Status) -> Status {
+    pub(super) fn filter_failure(&self, name: &'static str, s: Status) -> Status {
         if s.is_rejected() {
             s.with_plugin(name)
         } else {
@@ -580,7 +518,7 @@ impl Framework {
     /// What a batch Filter plugin's failing status becomes: a rejection
     /// (or any failure of a plugin that wraps its errors) as Filter
     /// failures are reported, anything else an error naming the plugin.
-    fn batch_filter_failure(
+    pub(super) fn batch_filter_failure(
         &self,
         name: &'static str,
         wraps: bool,

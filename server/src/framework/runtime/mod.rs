@@ -112,6 +112,13 @@ pub enum FilterVerdict {
     Skipped,
     /// An earlier plugin already rejected the node.
     NotEvaluated,
+    /// The plugin could not judge the node: a batch plugin (a remote
+    /// extender) failed as a whole (down, timed out, answered out of
+    /// protocol). The status says why.
+    Unknown(Status),
+    /// A batch plugin of an ignorable extender failed and was skipped: the
+    /// node passes, as the scheduler passes it; the text says what failed.
+    Ignored(String),
 }
 
 /// Nodes a batch Filter plugin did not pass, by position, with their status.
@@ -210,6 +217,7 @@ mod binding;
 mod build;
 #[cfg(test)]
 use build::check_weight;
+mod explain;
 mod filtering;
 mod group;
 mod scoring;
