@@ -204,12 +204,43 @@ impl Outage {
         }
     }
 
+    /// [`Self::failed`] for an attempt sent at `sent`: one sent before the
+    /// last outage ended says nothing new (it failed while the subject was
+    /// down, and the attempts after it succeed) and only counts, so that
+    /// attempts under way when the subject comes back do not begin another
+    /// outage.
+    pub fn failed_sent_at(&self, sent: Instant, error: &str, meanwhile: &dyn Fn() -> String) {
+        let stale = self.ended.lock().is_some_and(|ended| sent < ended);
+        if stale && !self.is_down() {
+            return;
+        }
+        self.failed(error, meanwhile);
+    }
+
+    /// [`Self::succeeded`] for an attempt sent at `sent`: one sent before
+    /// the outage began was answered before it, and does not end it.
+    pub fn succeeded_sent_at(&self, sent: Instant) {
+        let mut down = self.down.lock();
+        if down.as_ref().is_some_and(|d| sent < d.since) {
+            return;
+        }
+        let Some(d) = down.take() else {
+            return;
+        };
+        drop(down);
+        self.back(d);
+    }
+
     /// The subject answered: the end of an outage, if there was one, is
     /// one INFO line.
     pub fn succeeded(&self) {
         let Some(d) = self.down.lock().take() else {
             return;
         };
+        self.back(d);
+    }
+
+    fn back(&self, d: Down) {
         *self.ended.lock() = Some(Instant::now());
         let lasted = human(d.since.elapsed());
         tracing::info!(
@@ -294,6 +325,45 @@ mod tests {
             event.record(&mut m);
             self.0.lock().push((*event.metadata().level(), m.0));
         }
+    }
+
+    /// Attempts under way when the subject goes down or comes back answer
+    /// late: an answer to one sent before the outage began does not end
+    /// it, and a failure of one sent before it ended does not begin
+    /// another (seen as two "is down" lines 5 ms apart).
+    #[tokio::test(start_paused = true)]
+    async fn answers_to_attempts_sent_before_a_change_do_not_flap_it() {
+        use tracing_subscriber::layer::SubscriberExt;
+        // A subscriber of its own: callsites first hit without one would be
+        // cached as uninteresting for the test beside it.
+        let lines = Lines::default();
+        let _guard =
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(lines.clone()));
+        let o = Outage::new("the API server");
+        let early = Instant::now();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        o.failed_sent_at(Instant::now(), "connection refused", &|| String::new());
+        assert!(o.is_down());
+        o.succeeded_sent_at(early);
+        assert!(
+            o.is_down(),
+            "an answer to an attempt sent before the outage"
+        );
+        tokio::time::advance(Duration::from_millis(10)).await;
+        let during = Instant::now();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        o.succeeded_sent_at(Instant::now());
+        assert!(!o.is_down());
+        o.failed_sent_at(during, "connection reset", &|| String::new());
+        assert!(
+            !o.is_down(),
+            "a failure of an attempt sent while it was down"
+        );
+        assert_eq!(o.outages(), 1);
+        o.failed_sent_at(Instant::now(), "connection refused", &|| String::new());
+        assert_eq!(o.outages(), 2, "a new attempt's failure is a new outage");
+        let lines = lines.0.lock().clone();
+        assert_eq!(lines.len(), 3, "down, back, down: {lines:#?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -567,16 +567,16 @@ where
                 // An answer below 500 says the server is up; none, or a
                 // 5xx, is an attempt of an outage (each one DEBUG).
                 match &result {
-                    Ok(res) if !res.status().is_server_error() => outage.succeeded(),
+                    Ok(res) if !res.status().is_server_error() => outage.succeeded_sent_at(start),
                     Ok(res) => {
                         let status = res.status();
                         tracing::debug!(method, %uri, status = status.as_u16(), "API request answered {status}");
-                        outage.failed(&format!("it answers {status}"), &meanwhile);
+                        outage.failed_sent_at(start, &format!("it answers {status}"), &meanwhile);
                     }
                     Err(e) => {
                         let error = box_error_text(e);
                         tracing::debug!(method, %uri, %error, "API request failed");
-                        outage.failed(&error, &meanwhile);
+                        outage.failed_sent_at(start, &error, &meanwhile);
                     }
                 }
                 let (Ok(res), Some(next)) = (&result, again) else {
