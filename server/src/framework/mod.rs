@@ -35,7 +35,9 @@ pub use parallelize::{Parallelizer, WorkCost};
 pub use registry::{
     DuplicatePlugin, NoArgs, PluginArgs, PluginFactory, Registry, ValidateArgs, parse_args,
 };
-pub use runtime::{BatchFiltersAhead, FilterVerdict, Framework, PluginEvents, ScoreResult};
+pub use runtime::{
+    BatchFiltersAhead, FilterVerdict, Framework, PluginEvents, ScoreResult, build_profiles,
+};
 pub use status::{Code, Reason, Status};
 pub use types::*;
 pub use waiting_pods::{MAX_PERMIT_TIMEOUT, WaitingPod, WaitingPods};

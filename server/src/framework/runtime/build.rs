@@ -422,3 +422,42 @@ pub(super) fn check_weight(total: i64, weight: i64) -> Result<i64, String> {
         _ => Err("total score of Score plugins could overflow".into()),
     }
 }
+
+/// Builds every profile's framework (all must share one QueueSort, with
+/// the same args); errors name the configuration path.
+pub fn build_profiles(
+    config: &crate::config::SchedulerConfig,
+    registry: &Registry,
+    handle: &Handle,
+) -> Result<std::collections::HashMap<Arc<str>, Arc<Framework>>, ConfigError> {
+    let mut profiles = std::collections::HashMap::new();
+    let mut first: Option<(String, &'static str)> = None;
+    for p in &config.profiles {
+        let fw = Framework::new(p, registry, handle)?;
+        let sort = fw.queue_sort().name();
+        match &first {
+            None => first = Some((p.scheduler_name.clone(), sort)),
+            Some((name, s)) if *s != sort => {
+                return Err(ConfigError::new(
+                    format!("{}.plugins.queueSort", p.path),
+                    format!(
+                        "different queue sort plugins for profile {:?}: {sort:?}, first: {s:?} (profile {name:?}); queueSort must be the same for all profiles",
+                        p.scheduler_name
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+        // Queue-sort args must match too: compare the args given.
+        if let Some(f) = config.profiles.first()
+            && f.args_for(sort).map(|c| &c.args) != p.args_for(sort).map(|c| &c.args)
+        {
+            return Err(ConfigError::new(
+                format!("{}.pluginConfig", p.path),
+                "queueSort must be the same for all profiles: different queue sort plugin args",
+            ));
+        }
+        profiles.insert(Arc::from(p.scheduler_name.as_str()), Arc::new(fw));
+    }
+    Ok(profiles)
+}

@@ -215,6 +215,7 @@ impl std::fmt::Debug for Framework {
 
 mod binding;
 mod build;
+pub use build::build_profiles;
 #[cfg(test)]
 use build::check_weight;
 mod explain;

@@ -8,8 +8,9 @@ use crate::cluster::ClusterSource;
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::config;
 use crate::framework::Parallelizer;
+use crate::framework::build_profiles;
 use crate::plugins::in_tree_registry;
-use crate::scheduler::{Algorithm, FastRng, build_profiles};
+use crate::scheduler::{Algorithm, FastRng};
 use crate::testing::{PodBuilder, make_node, make_pod};
 
 struct Env {

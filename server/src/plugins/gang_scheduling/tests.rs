@@ -239,7 +239,7 @@ fn framework(h: &Handle) -> Arc<Framework> {
     let registry = crate::plugins::in_tree_registry();
     let gates = FeatureGates::default().with(Feature::GenericWorkload, true);
     let cfg = crate::config::default_config_gated(&|n| registry.contains(n), &gates);
-    crate::scheduler::build_profiles(&cfg, &registry, h)
+    crate::framework::build_profiles(&cfg, &registry, h)
         .unwrap()
         .into_values()
         .next()
