@@ -935,7 +935,9 @@ async fn errors_name_the_server_the_file_and_the_field() -> Result<()> {
     let e = ctl_err(&berthd.addr, &["dry-run", "-f", &qty], 1).await?;
     assert_eq!(
         e,
-        format!("error: {qty}: expected exactly one pod, found 2 objects\n")
+        format!(
+            "error: {qty}: expected exactly one pod (or a PodGroup and its pods), found 2 objects\n"
+        )
     );
     let e = ctl_err(
         &berthd.addr,

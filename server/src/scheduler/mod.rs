@@ -371,10 +371,6 @@ impl Scheduler {
         for fw in profiles.values() {
             fw.attach_metrics(&prom);
         }
-        let mut cache = Cache::new(options.assumed_pod_ttl);
-        if let Some(feed) = extenders.feed() {
-            cache.set_placement_sink(feed);
-        }
         let queue = SchedulingQueue::new(
             QueueConfig {
                 initial_backoff: config.pod_initial_backoff,
@@ -394,6 +390,9 @@ impl Scheduler {
             .enable_generic_workload
             .then(|| handle.pod_groups().clone());
         let mut cache = Cache::new(options.assumed_pod_ttl);
+        if let Some(feed) = extenders.feed() {
+            cache.set_placement_sink(feed);
+        }
         if let Some(groups) = &pod_groups {
             cache = cache.with_pod_groups(groups.clone());
         }
