@@ -616,9 +616,7 @@ impl Algorithm {
             } else {
                 Cow::Owned(offsets.iter().map(|o| (shift + o) % n).collect())
             };
-            if let Some(tally) = FilterTally::new(fw, state) {
-                tally.batch(fw, state, feasible.len());
-            }
+            evaluations::record_batch_filters(fw, state, feasible.len());
             fw.finish_batch_filters(
                 state,
                 pod,

@@ -68,21 +68,6 @@ impl<'f> FilterTally<'f> {
         }
     }
 
-    /// The batch Filter plugins (remote extenders) were called once for
-    /// `nodes` nodes.
-    pub(super) fn batch(&self, fw: &Framework, state: &CycleState, nodes: usize) {
-        let Some(m) = fw.metrics() else { return };
-        if nodes == 0 || !fw.has_batch_filters() {
-            return;
-        }
-        let batch = fw.batch_filter_names();
-        for (i, n) in self.names.iter().enumerate() {
-            if batch.contains(n) && !state.skip_filter.contains(i) {
-                m.evaluated(Point::Filter, i, nodes as u64);
-            }
-        }
-    }
-
     /// Adds the cycle's counts to the metric.
     pub(super) fn record(self, fw: &Framework) {
         let Some(m) = fw.metrics() else { return };
@@ -134,6 +119,23 @@ pub(super) fn record_score(fw: &Framework, state: &CycleState, nodes: usize) {
     for i in 0..fw.plugin_names(ExtensionPoint::Score).len() {
         if !state.skip_score.contains(i) {
             m.evaluated(Point::Score, i, nodes as u64);
+        }
+    }
+}
+
+/// The batch Filter plugins (remote extenders) were called once for
+/// `nodes` nodes each.
+pub(super) fn record_batch_filters(fw: &Framework, state: &CycleState, nodes: usize) {
+    let Some(m) = fw.metrics().filter(|_| !state.dry_run) else {
+        return;
+    };
+    if nodes == 0 || !fw.has_batch_filters() {
+        return;
+    }
+    let batch = fw.batch_filter_names();
+    for (i, n) in fw.plugin_names(ExtensionPoint::Filter).iter().enumerate() {
+        if batch.contains(n) && !state.skip_filter.contains(i) {
+            m.evaluated(Point::Filter, i, nodes as u64);
         }
     }
 }
