@@ -470,6 +470,8 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
         setup_seconds: sync_seconds,
         rss_before_scheduler_mib: rss_before,
         peak_rss_mib: peak,
+        groups: 0,
+        groups_per_second: 0.0,
         runs_pods_per_second: Vec::new(),
         kube: Some(KubeFigures {
             pods_bound: stats.bindings,

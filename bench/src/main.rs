@@ -227,6 +227,21 @@ fn main() -> Result<()> {
                 );
                 continue;
             }
+            if let Some(g) = w.gangs {
+                println!(
+                    "{}\t{} nodes, {} existing; PodGroup gangs of {} to {} pods (GenericWorkload on): {} gangs of {} pods measured, {} gangs of {} pods that never fit",
+                    w.name,
+                    w.size.nodes,
+                    w.size.existing,
+                    g.min_size,
+                    g.max_size,
+                    g.fit,
+                    w.size.measured,
+                    g.never_fit,
+                    w.size.unschedulable
+                );
+                continue;
+            }
             println!(
                 "{}\t{} nodes, {} existing, {} measured, {} never fit",
                 w.name, w.size.nodes, w.size.existing, w.size.measured, w.size.unschedulable
@@ -357,7 +372,19 @@ fn summary(r: &RunResult) -> String {
         r.peak_rss_mib,
         r.rss_before_scheduler_mib,
         r.setup_seconds
-    ) + &runs_note(r)
+    ) + &groups_note(r)
+        + &runs_note(r)
+}
+
+/// "; 280 gangs bound whole, 75.2 groups/s" for a gang workload, else "".
+fn groups_note(r: &RunResult) -> String {
+    if r.groups == 0 {
+        return String::new();
+    }
+    format!(
+        "; {} gangs bound whole, {:.1} groups/s",
+        r.groups, r.groups_per_second
+    )
 }
 
 /// "; the median of 5 runs (… pods/s)" for a repeated workload, else "".

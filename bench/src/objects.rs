@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, Node, NodeAffinity, NodeCondition, NodeSelector,
     NodeSelectorRequirement, NodeSelectorTerm, NodeStatus, Pod, PodAffinity, PodAffinityTerm,
-    PodAntiAffinity, PodResourceClaim, PodSpec, ResourceClaim, ResourceRequirements,
-    TopologySpreadConstraint,
+    PodAntiAffinity, PodResourceClaim, PodSchedulingGroup, PodSpec, ResourceClaim,
+    ResourceRequirements, TopologySpreadConstraint,
 };
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -209,6 +209,56 @@ pub fn churn_objects(tick: usize, zones: &[&str]) -> (Node, Pod, Vec<serde_json:
         }),
     ];
     (n, pod, others)
+}
+
+/// A PodGroup of the gang workloads (upstream's
+/// `podgroup/gangscheduling/templates/podgroup.yaml`): a gang policy whose
+/// `minCount` is the gang's size.
+pub fn pod_group(namespace: &str, name: &str, min_count: usize) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    })
+}
+
+/// The Namespace object named `name`.
+pub fn namespace(name: &str) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+/// A member of the gang `group`: `template`'s pod naming the PodGroup in
+/// `spec.schedulingGroup.podGroupName`; with `too_big`, asking for 9 CPUs
+/// (more than any node has), so that its gang cannot fit as a whole.
+pub fn gang_member(
+    template: PodTemplate,
+    namespace: &str,
+    name: &str,
+    group: &str,
+    too_big: bool,
+) -> Pod {
+    let mut pod = template.pod(namespace, name);
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.scheduling_group = Some(PodSchedulingGroup {
+            pod_group_name: Some(group.to_string()),
+        });
+        if too_big {
+            let cpu = Quantity("9".into());
+            for c in &mut spec.containers {
+                let Some(r) = c.resources.as_mut() else {
+                    continue;
+                };
+                for q in [r.requests.as_mut(), r.limits.as_mut()]
+                    .into_iter()
+                    .flatten()
+                {
+                    q.insert("cpu".into(), cpu.clone());
+                }
+            }
+        }
+    }
+    pod
 }
 
 impl PodTemplate {
@@ -419,6 +469,22 @@ mod tests {
                 usize::from(t == PodTemplate::ClaimTemplate)
             );
         }
+    }
+
+    #[test]
+    fn gang_members_name_their_group() {
+        let mut pod = gang_member(PodTemplate::Default, "ns", "g-0-1", "g-0", false);
+        pod.metadata.uid = Some("u".into());
+        let info = PodInfo::new(Arc::new(pod)).unwrap();
+        assert_eq!(info.scheduling_group.as_deref(), Some("g-0"));
+        assert_eq!(info.requests.milli_cpu, 100);
+        let mut big = gang_member(PodTemplate::Default, "ns", "g-0-2", "g-0", true);
+        big.metadata.uid = Some("v".into());
+        let info = PodInfo::new(Arc::new(big)).unwrap();
+        assert_eq!(info.requests.milli_cpu, 9000);
+        assert_eq!(info.priority, 0, "the PodGroup's priority");
+        let pg = pod_group("ns", "g-0", 8);
+        assert_eq!(pg["spec"]["schedulingPolicy"]["gang"]["minCount"], 8);
     }
 
     #[test]

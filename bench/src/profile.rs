@@ -16,6 +16,7 @@ use std::process::Stdio;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use berth_server::config::{self, SchedulerConfig};
+use berth_server::features::{Feature, FeatureGates};
 use berth_server::framework::{NoArgs, Registry};
 use berth_server::plugins::in_tree_registry;
 use berth_server::scheduler::Scheduler;
@@ -163,13 +164,20 @@ fn parse(yaml: &str, registry: &Registry) -> Result<SchedulerConfig> {
     config::parse(yaml, &known).map_err(|e| anyhow!("benchmark config: {e}"))
 }
 
-/// The configuration and registry for `profile`, starting what serves it.
-pub async fn setup(profile: Profile) -> Result<Setup> {
+/// The configuration and registry for `profile`, starting what serves it;
+/// with `generic_workload`, the default profile under
+/// `--feature-gates=GenericWorkload=true` (PodGroups scheduled as groups,
+/// GangScheduling in the profile).
+pub async fn setup(profile: Profile, generic_workload: bool) -> Result<Setup> {
     let mut registry = in_tree_registry();
+    if generic_workload && profile != Profile::Default {
+        bail!("GenericWorkload is set up with the default profile only");
+    }
     match profile {
         Profile::Default | Profile::Api(_) | Profile::Transport(_) => {
             let known = |n: &str| registry.contains(n);
-            let config = config::default_config(&known);
+            let gates = FeatureGates::default().with(Feature::GenericWorkload, generic_workload);
+            let config = config::default_config_gated(&known, &gates);
             Ok(Setup {
                 config,
                 registry,

@@ -128,7 +128,12 @@ impl Report {
                 "A workload measured in under a second ran several times (Runs); its row is the median run by pods/s.\n\n",
             );
         }
-        let header = [
+        // Groups/s only when a gang workload ran (after Pods/s).
+        let gangs = self
+            .outcomes
+            .iter()
+            .any(|o| matches!(o, Outcome::Done(r) if r.groups > 0));
+        let mut header = vec![
             "Workload",
             "Nodes",
             "Existing pods",
@@ -141,20 +146,22 @@ impl Report {
             "Peak RSS (MiB)",
             "Runs",
         ];
+        if gangs {
+            header.insert(5, "Groups/s");
+        }
         let mut rows: Vec<Vec<String>> = Vec::new();
         for o in &self.outcomes {
             let row = match o {
                 Outcome::Api(_) | Outcome::Transport(_) => continue,
                 Outcome::Done(r) => {
-                    let measured = if r.unschedulable_pods > 0 {
-                        format!(
-                            "{} (+{} that never fit)",
-                            r.measured_pods, r.unschedulable_pods
-                        )
-                    } else {
-                        r.measured_pods.to_string()
-                    };
-                    vec![
+                    let mut measured = r.measured_pods.to_string();
+                    if r.groups > 0 {
+                        measured.push_str(&format!(" in {} gangs", r.groups));
+                    }
+                    if r.unschedulable_pods > 0 {
+                        measured.push_str(&format!(" (+{} that never fit)", r.unschedulable_pods));
+                    }
+                    let mut row = vec![
                         r.workload.clone(),
                         r.nodes.to_string(),
                         r.existing_pods.to_string(),
@@ -166,7 +173,16 @@ impl Report {
                         format!("{:.3}", r.attempt_p99_ms),
                         format!("{:.0}", r.peak_rss_mib),
                         r.runs_pods_per_second.len().max(1).to_string(),
-                    ]
+                    ];
+                    if gangs {
+                        let groups = if r.groups > 0 {
+                            format!("{:.1}", r.groups_per_second)
+                        } else {
+                            String::new()
+                        };
+                        row.insert(5, groups);
+                    }
+                    row
                 }
                 Outcome::Skipped { workload, reason } => {
                     let mut row = vec![String::new(); header.len()];
@@ -213,7 +229,8 @@ impl Report {
         };
         // With only API workloads, their table alone.
         if !rows.is_empty() {
-            out.push_str(&line(&header.map(String::from)));
+            let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+            out.push_str(&line(&header));
         }
         let mut rule = String::from("|");
         for (i, w) in widths.iter().enumerate() {

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::objects::{self, PodTemplate};
 use crate::profile;
-use crate::workloads::Workload;
+use crate::workloads::{Gangs, Workload};
 
 /// What one run measured.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -89,6 +89,12 @@ pub struct RunResult {
     /// Peak resident memory of the process (VmHWM), in MiB: the scheduler,
     /// the embedded cluster's objects and the harness.
     pub peak_rss_mib: f64,
+    /// PodGroup gangs bound whole (the gang workloads; 0 otherwise).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub groups: usize,
+    /// Those gangs per second, over the same stretch as pods/s.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub groups_per_second: f64,
     /// Pods/s of each run, lowest first, when the workload ran more than
     /// once (a measured stretch under a second is repeated, see
     /// [`median_run`]); this result is then the median run's. Empty for a
@@ -98,6 +104,14 @@ pub struct RunResult {
     /// Kube mode's figures (the kube workloads only).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub kube: Option<crate::kube::KubeFigures>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+fn is_zero_f64(n: &f64) -> bool {
+    *n == 0.0
 }
 
 /// How to run.
@@ -193,8 +207,12 @@ struct Planned {
 }
 
 /// The measured stream: the measured pods, with the pods that never fit
-/// spread evenly among them.
+/// spread evenly among them; for a gang workload, gang after gang (see
+/// [`gang_stream`]).
 fn measured_stream(w: &Workload) -> Vec<Planned> {
+    if let Some(gangs) = w.gangs {
+        return gang_stream(w, gangs).1;
+    }
     let (template, ns) = w.measured;
     let n = w.size.measured;
     let u = w.size.unschedulable;
@@ -228,6 +246,41 @@ fn measured_stream(w: &Workload) -> Vec<Planned> {
     out
 }
 
+/// A gang workload's PodGroups (created before measuring) and its
+/// measured stream: the pods of each gang one after the other, the gangs
+/// that cannot fit spread evenly among the others (gang `k` of those
+/// before fitting gang `(k+1)*fit/(never_fit+1)`). Fitting gang `j` is
+/// `gang-j` (pods `gang-j-0`, ...); the others are `never-fit-k`, whose
+/// last pod asks for more CPU than any node has.
+fn gang_stream(w: &Workload, gangs: Gangs) -> (Vec<serde_json::Value>, Vec<Planned>) {
+    let (template, ns) = w.measured;
+    let mut groups = Vec::with_capacity(gangs.fit + gangs.never_fit);
+    let mut out = Vec::with_capacity(w.size.measured + w.size.unschedulable);
+    let mut add = |name: String, size: usize, fits: bool| {
+        groups.push(objects::pod_group(ns, &name, size));
+        for i in 0..size {
+            let too_big = !fits && i + 1 == size;
+            out.push(Planned {
+                pod: objects::gang_member(template, ns, &format!("{name}-{i}"), &name, too_big),
+                must_bind: fits,
+            });
+        }
+    };
+    let mut placed = 0;
+    for j in 0..gangs.fit {
+        while placed < gangs.never_fit && j >= (placed + 1) * gangs.fit / (gangs.never_fit + 1) {
+            add(format!("never-fit-{placed}"), gangs.size(placed), false);
+            placed += 1;
+        }
+        add(format!("gang-{j}"), gangs.size(j), true);
+    }
+    while placed < gangs.never_fit {
+        add(format!("never-fit-{placed}"), gangs.size(placed), false);
+        placed += 1;
+    }
+    (groups, out)
+}
+
 fn key(pod: &Pod) -> (String, String) {
     (
         pod.metadata.namespace.clone().unwrap_or_default(),
@@ -250,6 +303,8 @@ struct Waiter<'a> {
     /// Barrier pods bound so far (counted in the scheduler's total).
     barriers_bound: u64,
     barriers: usize,
+    /// The pods that never fit are in gangs: see [`Waiter::parked`].
+    gangs: bool,
 }
 
 impl Waiter<'_> {
@@ -262,10 +317,7 @@ impl Waiter<'_> {
         loop {
             let scheduled = metrics.scheduled() - self.barriers_bound;
             let is_applied = applied.load(Ordering::Acquire);
-            if is_applied
-                && scheduled >= bound
-                && (parked == 0 || self.scheduler.queue_counts().unschedulable >= parked)
-            {
+            if is_applied && scheduled >= bound && (parked == 0 || self.parked(parked)) {
                 return Ok(());
             }
             if is_applied && self.scheduler.is_idle() {
@@ -291,6 +343,25 @@ impl Waiter<'_> {
             }
             tokio::time::sleep(CHECK_EVERY).await;
         }
+    }
+
+    /// Whether at least `parked` pods that never fit wait after a failure:
+    /// among the unschedulable pods; for gangs, in any queue (a gang that
+    /// does not fit goes to backoffQ after each attempt, never to the
+    /// unschedulable pods, and backoffQ is popped whenever activeQ is
+    /// empty, as upstream's queue does with SchedulerPopFromBackoffQ).
+    fn parked(&self, parked: usize) -> bool {
+        if !self.gangs {
+            return self.scheduler.queue_counts().unschedulable >= parked;
+        }
+        let failed = self
+            .scheduler
+            .queue()
+            .list()
+            .iter()
+            .filter(|e| e.info.last_failure.is_some())
+            .count();
+        failed >= parked
     }
 
     /// Creates a pod that fits anywhere and waits for the scheduler's
@@ -391,6 +462,19 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
             }
         }
     }
+    if let Some(gangs) = w.gangs {
+        // As upstream's createPodGroups: the PodGroups exist before their
+        // pods are created (and before measuring).
+        let (groups, _) = gang_stream(w, gangs);
+        cluster
+            .apply(objects::namespace(w.measured.1))
+            .map_err(|e| anyhow!("creating the gangs' namespace: {e}"))?;
+        for g in groups {
+            cluster
+                .apply(g)
+                .map_err(|e| anyhow!("creating a PodGroup: {e}"))?;
+        }
+    }
     let existing = w.existing_pods();
     for i in 0..existing.count {
         let name = format!("{}-init-{i}", existing.template.stem());
@@ -401,7 +485,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
     let stream = measured_stream(w);
     let (rss_before, _) = memory_mib();
 
-    let mut setup = profile::setup(w.profile).await?;
+    let mut setup = profile::setup(w.profile, w.gangs.is_some()).await?;
     if let Some(p) = opts.parallelism {
         setup.config.parallelism = p.max(1);
     }
@@ -423,6 +507,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
         deadline,
         barriers_bound: 0,
         barriers: 0,
+        gangs: w.gangs.is_some(),
     };
     let setup_start = Instant::now();
     scheduler.wait_synced().await;
@@ -526,6 +611,11 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
         setup_seconds,
         rss_before_scheduler_mib: rss_before,
         peak_rss_mib: peak,
+        groups: w.gangs.map_or(0, |g| g.fit),
+        groups_per_second: match w.gangs {
+            Some(g) if seconds > 0.0 => g.fit as f64 / seconds,
+            _ => 0.0,
+        },
         runs_pods_per_second: Vec::new(),
         kube: None,
     })
@@ -611,7 +701,8 @@ fn verify(
                     e.info.pod.namespace.to_string(),
                     e.info.pod.name.to_string(),
                 ),
-                e.queue == QueueName::Unschedulable && e.info.last_failure.is_some(),
+                (e.queue == QueueName::Unschedulable || w.gangs.is_some())
+                    && e.info.last_failure.is_some(),
             )
         })
         .collect();

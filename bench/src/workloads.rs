@@ -98,6 +98,43 @@ pub struct Workload {
     /// While the measured pods are created, objects are created and
     /// deleted alongside (SchedulingWithMixedChurn).
     pub churn: bool,
+    /// The measured pods come in PodGroup gangs, and the scheduler runs
+    /// with `GenericWorkload` on (GangScheduling).
+    pub gangs: Option<Gangs>,
+}
+
+/// The gangs of a gang workload (upstream's `podgroup/gangscheduling`):
+/// PodGroups with a gang policy whose `minCount` is their size, created
+/// before measuring; their pods (the measured template plus
+/// `spec.schedulingGroup.podGroupName`) are the measured stream, gang
+/// after gang.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gangs {
+    /// Gangs that fit; every pod of theirs must be bound.
+    pub fit: usize,
+    /// Gangs that cannot fit as a whole (their last pod asks for more CPU
+    /// than any node has), spread evenly among the others; every pod of
+    /// theirs must stay unbound, waiting among the unschedulable pods.
+    pub never_fit: usize,
+    /// The smallest gang.
+    pub min_size: usize,
+    /// The largest; sizes step by `min_size` from `min_size` to this,
+    /// round robin.
+    pub max_size: usize,
+}
+
+impl Gangs {
+    /// The size of gang `i` (counting the gangs that fit and those that
+    /// do not separately).
+    pub fn size(&self, i: usize) -> usize {
+        let steps = self.max_size / self.min_size;
+        self.min_size * (1 + i % steps)
+    }
+
+    /// The pods of the first `n` gangs.
+    pub fn pods(&self, n: usize) -> usize {
+        (0..n).map(|i| self.size(i)).sum()
+    }
 }
 
 impl Workload {
@@ -110,6 +147,9 @@ impl Workload {
         }
     }
 }
+
+/// The namespace of the gangs (upstream's `gang-ns-0`).
+pub const GANG_NAMESPACE: &str = "gang-ns-0";
 
 /// Upstream's three zones of TopologySpreading.
 const MOONS: &[&str] = &["moon-1", "moon-2", "moon-3"];
@@ -148,6 +188,7 @@ fn workload(
         profile,
         devices_per_node: 0,
         churn: false,
+        gangs: None,
     }
 }
 
@@ -305,6 +346,52 @@ pub fn all(quick: bool) -> Vec<Workload> {
     );
     dra.devices_per_node = if quick { 4 } else { 10 };
     out.push(dra);
+    // scheduler_perf's podgroup/gangscheduling (GenericWorkload on), at
+    // SchedulingBasic's 5000 nodes and 1000 existing pods so that their
+    // costs per pod compare: gangs of 8 to 64 pods of the default pod
+    // (10,080 pods in 280 gangs); once all fitting, once with 10 more
+    // gangs that cannot fit as a whole.
+    for never_fit in [0, if quick { 2 } else { 10 }] {
+        let gangs = if quick {
+            Gangs {
+                fit: 6,
+                never_fit,
+                min_size: 2,
+                max_size: 8,
+            }
+        } else {
+            Gangs {
+                fit: 280,
+                never_fit,
+                min_size: 8,
+                max_size: 64,
+            }
+        };
+        let s = Size {
+            nodes: if quick { 40 } else { 5000 },
+            existing: if quick { 20 } else { 1000 },
+            measured: gangs.pods(gangs.fit),
+            unschedulable: gangs.pods(gangs.never_fit),
+        };
+        let mut label = format!(
+            "{}Nodes/{}Init/{}Gangs_{}Pods",
+            s.nodes, s.existing, gangs.fit, s.measured
+        );
+        if never_fit > 0 {
+            label.push_str(&format!("/{never_fit}GangsNeverFit"));
+        }
+        let mut gang = workload(
+            "GangScheduling",
+            &label,
+            s,
+            ZONES,
+            basic,
+            (T::Default, GANG_NAMESPACE),
+            Profile::Default,
+        );
+        gang.gangs = Some(gangs);
+        out.push(gang);
+    }
     for variant in [
         ExtenderVariant::Native,
         ExtenderVariant::Grpc,
@@ -358,6 +445,7 @@ pub fn all(quick: bool) -> Vec<Workload> {
         profile: Profile::Api(api),
         devices_per_node: 0,
         churn: false,
+        gangs: None,
     });
     // The floor under SchedulingWithExtender/grpc: 230 node ids is the
     // window berthd sends at 500 nodes.
@@ -383,6 +471,7 @@ pub fn all(quick: bool) -> Vec<Workload> {
             profile: Profile::Transport(size),
             devices_per_node: 0,
             churn: false,
+            gangs: None,
         });
     }
     out
@@ -434,6 +523,18 @@ mod tests {
         assert_eq!(one[0].size.measured, 10000);
         let grpc = select(all(true), &["SchedulingWithExtender/grpc".into()]);
         assert_eq!(grpc.len(), 2);
+        let gangs = select(all(false), &["GangScheduling".into()]);
+        assert_eq!(gangs.len(), 2);
+        for w in &gangs {
+            let g = w.gangs.expect("gangs");
+            assert_eq!((g.min_size, g.max_size, g.fit), (8, 64, 280));
+            assert_eq!(w.size.nodes, 5000);
+            assert_eq!(w.size.measured, g.pods(280));
+            assert_eq!(w.size.unschedulable, g.pods(g.never_fit));
+        }
+        assert_eq!(gangs[1].gangs.map(|g| g.never_fit), Some(10));
+        let sizes: Vec<usize> = (0..9).map(|i| gangs[0].gangs.unwrap().size(i)).collect();
+        assert_eq!(sizes, [8, 16, 24, 32, 40, 48, 56, 64, 8]);
         let api = select(all(false), &["Api".into()]);
         assert_eq!(api.len(), 1);
         assert!(matches!(api[0].profile, Profile::Api(s) if s.clients == 4));
