@@ -6,10 +6,13 @@ cordoned node, a tainted control-plane node, tainted GPU nodes (two of them
 publishing their GPUs in DRA ResourceSlices); pods
 already running on nodes, a few hundred pending pods of several
 workloads (spread over zones, with node and pod affinities), gated pods,
-a pod for another scheduler, and pods that cannot fit anywhere on
-purpose. Each pod that must stay pending carries the
+a pod for another scheduler, a training job as two PodGroup gangs (one
+complete, one waiting for its last pod), and pods that cannot fit
+anywhere on purpose. Each pod that must stay pending carries the
 annotation berth.dev/expect-pending with a phrase its reason contains;
-the end-to-end tests read it.
+the end-to-end tests read it. The pods of the gang that waits carry
+berth.dev/expect-pending-generic-workload instead: they are pending only
+with the GenericWorkload gate on.
 
 Run: python3 server/sample/generate.py > server/sample/cluster.yaml
 """
@@ -207,6 +210,27 @@ for i in range(4):
 docs.append(pod("gpu-greedy", ns="ml", cpu="1", mem="1Gi", tolerations=DRA_TOLERATION,
                 spec_extra=with_claim("eight-gpus"),
                 annotations={"berth.dev/expect-pending": "cannot allocate all claims"}))
+
+# A training job as PodGroup gangs (scheduling.k8s.io/v1beta1; scheduled
+# as gangs only with --feature-gates=GenericWorkload=true, as plain pods
+# otherwise): resnet's four workers are all there and start together; bert
+# needs four and has three so far, so with the gate on all three wait for
+# the last one (the annotation names the phrase of that wait).
+def pod_group(name, ns, min_count):
+    docs.append({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                 "metadata": {"name": name, "namespace": ns},
+                 "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}}})
+
+for job, present in [("resnet", 4), ("bert", 3)]:
+    pod_group(f"train-{job}", "ml", 4)
+    for i in range(present):
+        annotations = None
+        if present < 4:
+            annotations = {"berth.dev/expect-pending-generic-workload":
+                           "waiting for minCount pods from a gang to appear in scheduling queue"}
+        docs.append(pod(f"train-{job}-{i}", ns="ml", cpu="1", mem="2Gi",
+                        labels={"app": f"train-{job}"}, annotations=annotations,
+                        spec_extra={"schedulingGroup": {"podGroupName": f"train-{job}"}}))
 
 # Held back by scheduling gates until someone removes them.
 for i in range(3):

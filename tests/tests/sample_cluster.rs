@@ -285,3 +285,135 @@ async fn schedules_the_sample_cluster() -> Result<()> {
     assert!(status.success(), "berthd exit: {status}");
     Ok(())
 }
+
+/// The sample's training job (issue 26 item 7): two PodGroup gangs in
+/// `ml`, `train-resnet` (minCount 4, four pods) and `train-bert` (minCount
+/// 4, three pods so far). `key`s of their pods, by group.
+fn sample_gangs() -> BTreeMap<String, Vec<String>> {
+    let mut gangs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for o in sample().iter().filter(|o| o["kind"] == "Pod") {
+        if let Some(g) = o["spec"]["schedulingGroup"]["podGroupName"].as_str() {
+            gangs.entry(g.to_string()).or_default().push(key(o));
+        }
+    }
+    gangs
+}
+
+/// With the GenericWorkload gate off (berthd's default), the sample's
+/// PodGroups are kept but not acted on: their pods are scheduled as plain
+/// pods, every one bound, and no PodGroup status is written (upstream with
+/// the gate off).
+#[tokio::test]
+async fn the_sample_gangs_are_plain_pods_with_the_gate_off() -> Result<()> {
+    let gangs = sample_gangs();
+    assert_eq!(
+        gangs
+            .iter()
+            .map(|(g, p)| (g.as_str(), p.len()))
+            .collect::<Vec<_>>(),
+        [("train-bert", 3), ("train-resnet", 4)]
+    );
+    let mut berthd = Berthd::start(&["--seed", "7"]).await?;
+    berthd.wait_idle().await?;
+    let mut client = berthd.client().await?;
+    for k in gangs.values().flatten() {
+        let name = k.strip_prefix("ml/").unwrap();
+        let pod = client.get("pods", "ml", name).await?;
+        assert!(pod["spec"]["nodeName"].is_string(), "{k} not bound: {pod}");
+    }
+    for g in gangs.keys() {
+        let pg = client.get("podgroups", "ml", g).await?;
+        assert!(pg["status"]["conditions"].is_null(), "{g}: {pg}");
+    }
+    let status = berthd.stop().await?;
+    assert!(status.success(), "berthd exit: {status}");
+    Ok(())
+}
+
+/// With `--feature-gates=GenericWorkload=true` the sample's complete gang
+/// binds, all four pods; the gang short of its last pod leaves its three
+/// waiting with upstream's message (nothing written on it) until the
+/// fourth arrives, then all four bind.
+#[tokio::test]
+async fn the_sample_gangs_with_generic_workload() -> Result<()> {
+    let gangs = sample_gangs();
+    let mut berthd =
+        Berthd::start(&["--seed", "7", "--feature-gates", "GenericWorkload=true"]).await?;
+    let idle = berthd.wait_idle().await?;
+    let mut client = berthd.client().await?;
+
+    let waiting: BTreeMap<String, String> = sample()
+        .iter()
+        .filter_map(|o| {
+            Some((
+                key(o),
+                o["metadata"]["annotations"]["berth.dev/expect-pending-generic-workload"]
+                    .as_str()?
+                    .to_string(),
+            ))
+        })
+        .collect();
+    assert_eq!(
+        waiting.keys().collect::<Vec<_>>(),
+        gangs["train-bert"].iter().collect::<Vec<_>>()
+    );
+    let expect_pending = sample()
+        .iter()
+        .filter(|o| o["metadata"]["annotations"]["berth.dev/expect-pending"].is_string())
+        .count();
+    assert_eq!(
+        idle["fields"]["pending"],
+        (expect_pending + waiting.len()) as u64
+    );
+
+    for k in &gangs["train-resnet"] {
+        let pod = client
+            .get("pods", "ml", k.strip_prefix("ml/").unwrap())
+            .await?;
+        assert!(pod["spec"]["nodeName"].is_string(), "{k} not bound: {pod}");
+    }
+    let pg = client.get("podgroups", "ml", "train-resnet").await?;
+    let cond = &pg["status"]["conditions"][0];
+    assert!(
+        cond["type"] == "PodGroupInitiallyScheduled"
+            && cond["status"] == "True"
+            && cond["reason"] == "Scheduled",
+        "{pg}"
+    );
+
+    let queue = client.get_queue("ml").await?;
+    for (k, phrase) in &waiting {
+        let q = queue
+            .iter()
+            .find(|q| &format!("{}/{}", q.namespace, q.name) == k)
+            .unwrap_or_else(|| panic!("{k} not queued: {queue:?}"));
+        assert_eq!(q.queue, berth_client::QueueName::Gated as i32, "{k}");
+        assert_eq!(&q.last_failure, phrase, "{k}");
+        let pod = client.get("pods", "ml", &q.name).await?;
+        assert!(pod["spec"]["nodeName"].is_null(), "{k} bound: {pod}");
+    }
+    let pg = client.get("podgroups", "ml", "train-bert").await?;
+    assert!(pg["status"]["conditions"].is_null(), "{pg}");
+
+    // The last worker arrives: the gang starts, all four.
+    let mut last = client.get("pods", "ml", "train-bert-0").await?;
+    for field in ["uid", "resourceVersion", "creationTimestamp", "generation"] {
+        last["metadata"].as_object_mut().unwrap().remove(field);
+    }
+    last["metadata"]["name"] = "train-bert-3".into();
+    last.as_object_mut().unwrap().remove("status");
+    client.apply(&[last], "").await?;
+    berthd.wait_idle().await?;
+    for i in 0..4 {
+        let pod = client.get("pods", "ml", &format!("train-bert-{i}")).await?;
+        assert!(
+            pod["spec"]["nodeName"].is_string(),
+            "train-bert-{i} not bound: {pod}"
+        );
+    }
+    let pg = client.get("podgroups", "ml", "train-bert").await?;
+    assert_eq!(pg["status"]["conditions"][0]["status"], "True", "{pg}");
+    let status = berthd.stop().await?;
+    assert!(status.success(), "berthd exit: {status}");
+    Ok(())
+}
