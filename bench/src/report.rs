@@ -385,3 +385,65 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(outcomes: Vec<Outcome>) -> Report {
+        Report {
+            machine: Machine {
+                cpus: 2,
+                cpu_model: "test".into(),
+                memory_mib: 1024,
+                load_average: 0.0,
+            },
+            quick: true,
+            command: "berth-bench".into(),
+            outcomes,
+        }
+    }
+
+    fn done(workload: &str, groups: usize, groups_per_second: f64) -> Outcome {
+        Outcome::Done(RunResult {
+            workload: workload.into(),
+            measured_pods: 100,
+            unschedulable_pods: 6,
+            pods_per_second: 1000.0,
+            groups,
+            groups_per_second,
+            ..RunResult::default()
+        })
+    }
+
+    #[test]
+    fn groups_per_second_is_a_column_only_when_a_gang_workload_ran() {
+        let plain = report(vec![done("SchedulingBasic/x", 0, 0.0)]).markdown();
+        assert!(!plain.contains("Groups/s"), "{plain}");
+
+        let text = report(vec![
+            done("SchedulingBasic/x", 0, 0.0),
+            done("GangScheduling/x", 10, 97.24),
+        ])
+        .markdown();
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with('|')).collect();
+        let cells = |l: &str| -> Vec<String> {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_string())
+                .collect()
+        };
+        let header = cells(lines[0]);
+        assert_eq!(header[4..6], ["Pods/s", "Groups/s"]);
+        let gang = cells(lines[3]);
+        assert_eq!(gang[3], "100 in 10 gangs (+6 that never fit)");
+        assert_eq!(gang[5], "97.2");
+        assert_eq!(cells(lines[2])[5], "", "no groups for a workload of pods");
+
+        let json = serde_json::to_value(&done("GangScheduling/x", 10, 97.24)).unwrap();
+        assert_eq!(json["groups"], 10);
+        assert_eq!(json["groups_per_second"], 97.24);
+        let json = serde_json::to_value(&done("SchedulingBasic/x", 0, 0.0)).unwrap();
+        assert!(json.get("groups").is_none(), "{json}");
+    }
+}
