@@ -440,10 +440,10 @@ mod tests {
         assert_eq!(gang[5], "97.2");
         assert_eq!(cells(lines[2])[5], "", "no groups for a workload of pods");
 
-        let json = serde_json::to_value(&done("GangScheduling/x", 10, 97.24)).unwrap();
+        let json = serde_json::to_value(done("GangScheduling/x", 10, 97.24)).unwrap();
         assert_eq!(json["groups"], 10);
         assert_eq!(json["groups_per_second"], 97.24);
-        let json = serde_json::to_value(&done("SchedulingBasic/x", 0, 0.0)).unwrap();
+        let json = serde_json::to_value(done("SchedulingBasic/x", 0, 0.0)).unwrap();
         assert!(json.get("groups").is_none(), "{json}");
     }
 }
