@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 pub use breaker::Breaker;
 pub use connection::{
     CallError, CallRequest, Connection, Dial, INITIAL_BACKOFF, MAX_BACKOFF, PROTOCOL_VERSION,
-    Reply, Stats,
+    Reply, Stats, Subject,
 };
 pub use feed::NodeFeed;
 pub use remote::{RemotePlugin, reservation_id};
