@@ -242,7 +242,10 @@ pub type CallFuture = Pin<Box<dyn Future<Output = Answer> + Send + 'static>>;
 #[derive(Debug)]
 enum Asked {
     PreFilter,
-    Filter { ids: Vec<u32>, score: bool },
+    Filter {
+        ids: Vec<u32>,
+        score: bool,
+    },
     PostFilter,
     PreScore,
     Score(usize),

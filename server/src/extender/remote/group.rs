@@ -158,11 +158,7 @@ impl PodGroupPostFilterPlugin for RemotePlugin {
                 n.node, n.uid
             );
             self.conn.report_malformed("PodGroupPostFilter", &why);
-            let s = failure().status(
-                "PodGroupPostFilter",
-                CallError::Malformed(why),
-                declined(),
-            );
+            let s = failure().status("PodGroupPostFilter", CallError::Malformed(why), declined());
             return (None, s);
         }
         let reasons = if s.reasons.is_empty() {

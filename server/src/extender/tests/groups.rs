@@ -210,11 +210,13 @@ async fn placement_feasible_rejecting_stops_the_cycle_and_binds_no_pod_of_the_ga
     // Asked once, before any pod: the rejection ends the cycle there.
     assert_eq!(fake.received("PlacementFeasible"), 1);
     assert_eq!(fake.received("GroupPermit"), 0);
-    assert!(env.cluster.pods().iter().all(|p| p
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_ref())
-        .is_none()));
+    assert!(
+        env.cluster.pods().iter().all(|p| p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_none())
+    );
 }
 
 #[tokio::test]
@@ -381,7 +383,7 @@ async fn a_down_extender_at_placement_feasible_fails_the_gang_unless_it_is_ignor
                 );
             }
         }
-        }
+    }
 }
 
 #[tokio::test]

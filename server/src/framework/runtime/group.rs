@@ -84,7 +84,8 @@ impl Framework {
         let mut out = None;
         for (i, p) in self.pod_group_post_filter.iter().enumerate() {
             let pt = self.plugin_timer(state);
-            let (r, s) = p.pod_group_post_filter(state, group, attempt, schedule, self)
+            let (r, s) = p
+                .pod_group_post_filter(state, group, attempt, schedule, self)
                 .await;
             self.plugin_done(Point::PodGroupPostFilter, i, s.code(), pt);
             match s.code() {

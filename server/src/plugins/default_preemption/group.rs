@@ -39,7 +39,7 @@ use super::{
 };
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    CycleState, EventType, GroupAttempt, Eviction, Framework, PodEvent, PodGroupCycleInfo,
+    CycleState, EventType, Eviction, Framework, GroupAttempt, PodEvent, PodGroupCycleInfo,
     PodGroupPostFilterPlugin, PodGroupPostFilterResult, PodGroupSchedulingFunc, ProposedAssignment,
     Status,
 };
