@@ -30,7 +30,7 @@ use pb::request::Kind;
 use pb::response::Result as Reply;
 
 use crate::context::Context;
-use crate::types::{Code, HandlerResult, PodIdentity, Status};
+use crate::types::{Code, HandlerResult, PodIdentity, Status, check_code};
 
 /// A pod of a group: who it is, its object, and its node when it is
 /// already scheduled.
@@ -357,17 +357,6 @@ const DECIDING_CODES: &[Code] = &[
     Code::UnschedulableAndUnresolvable,
     Code::Error,
 ];
-
-fn check_code(point: &str, s: &Status, allowed: &[Code]) -> Result<(), String> {
-    if allowed.contains(&s.code) {
-        Ok(())
-    } else {
-        Err(format!(
-            "the {point} handler answered {}, which {point} does not allow",
-            s.code.as_str_name()
-        ))
-    }
-}
 
 fn placements(p: Vec<pb::Placement>) -> Vec<Placement> {
     p.into_iter()

@@ -29,6 +29,7 @@ use crate::points::{
     Score,
 };
 use crate::reservations::{ReservationBook, UnreserveStart};
+use crate::types::check_code;
 use crate::types::{
     Code, CyclePod, ExtensionPoint, NodeRef, NodeStatus, PermitOutcome, PodIdentity, Reservation,
     ScoreNormalization, Status, Unreservation,
@@ -1156,17 +1157,6 @@ const RESERVE_CODES: &[Code] = POST_FILTER_CODES;
 const PERMIT_REJECT_CODES: &[Code] = &REJECTIONS;
 const PRE_BIND_CODES: &[Code] = POST_FILTER_CODES;
 const BIND_CODES: &[Code] = PRE_FILTER_CODES;
-
-fn check_code(point: &str, s: &Status, allowed: &[Code]) -> Result<(), String> {
-    if allowed.contains(&s.code) {
-        Ok(())
-    } else {
-        Err(format!(
-            "the {point} handler answered {}, which {point} does not allow",
-            s.code.as_str_name()
-        ))
-    }
-}
 
 /// The rejected nodes of a Filter answer, by position in the request and
 /// with their ids; refuses a node that was not asked about.

@@ -103,6 +103,15 @@ async fn start_gang(yaml: &str, objects: Vec<Value>, pods: Vec<PodBuilder>) -> E
     }
 }
 
+/// A gang of four pods of 3 CPUs on three 4-CPU nodes: the fourth never
+/// fits, so the group does not.
+async fn start_unfitting_gang(yaml: &str) -> Env {
+    let pods = (0..4)
+        .map(|i| member(&format!("w{i}"), "train", "3"))
+        .collect();
+    start_gang(yaml, vec![gang("train", 4)], pods).await
+}
+
 impl Env {
     async fn decisions_sorted(&mut self, n: usize) -> Vec<Decision> {
         let mut v = Vec::new();
@@ -260,16 +269,7 @@ async fn pod_group_post_filter_hears_why_the_gang_did_not_fit_and_its_nomination
         s.group_post_filter = Some((pb::Code::Success, Some("n2")));
     }
     let (endpoint, _stop) = serve(fake.clone()).await;
-    let yaml = post_filter_only(&endpoint);
-    // Four pods of 3 CPUs on three 4-CPU nodes: the fourth never fits.
-    let mut env = start_gang(
-        &yaml,
-        vec![gang("train", 4)],
-        (0..4)
-            .map(|i| member(&format!("w{i}"), "train", "3"))
-            .collect(),
-    )
-    .await;
+    let mut env = start_unfitting_gang(&post_filter_only(&endpoint)).await;
     let d = env.decisions_sorted(4).await;
     // The pods placed wait for the room being made, with the group's
     // message and the extender's appended; the one that did not fit
@@ -331,15 +331,7 @@ async fn a_nomination_of_a_pod_not_in_the_cycle_is_out_of_protocol_and_fails_the
         s.group_post_filter_garbage = true;
     }
     let (endpoint, _stop) = serve(fake.clone()).await;
-    let yaml = post_filter_only(&endpoint);
-    let mut env = start_gang(
-        &yaml,
-        vec![gang("train", 4)],
-        (0..4)
-            .map(|i| member(&format!("w{i}"), "train", "3"))
-            .collect(),
-    )
-    .await;
+    let mut env = start_unfitting_gang(&post_filter_only(&endpoint)).await;
     let d = env.decisions_sorted(4).await;
     for d in &d[..3] {
         let m = failed_message(d);
