@@ -554,6 +554,11 @@ impl Reader {
             },
             session_id: self.core.id,
             scheduler: self.scheduler.clone(),
+            dry_run: match &kind {
+                Kind::PostFilter(p) => p.dry_run,
+                Kind::PodGroupPostFilter(p) => p.dry_run,
+                _ => false,
+            },
         };
 
         if let Kind::Unreserve(u) = kind {

@@ -523,7 +523,10 @@ impl PostFilterPlugin for RemotePlugin {
             .call(
                 state,
                 pod,
-                request::Kind::PostFilter(pb::PostFilterRequest { node_statuses }),
+                request::Kind::PostFilter(pb::PostFilterRequest {
+                    node_statuses,
+                    dry_run: state.dry_run,
+                }),
             )
             .await;
         match r {

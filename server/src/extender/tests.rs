@@ -440,6 +440,7 @@ impl extender_server::Extender for Fake {
                                 p.failed
                             ),
                             Kind::GroupPermit(p) => fake.placements(&p.placement),
+                            Kind::PostFilter(p) if p.dry_run => "dry-run".into(),
                             Kind::PodGroupPostFilter(p) => format!(
                                 "{}{} [{}]",
                                 if p.dry_run { "dry-run " } else { "" },
