@@ -99,11 +99,17 @@ async fn start(dir: &TempDir, objects: &[Value], cfg: &str, extenders: &[&str]) 
         "GenericWorkload=true",
     ])
     .await?;
-    for name in extenders {
-        berthd
-            .wait_for(|l| message(l) == "extender connected" && l["fields"]["extender"] == *name)
-            .await?;
-    }
+    // In whatever order they connect (a wait consumes the lines it reads).
+    let mut waiting: Vec<&str> = extenders.to_vec();
+    berthd
+        .wait_for(|l| {
+            if message(l) == "extender connected" {
+                let name = l["fields"]["extender"].as_str().unwrap_or_default();
+                waiting.retain(|w| *w != name);
+            }
+            waiting.is_empty()
+        })
+        .await?;
     Ok(berthd)
 }
 

@@ -723,7 +723,7 @@ mod tests {
             ),
             (
                 "- {name: a, endpoint: 'http://x:1', points: [filter, queueSort]}",
-                "berthExtenders[0].points[1]: Unsupported value: \"queueSort\": supported values: preFilter, filter, postFilter, preScore, score, reserve, permit, preBind, bind, postBind",
+                "berthExtenders[0].points[1]: Unsupported value: \"queueSort\": supported values: preFilter, filter, postFilter, preScore, score, reserve, permit, preBind, bind, postBind, placementFeasible, podGroupPostFilter, groupPermit",
             ),
             (
                 "- {name: a, endpoint: 'http://x:1', points: [filter, filter]}",
