@@ -27,6 +27,7 @@ pub struct Context {
     pub(crate) decider: PermitDecider,
     pub(crate) session_id: u64,
     pub(crate) scheduler: Arc<str>,
+    pub(crate) dry_run: bool,
 }
 
 impl Context {
@@ -46,7 +47,15 @@ impl Context {
             },
             session_id: 0,
             scheduler: Arc::from(""),
+            dry_run: false,
         }
+    }
+
+    /// Whether the request is part of a what-if evaluation (berthd's
+    /// DryRun or Simulate, as PostFilter and PodGroupPostFilter requests
+    /// say): answer what you would do, and change nothing (evict no pod).
+    pub fn dry_run(&self) -> bool {
+        self.dry_run
     }
 
     /// The request's id (unique on its stream).

@@ -5,7 +5,9 @@
 //! stream of `berth.extender.v1.Extender/Session` (berthd dials the
 //! extender). With this crate an author implements only the traits of the
 //! points served ([`PreFilter`], [`Filter`], [`PostFilter`], [`PreScore`],
-//! [`Score`], [`Reserve`], [`Permit`], [`PreBind`], [`Bind`], [`PostBind`]),
+//! [`Score`], [`Reserve`], [`Permit`], [`PreBind`], [`Bind`], [`PostBind`],
+//! and for PodGroups' group cycles [`PlacementFeasible`],
+//! [`PodGroupPostFilter`] and [`GroupPermit`]),
 //! registers them with an [`ExtenderBuilder`], and serves. The SDK does the
 //! rest of the protocol:
 //!
@@ -112,6 +114,7 @@
 #![warn(missing_docs)]
 
 mod context;
+mod groups;
 mod pods;
 mod points;
 mod reservations;
@@ -122,6 +125,10 @@ mod types;
 
 pub use async_trait::async_trait;
 pub use context::{Context, DecisionError, Nodes, PermitDecider};
+pub use groups::{
+    CycleGroup, GroupAttempt, GroupMember, GroupPermit, GroupPostFilterResult, Placement,
+    PlacementFeasible, PlacementProgress, PodAttempt, PodGroupPostFilter,
+};
 pub use pods::{PlacedPod, Pods};
 pub use points::{
     Bind, CycleHooks, Filter, Permit, PostBind, PostFilter, PreBind, PreFilter, PreScore, Reserve,

@@ -14,6 +14,7 @@ use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::groups::{GroupPermit, PlacementFeasible, PodGroupPostFilter};
 use crate::points::{
     Bind, CycleHooks, Filter, Permit, PostBind, PostFilter, PreBind, PreFilter, PreScore, Reserve,
     Score,
@@ -103,6 +104,24 @@ impl ExtenderBuilder {
         self
     }
 
+    /// Serves PlacementFeasible (group cycles).
+    pub fn placement_feasible(mut self, h: impl PlacementFeasible) -> Self {
+        self.handlers.groups.placement_feasible = Some(Arc::new(h));
+        self
+    }
+
+    /// Serves PodGroupPostFilter (group cycles).
+    pub fn pod_group_post_filter(mut self, h: impl PodGroupPostFilter) -> Self {
+        self.handlers.groups.pod_group_post_filter = Some(Arc::new(h));
+        self
+    }
+
+    /// Serves GroupPermit (group cycles; berth's point).
+    pub fn group_permit(mut self, h: impl GroupPermit) -> Self {
+        self.handlers.groups.group_permit = Some(Arc::new(h));
+        self
+    }
+
     /// Serves PreBind.
     pub fn pre_bind(mut self, h: impl PreBind) -> Self {
         self.handlers.pre_bind = Some(Arc::new(h));
@@ -164,6 +183,15 @@ impl ExtenderBuilder {
             (h.pre_bind.is_some(), ExtensionPoint::PreBind),
             (h.bind.is_some(), ExtensionPoint::Bind),
             (h.post_bind.is_some(), ExtensionPoint::PostBind),
+            (
+                h.groups.placement_feasible.is_some(),
+                ExtensionPoint::PlacementFeasible,
+            ),
+            (
+                h.groups.pod_group_post_filter.is_some(),
+                ExtensionPoint::PodGroupPostFilter,
+            ),
+            (h.groups.group_permit.is_some(), ExtensionPoint::GroupPermit),
         ]
         .into_iter()
         .filter_map(|(served, p)| served.then_some(p))

@@ -22,12 +22,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, warn};
 
 use crate::context::{Context, DecisionError, Nodes, PermitDecider, Table};
+use crate::groups::{self, CycleGroup, GroupHandlers};
 use crate::pods::{PlacedPod, Pods};
 use crate::points::{
     Bind, CycleHooks, Filter, Permit, PostBind, PostFilter, PreBind, PreFilter, PreScore, Reserve,
     Score,
 };
 use crate::reservations::{ReservationBook, UnreserveStart};
+use crate::types::check_code;
 use crate::types::{
     Code, CyclePod, ExtensionPoint, NodeRef, NodeStatus, PermitOutcome, PodIdentity, Reservation,
     ScoreNormalization, Status, Unreservation,
@@ -50,6 +52,7 @@ pub(crate) struct Handlers {
     pub(crate) bind: Option<Arc<dyn Bind>>,
     pub(crate) post_bind: Option<Arc<dyn PostBind>>,
     pub(crate) hooks: Option<Arc<dyn CycleHooks>>,
+    pub(crate) groups: GroupHandlers,
 }
 
 /// What every session of an extender shares.
@@ -301,6 +304,7 @@ pub(crate) async fn run(
             nodes: Nodes::default(),
             pods: Pods::default(),
             cycles: HashMap::new(),
+            groups: HashMap::new(),
             inflight: Arc::new(Mutex::new(HashMap::new())),
             token: CancellationToken::new(),
             scheduler: Arc::from(open.scheduler.as_str()),
@@ -340,6 +344,8 @@ struct Reader {
     nodes: Nodes,
     pods: Pods,
     cycles: HashMap<u64, CycleSlot>,
+    /// Group cycles' groups (GroupCycleStart), until their CycleEnd.
+    groups: HashMap<u64, Result<Arc<CycleGroup>, String>>,
     inflight: Arc<Mutex<HashMap<u64, InFlight>>>,
     /// Cancelled when the session ends; every request's token is a child.
     token: CancellationToken,
@@ -412,6 +418,21 @@ impl Reader {
                 }
             }
             In::CycleStart(c) => self.on_cycle_start(c),
+            In::GroupCycleStart(g) => {
+                let (id, key) = (g.cycle_id, format!("{}/{}", g.namespace, g.name));
+                debug!(cycle = id, group = %key, pods = g.pods.len(), "group cycle started");
+                let slot = groups::parse_start(g).map(Arc::new);
+                if let Err(e) = &slot {
+                    warn!(group = %key, "{e}");
+                }
+                if self.groups.insert(id, slot).is_some() {
+                    warn!(
+                        cycle = id,
+                        "GroupCycleStart of a cycle already started: replaced"
+                    );
+                }
+            }
+            In::CycleEnd(e) if self.groups.remove(&e.cycle_id).is_some() => {}
             In::CycleEnd(e) => match self.cycles.remove(&e.cycle_id) {
                 Some(Ok(pod)) => {
                     if let Some(h) = &self.shared.handlers.hooks {
@@ -533,12 +554,38 @@ impl Reader {
             },
             session_id: self.core.id,
             scheduler: self.scheduler.clone(),
+            dry_run: match &kind {
+                Kind::PostFilter(p) => p.dry_run,
+                Kind::PodGroupPostFilter(p) => p.dry_run,
+                _ => false,
+            },
         };
 
         if let Kind::Unreserve(u) = kind {
             self.core.permits.lock().waiting.remove(&u.reservation_id);
             let work = self.unreserve(cx.clone(), u);
             self.spawn(id, kind_name, cx, None, work);
+            return;
+        }
+
+        if groups::is_group_kind(&kind) {
+            let group = match self.groups.get(&r.cycle_id) {
+                Some(Ok(g)) => g.clone(),
+                Some(Err(e)) => return self.core.respond_error(id, e.clone()),
+                None => {
+                    return self.core.respond_error(
+                        id,
+                        format!(
+                            "{kind_name} names group cycle {}, which was not started",
+                            r.cycle_id
+                        ),
+                    );
+                }
+            };
+            match groups::work(&self.shared.handlers.groups, cx.clone(), group, kind) {
+                Ok(work) => self.spawn(id, kind_name, cx, None, work),
+                Err(e) => self.core.respond_error(id, e),
+            }
             return;
         }
 
@@ -878,6 +925,9 @@ impl Reader {
                 .boxed()
             }
             Kind::Unreserve(_) => return, // handled above
+            Kind::PlacementFeasible(_) | Kind::PodGroupPostFilter(_) | Kind::GroupPermit(_) => {
+                return; // handled above
+            }
         };
         self.spawn(id, kind_name, cx, permit_running, work);
     }
@@ -1083,6 +1133,9 @@ fn point_of(kind: &Kind) -> (ExtensionPoint, &'static str) {
         Kind::PreBind(_) => (ExtensionPoint::PreBind, "PreBind"),
         Kind::Bind(_) => (ExtensionPoint::Bind, "Bind"),
         Kind::PostBind(_) => (ExtensionPoint::PostBind, "PostBind"),
+        Kind::PlacementFeasible(_) => (ExtensionPoint::PlacementFeasible, "PlacementFeasible"),
+        Kind::PodGroupPostFilter(_) => (ExtensionPoint::PodGroupPostFilter, "PodGroupPostFilter"),
+        Kind::GroupPermit(_) => (ExtensionPoint::GroupPermit, "GroupPermit"),
     }
 }
 
@@ -1109,17 +1162,6 @@ const RESERVE_CODES: &[Code] = POST_FILTER_CODES;
 const PERMIT_REJECT_CODES: &[Code] = &REJECTIONS;
 const PRE_BIND_CODES: &[Code] = POST_FILTER_CODES;
 const BIND_CODES: &[Code] = PRE_FILTER_CODES;
-
-fn check_code(point: &str, s: &Status, allowed: &[Code]) -> Result<(), String> {
-    if allowed.contains(&s.code) {
-        Ok(())
-    } else {
-        Err(format!(
-            "the {point} handler answered {}, which {point} does not allow",
-            s.code.as_str_name()
-        ))
-    }
-}
 
 /// The rejected nodes of a Filter answer, by position in the request and
 /// with their ids; refuses a node that was not asked about.

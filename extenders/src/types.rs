@@ -111,6 +111,19 @@ impl Status {
     }
 }
 
+/// Whether a handler's status has a code its point allows; the error
+/// answer saying so otherwise.
+pub(crate) fn check_code(point: &str, s: &Status, allowed: &[Code]) -> Result<(), String> {
+    if allowed.contains(&s.code) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the {point} handler answered {}, which {point} does not allow",
+            s.code.as_str_name()
+        ))
+    }
+}
+
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.code.as_str_name())?;

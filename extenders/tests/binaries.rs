@@ -132,6 +132,9 @@ fn status_of(r: Reply) -> Result<(Option<pb::Code>, Vec<String>)> {
         Reply::PreBind(r) => r.status,
         Reply::PreFilter(r) => r.status,
         Reply::Permit(r) => r.status,
+        Reply::PlacementFeasible(r) => r.status,
+        Reply::GroupPermit(r) => r.status,
+        Reply::PodGroupPostFilter(r) => r.status,
         other => bail!("no status in {other:?}"),
     };
     Ok((code(&s), s.map(|s| s.reasons).unwrap_or_default()))
@@ -488,6 +491,139 @@ async fn quota_core_admits_within_quota_and_picks_the_node() -> Result<()> {
             Some(pb::Code::UnschedulableAndUnresolvable),
             vec!["namespace team-a over quota: requested 500m, used 600m of 1000m".to_string()]
         )
+    );
+    p.stop().await?;
+    Ok(())
+}
+
+/// A pod of PodGroup `group`.
+fn group_pod(name: &str, group: &str) -> Value {
+    with(
+        pod(name, &format!("uid-{name}"), json!({})),
+        &["spec", "schedulingGroup"],
+        json!({"podGroupName": group}),
+    )
+}
+
+fn group_start(cycle_id: u64, group: &str, pods: &[&str], scheduled: &[(&str, &str)]) -> In {
+    let member = |name: &str, node: &str| pb::GroupMember {
+        namespace: "default".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        pod: serde_json::to_vec(&group_pod(name, group)).unwrap_or_default(),
+        node: node.into(),
+        node_id: if node.is_empty() { 0 } else { id(node) },
+    };
+    In::GroupCycleStart(pb::GroupCycleStart {
+        cycle_id,
+        pod_group: serde_json::to_vec(&json!({
+            "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": group, "namespace": "default", "uid": format!("uid-{group}")},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": pods.len() + scheduled.len()}}},
+        }))
+        .unwrap_or_default(),
+        namespace: "default".into(),
+        name: group.into(),
+        uid: format!("uid-{group}"),
+        pods: pods.iter().map(|p| member(p, "")).collect(),
+        scheduled: scheduled.iter().map(|(p, n)| member(p, n)).collect(),
+    })
+}
+
+fn placement_feasible(scheduled: u32, remaining: u32, placed: &[(&str, &str)]) -> Kind {
+    Kind::PlacementFeasible(pb::PlacementFeasibleRequest {
+        scheduled,
+        remaining,
+        placed: placed
+            .iter()
+            .map(|(p, n)| pb::Placement {
+                uid: format!("uid-{p}"),
+                node: n.to_string(),
+                node_id: id(n),
+            })
+            .collect(),
+        failed: 0,
+    })
+}
+
+fn filter(nodes: &[&str]) -> Kind {
+    Kind::Filter(pb::FilterRequest {
+        node_ids: ids(nodes),
+        score: false,
+    })
+}
+
+/// The rejected nodes of a Filter answer, by name.
+fn rejected(r: Reply) -> Result<Vec<String>> {
+    match r {
+        Reply::Filter(f) => {
+            let by_id: std::collections::HashMap<u32, &str> = ["a1", "a2", "b1", "b2"]
+                .iter()
+                .map(|n| (id(n), *n))
+                .collect();
+            Ok(f.rejected
+                .iter()
+                .map(|s| by_id.get(&s.node_id).copied().unwrap_or("?").to_string())
+                .collect())
+        }
+        other => bail!("not a Filter answer: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn gang_zone_keeps_a_gang_in_the_zone_of_its_first_pod() -> Result<()> {
+    let p = Proc::start(env!("CARGO_BIN_EXE_gang-zone"), &[]).await?;
+    let mut s = Session::open(p.addr).await?;
+    let zone = |z: &str| json!({"topology.kubernetes.io/zone": z});
+    s.nodes(&[
+        node("a1", zone("a")),
+        node("a2", zone("a")),
+        node("b1", zone("b")),
+        node("b2", zone("b")),
+    ])?;
+    let all = ["a1", "a2", "b1", "b2"];
+    // A group cycle of two pods: nothing placed yet, every node passes.
+    s.send(group_start(10, "train", &["w0", "w1"], &[]))?;
+    s.request(1, 10, placement_feasible(0, 2, &[]))?;
+    assert_eq!(status_of(s.response(1).await?)?.0, Some(pb::Code::Success));
+    s.cycle(11, &group_pod("w0", "train"))?;
+    s.request(2, 11, filter(&all))?;
+    assert!(rejected(s.response(2).await?)?.is_empty());
+    // w0 went to b2: the next pod of the cycle is kept to zone b.
+    s.request(3, 10, placement_feasible(1, 1, &[("w0", "b2")]))?;
+    assert_eq!(status_of(s.response(3).await?)?.0, Some(pb::Code::Success));
+    s.cycle(12, &group_pod("w1", "train"))?;
+    s.request(4, 12, filter(&all))?;
+    assert_eq!(rejected(s.response(4).await?)?, names(&["a1", "a2"]));
+    // A placement across zones is refused, naming them.
+    s.request(
+        5,
+        10,
+        placement_feasible(2, 0, &[("w0", "b2"), ("w1", "a1")]),
+    )?;
+    let (c, reasons) = status_of(s.response(5).await?)?;
+    assert_eq!(c, Some(pb::Code::Unschedulable));
+    assert_eq!(
+        reasons,
+        names(&["pod group default/train would span zones a, b"])
+    );
+    // A pod outside any group is not constrained.
+    s.cycle(13, &pod("solo", "uid-solo", json!({})))?;
+    s.request(6, 13, filter(&all))?;
+    assert!(rejected(s.response(6).await?)?.is_empty());
+    // The next cycle of a gang already running in zone a starts there.
+    s.send(group_start(20, "serve", &["s1"], &[("s0", "a2")]))?;
+    s.request(7, 20, placement_feasible(1, 1, &[]))?;
+    assert_eq!(status_of(s.response(7).await?)?.0, Some(pb::Code::Success));
+    s.cycle(21, &group_pod("s1", "serve"))?;
+    s.request(8, 21, filter(&all))?;
+    assert_eq!(rejected(s.response(8).await?)?, names(&["b1", "b2"]));
+    // A group request naming a cycle never started is answered an error.
+    s.request(9, 99, placement_feasible(0, 1, &[]))?;
+    assert!(
+        s.error(9)
+            .await?
+            .contains("group cycle 99, which was not started")
     );
     p.stop().await?;
     Ok(())

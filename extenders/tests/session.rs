@@ -1023,10 +1023,14 @@ impl PreScore for Everything {
 impl PostFilter for Everything {
     async fn post_filter(
         &self,
-        _: &Context,
+        cx: &Context,
         _: &CyclePod,
         statuses: &[NodeStatus],
     ) -> HandlerResult<PostFilterResult> {
+        if cx.dry_run() {
+            // A what-if: say what would be done, evict nothing.
+            return Ok(PostFilterResult::unschedulable("dry run: would evict"));
+        }
         Ok(
             match statuses.iter().find(|s| s.plugin == "NodeResourcesFit") {
                 Some(s) => PostFilterResult::nominate(s.node.clone()),
@@ -1107,12 +1111,31 @@ async fn every_other_point_answers_as_written() -> Result<()> {
                 reasons: vec!["Insufficient cpu".into()],
                 plugin: "NodeResourcesFit".into(),
             }],
+            dry_run: false,
         }),
     )?;
     match s.response(4).await? {
         Reply::PostFilter(p) => {
             assert_eq!(code(&p.status), Some(pb::Code::Success));
             assert_eq!(p.nominated_node, "n9");
+        }
+        other => bail!("unexpected {other:?}"),
+    }
+    // The handler hears that a request is a dry run's.
+    s.request(
+        40,
+        1,
+        Kind::PostFilter(pb::PostFilterRequest {
+            node_statuses: vec![],
+            dry_run: true,
+        }),
+    )?;
+    match s.response(40).await? {
+        Reply::PostFilter(p) => {
+            assert_eq!(
+                p.status.map(|s| s.reasons),
+                Some(vec!["dry run: would evict".to_string()])
+            );
         }
         other => bail!("unexpected {other:?}"),
     }

@@ -8,6 +8,7 @@
 pub mod fake_apiserver;
 pub mod manifests;
 pub mod portforward;
+pub mod python;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -487,16 +488,17 @@ pub fn python_path() -> Result<PathBuf> {
 }
 
 /// The example binaries of `berth-extender`.
-const EXTENDER_BINARIES: [&str; 5] = [
+const EXTENDER_BINARIES: [&str; 6] = [
     "gpu-share",
     "volume-prebind",
     "gang-permit",
+    "gang-zone",
     "quota-core",
     "faulty",
 ];
 
 /// An example extender binary of `berth-extender` (`gpu-share`,
-/// `volume-prebind`, `gang-permit`, `quota-core`, or the `faulty` test
+/// `volume-prebind`, `gang-permit`, `gang-zone`, `quota-core`, or the `faulty` test
 /// tool), built once per test process with the same profile as the tests.
 pub fn extender_path(name: &str) -> Result<PathBuf> {
     static PATHS: std::sync::Mutex<Vec<(String, Result<PathBuf, String>)>> =

@@ -63,6 +63,9 @@ enum Point {
     PreBind,
     Bind,
     PostBind,
+    PlacementFeasible,
+    PodGroupPostFilter,
+    GroupPermit,
 }
 
 impl Point {
@@ -80,6 +83,9 @@ impl Point {
             Point::PreBind => E::PreBind,
             Point::Bind => E::Bind,
             Point::PostBind => E::PostBind,
+            Point::PlacementFeasible => E::PlacementFeasible,
+            Point::PodGroupPostFilter => E::PodGroupPostFilter,
+            Point::GroupPermit => E::GroupPermit,
         }
     }
 }
@@ -115,7 +121,7 @@ struct Args {
     #[arg(long, default_value = "faulty")]
     name: String,
 
-    /// The points declared in Hello (default: all ten); berthd may enable
+    /// The points declared in Hello (default: all thirteen); berthd may enable
     /// the extender only at these.
     #[arg(long, value_enum, value_delimiter = ',')]
     points: Vec<Point>,
@@ -283,6 +289,9 @@ fn point_of(kind: &Kind) -> (Point, &'static str) {
         Kind::PreBind(_) => (Point::PreBind, "PreBind"),
         Kind::Bind(_) => (Point::Bind, "Bind"),
         Kind::PostBind(_) => (Point::PostBind, "PostBind"),
+        Kind::PlacementFeasible(_) => (Point::PlacementFeasible, "PlacementFeasible"),
+        Kind::PodGroupPostFilter(_) => (Point::PodGroupPostFilter, "PodGroupPostFilter"),
+        Kind::GroupPermit(_) => (Point::GroupPermit, "GroupPermit"),
     }
 }
 
@@ -329,6 +338,16 @@ fn neutral(kind: &Kind) -> Reply {
             status: status(pb::Code::Skip, None),
         }),
         Kind::PostBind(_) => Reply::PostBind(pb::PostBindResponse {}),
+        Kind::PlacementFeasible(_) => Reply::PlacementFeasible(pb::PlacementFeasibleResponse {
+            status: status(pb::Code::Success, None),
+        }),
+        Kind::PodGroupPostFilter(_) => Reply::PodGroupPostFilter(pb::PodGroupPostFilterResponse {
+            status: status(pb::Code::Unschedulable, Some("faulty cannot help")),
+            nominations: vec![],
+        }),
+        Kind::GroupPermit(_) => Reply::GroupPermit(pb::GroupPermitResponse {
+            status: status(pb::Code::Success, None),
+        }),
     }
 }
 
@@ -406,6 +425,11 @@ impl Session {
                 let pod = format!("{}/{}", c.namespace, c.name);
                 info!(cycle = c.cycle_id, pod = %pod, "cycle started cycle={} pod={pod}", c.cycle_id);
                 self.cycles.insert(c.cycle_id, (pod, c.name));
+            }
+            Some(In::GroupCycleStart(g)) => {
+                let group = format!("{}/{}", g.namespace, g.name);
+                info!(cycle = g.cycle_id, group = %group, "group cycle started cycle={} group={group}", g.cycle_id);
+                self.cycles.insert(g.cycle_id, (group, g.name));
             }
             Some(In::CycleEnd(e)) => {
                 let pod = self.cycles.remove(&e.cycle_id).map(|p| p.0);

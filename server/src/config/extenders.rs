@@ -37,7 +37,7 @@ pub const DEFAULT_BREAKER_FAILURES: u32 = 5;
 pub const DEFAULT_BREAKER_COOL_DOWN: Duration = Duration::from_secs(10);
 
 /// The extension points a remote extender may serve.
-pub const REMOTE_POINTS: [ExtensionPoint; 10] = [
+pub const REMOTE_POINTS: [ExtensionPoint; 13] = [
     ExtensionPoint::PreFilter,
     ExtensionPoint::Filter,
     ExtensionPoint::PostFilter,
@@ -48,6 +48,9 @@ pub const REMOTE_POINTS: [ExtensionPoint; 10] = [
     ExtensionPoint::PreBind,
     ExtensionPoint::Bind,
     ExtensionPoint::PostBind,
+    ExtensionPoint::PlacementFeasible,
+    ExtensionPoint::PodGroupPostFilter,
+    ExtensionPoint::GroupPermit,
 ];
 
 /// A `berthExtenders` entry as written.
@@ -720,7 +723,7 @@ mod tests {
             ),
             (
                 "- {name: a, endpoint: 'http://x:1', points: [filter, queueSort]}",
-                "berthExtenders[0].points[1]: Unsupported value: \"queueSort\": supported values: preFilter, filter, postFilter, preScore, score, reserve, permit, preBind, bind, postBind",
+                "berthExtenders[0].points[1]: Unsupported value: \"queueSort\": supported values: preFilter, filter, postFilter, preScore, score, reserve, permit, preBind, bind, postBind, placementFeasible, podGroupPostFilter, groupPermit",
             ),
             (
                 "- {name: a, endpoint: 'http://x:1', points: [filter, filter]}",

@@ -112,7 +112,12 @@ pub struct Plugins {
 impl Plugins {
     /// The set at one extension point.
     pub fn get(&self, point: ExtensionPoint) -> &PluginSet {
-        &self.points[point as usize]
+        // The points that are not profile lists have no set: empty.
+        static NONE: PluginSet = PluginSet {
+            enabled: Vec::new(),
+            disabled: Vec::new(),
+        };
+        self.points.get(point as usize).unwrap_or(&NONE)
     }
 
     fn get_mut(&mut self, point: ExtensionPoint) -> &mut PluginSet {
@@ -772,6 +777,8 @@ fn raw_set(plugins: &RawPlugins, point: Option<ExtensionPoint>) -> Option<&RawPl
         Some(Bind) => plugins.bind.as_ref(),
         Some(PostBind) => plugins.post_bind.as_ref(),
         Some(PodGroupPostFilter) => plugins.pod_group_post_filter.as_ref(),
+        // Not profile lists (see `ExtensionPoint::ALL`).
+        Some(PlacementFeasible | GroupPermit) => None,
     }
 }
 

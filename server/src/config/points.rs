@@ -30,10 +30,17 @@ pub enum ExtensionPoint {
     PostBind,
     /// When a PodGroup's cycle does not fit (workload-aware preemption).
     PodGroupPostFilter,
+    /// A PodGroup's placement as its cycle goes. Not a profile list (v1.37
+    /// has none): GangScheduling serves it wherever it is enabled, and a
+    /// remote extender lists it in `berthExtenders[].points`.
+    PlacementFeasible,
+    /// berth's group-level Permit. Not a profile list either: a plugin
+    /// serving it runs wherever it is enabled.
+    GroupPermit,
 }
 
 impl ExtensionPoint {
-    /// Every point, in order.
+    /// Every point a profile's `plugins` lists, in order.
     pub const ALL: [ExtensionPoint; 13] = [
         Self::PreEnqueue,
         Self::QueueSort,
@@ -66,6 +73,8 @@ impl ExtensionPoint {
             Self::Bind => "bind",
             Self::PostBind => "postBind",
             Self::PodGroupPostFilter => "podGroupPostFilter",
+            Self::PlacementFeasible => "placementFeasible",
+            Self::GroupPermit => "groupPermit",
         }
     }
 
@@ -85,6 +94,8 @@ impl ExtensionPoint {
             Self::Bind => "BindPlugin",
             Self::PostBind => "PostBindPlugin",
             Self::PodGroupPostFilter => "PodGroupPostFilterPlugin",
+            Self::PlacementFeasible => "PlacementFeasiblePlugin",
+            Self::GroupPermit => "GroupPermitPlugin",
         }
     }
 }

@@ -60,7 +60,7 @@ use super::breaker::{Breaker, CircuitBreaker, CircuitBreakerLayer};
 use super::feed::NodeFeed;
 use super::shed::{Shed, ShedLayer};
 use crate::config::ExtenderConfig;
-use crate::framework::{CycleToken, ExtensionPoint, Handle};
+use crate::framework::{CycleToken, ExtensionPoint, Handle, PodGroupCycleInfo};
 use crate::metrics::ExtenderMetrics;
 use crate::model::PodInfo;
 use crate::outage::{Outage, human};
@@ -146,6 +146,9 @@ fn point_slot(kind: &request::Kind) -> usize {
         request::Kind::PreBind(_) => 9,
         request::Kind::Bind(_) => 10,
         request::Kind::PostBind(_) => 11,
+        request::Kind::PlacementFeasible(_) => 12,
+        request::Kind::PodGroupPostFilter(_) => 13,
+        request::Kind::GroupPermit(_) => 14,
     }
 }
 
@@ -220,6 +223,13 @@ pub enum Reply {
     Bind(pb::Status),
     /// PostBind acknowledged.
     PostBind,
+    /// PlacementFeasible's status (success, wait or a rejection).
+    PlacementFeasible(pb::Status),
+    /// PodGroupPostFilter's status (success or a rejection) and, with
+    /// success, its nominations (of the cycle's pods, each once).
+    PodGroupPostFilter(pb::Status, Vec<pb::Nomination>),
+    /// GroupPermit's status (success or a rejection).
+    GroupPermit(pb::Status),
 }
 
 type Answer = Result<Reply, CallError>;
@@ -232,7 +242,10 @@ pub type CallFuture = Pin<Box<dyn Future<Output = Answer> + Send + 'static>>;
 #[derive(Debug)]
 enum Asked {
     PreFilter,
-    Filter { ids: Vec<u32>, score: bool },
+    Filter {
+        ids: Vec<u32>,
+        score: bool,
+    },
     PostFilter,
     PreScore,
     Score(usize),
@@ -243,6 +256,10 @@ enum Asked {
     PreBind,
     Bind,
     PostBind,
+    PlacementFeasible,
+    /// The uids of the group cycle's pods, which nominations may name.
+    PodGroupPostFilter(Vec<String>),
+    GroupPermit,
 }
 
 impl Asked {
@@ -264,6 +281,11 @@ impl Asked {
             K::PreBind(_) => Self::PreBind,
             K::Bind(_) => Self::Bind,
             K::PostBind(_) => Self::PostBind,
+            K::PlacementFeasible(_) => Self::PlacementFeasible,
+            K::PodGroupPostFilter(r) => {
+                Self::PodGroupPostFilter(r.pods.iter().map(|p| p.uid.clone()).collect())
+            }
+            K::GroupPermit(_) => Self::GroupPermit,
         }
     }
 
@@ -281,6 +303,9 @@ impl Asked {
             Self::PreBind => "PreBind",
             Self::Bind => "Bind",
             Self::PostBind => "PostBind",
+            Self::PlacementFeasible => "PlacementFeasible",
+            Self::PodGroupPostFilter(_) => "PodGroupPostFilter",
+            Self::GroupPermit => "GroupPermit",
         }
     }
 }
@@ -301,6 +326,9 @@ fn result_name(r: &response::Result) -> &'static str {
         R::PreBind(_) => "PreBind",
         R::Bind(_) => "Bind",
         R::PostBind(_) => "PostBind",
+        R::PlacementFeasible(_) => "PlacementFeasible",
+        R::PodGroupPostFilter(_) => "PodGroupPostFilter",
+        R::GroupPermit(_) => "GroupPermit",
     }
 }
 
@@ -335,6 +363,13 @@ const PERMIT_CODES: &[C] = &[
     C::Error,
 ];
 const BIND_CODES: &[C] = PRE_FILTER_CODES;
+const PLACEMENT_CODES: &[C] = &[
+    C::Success,
+    C::Wait,
+    C::Unschedulable,
+    C::UnschedulableAndUnresolvable,
+    C::Error,
+];
 
 fn codes_text(codes: &[C]) -> String {
     let names: Vec<&str> = codes.iter().map(|c| c.as_str_name()).collect();
@@ -536,6 +571,45 @@ fn check(asked: &Asked, hello: &Hello, r: RawAnswer, unusable: &mut Option<Strin
         )?)),
         (Asked::Bind, R::Bind(p)) => Ok(Reply::Bind(checked_status("Bind", p.status, BIND_CODES)?)),
         (Asked::PostBind, R::PostBind(_)) => Ok(Reply::PostBind),
+        (Asked::PlacementFeasible, R::PlacementFeasible(p)) => Ok(Reply::PlacementFeasible(
+            checked_status("PlacementFeasible", p.status, PLACEMENT_CODES)?,
+        )),
+        (Asked::PodGroupPostFilter(uids), R::PodGroupPostFilter(p)) => {
+            let s = checked_status("PodGroupPostFilter", p.status, DECIDING_CODES)?;
+            if s.code != C::Success as i32 && !p.nominations.is_empty() {
+                return Err(CallError::Malformed(format!(
+                    "PodGroupPostFilter answered {} with nominations, which come only with CODE_SUCCESS",
+                    code_name(s.code)
+                )));
+            }
+            let mut seen = HashSet::with_capacity(p.nominations.len());
+            for n in &p.nominations {
+                if !uids.contains(&n.uid) {
+                    return Err(CallError::Malformed(format!(
+                        "a nomination for pod uid {:?}, which is not a pod of the cycle",
+                        n.uid
+                    )));
+                }
+                if !seen.insert(n.uid.as_str()) {
+                    return Err(CallError::Malformed(format!(
+                        "two nominations for pod uid {:?}",
+                        n.uid
+                    )));
+                }
+                if n.node.is_empty() {
+                    return Err(CallError::Malformed(format!(
+                        "a nomination for pod uid {:?} without a node",
+                        n.uid
+                    )));
+                }
+            }
+            Ok(Reply::PodGroupPostFilter(s, p.nominations))
+        }
+        (Asked::GroupPermit, R::GroupPermit(p)) => Ok(Reply::GroupPermit(checked_status(
+            "GroupPermit",
+            p.status,
+            DECIDING_CODES,
+        )?)),
         (_, other) => wrong(&other),
     }
 }
@@ -654,15 +728,25 @@ impl Session {
 /// busy stream it goes with the next cycle's messages, in the same write.
 const CYCLE_END_DELAY: Duration = Duration::from_millis(5);
 
-/// What a call needs: its cycle, its pod and the request. The pod is sent
-/// (once per stream and cycle) when the call is made, so it is borrowed.
+/// What a call needs: its cycle, what the cycle schedules and the
+/// request. The pod (or group) is sent (once per stream and cycle) when the
+/// call is made, so it is borrowed.
 pub struct CallRequest<'a> {
     /// The cycle the call belongs to.
     pub cycle: &'a Arc<CycleToken>,
-    /// The pod.
-    pub pod: &'a PodInfo,
+    /// The pod, or the group, the cycle schedules.
+    pub subject: Subject<'a>,
     /// The request.
     pub kind: request::Kind,
+}
+
+/// What a cycle schedules: one pod, or a PodGroup's pods (a group cycle).
+#[derive(Clone, Copy)]
+pub enum Subject<'a> {
+    /// A pod's cycle (`CycleStart`).
+    Pod(&'a PodInfo),
+    /// A group cycle (`GroupCycleStart`).
+    Group(&'a PodGroupCycleInfo),
 }
 
 /// A decision that came before the Permit answer it decides.
@@ -762,9 +846,10 @@ fn proto_point(p: ExtensionPoint) -> pb::ExtensionPoint {
         ExtensionPoint::PreBind => P::PreBind,
         ExtensionPoint::Bind => P::Bind,
         ExtensionPoint::PostBind => P::PostBind,
-        ExtensionPoint::PreEnqueue
-        | ExtensionPoint::QueueSort
-        | ExtensionPoint::PodGroupPostFilter => P::Unspecified,
+        ExtensionPoint::PlacementFeasible => P::PlacementFeasible,
+        ExtensionPoint::PodGroupPostFilter => P::PodGroupPostFilter,
+        ExtensionPoint::GroupPermit => P::GroupPermit,
+        ExtensionPoint::PreEnqueue | ExtensionPoint::QueueSort => P::Unspecified,
     }
 }
 
@@ -781,6 +866,9 @@ fn point_field(p: i32) -> String {
         Ok(P::PreBind) => "preBind",
         Ok(P::Bind) => "bind",
         Ok(P::PostBind) => "postBind",
+        Ok(P::PlacementFeasible) => "placementFeasible",
+        Ok(P::PodGroupPostFilter) => "podGroupPostFilter",
+        Ok(P::GroupPermit) => "groupPermit",
         _ => return format!("(unknown point {p})"),
     };
     f.to_string()
@@ -904,25 +992,31 @@ impl Inner {
         );
     }
 
-    /// Sends the cycle's pod on `session` if it has not seen the cycle.
+    /// Sends the cycle's pod (or group) on `session` if it has not seen
+    /// the cycle.
     fn ensure_cycle(
         self: &Arc<Self>,
         session: &Session,
         cycle: &Arc<CycleToken>,
-        pod: &PodInfo,
+        subject: Subject<'_>,
     ) -> Result<(), CallError> {
         let id = cycle.id();
         if !session.cycles.lock().insert(id) {
             return Ok(());
         }
-        let json = pod.pod.to_json();
-        session.send(scheduler_message::Message::CycleStart(pb::CycleStart {
-            cycle_id: id,
-            pod: json,
-            namespace: pod.namespace.to_string(),
-            name: pod.name.to_string(),
-            uid: pod.uid.to_string(),
-        }))?;
+        let start = match subject {
+            Subject::Pod(pod) => scheduler_message::Message::CycleStart(pb::CycleStart {
+                cycle_id: id,
+                pod: pod.pod.to_json(),
+                namespace: pod.namespace.to_string(),
+                name: pod.name.to_string(),
+                uid: pod.uid.to_string(),
+            }),
+            Subject::Group(g) => {
+                scheduler_message::Message::GroupCycleStart(self.group_cycle_start(id, g))
+            }
+        };
+        session.send(start)?;
         let weak: Weak<Inner> = Arc::downgrade(self);
         cycle.on_end(move |id| {
             if let Some(inner) = weak.upgrade() {
@@ -930,6 +1024,31 @@ impl Inner {
             }
         });
         Ok(())
+    }
+
+    fn group_cycle_start(&self, cycle_id: u64, g: &PodGroupCycleInfo) -> pb::GroupCycleStart {
+        let member = |p: &PodInfo| {
+            let node = p.node_name.as_deref().unwrap_or_default();
+            pb::GroupMember {
+                namespace: p.namespace.to_string(),
+                name: p.name.to_string(),
+                uid: p.uid.to_string(),
+                pod: p.pod.to_json(),
+                node: node.to_string(),
+                node_id: self.feed.id_of(node).unwrap_or(0),
+            }
+        };
+        let group = &g.group;
+        pb::GroupCycleStart {
+            cycle_id,
+            // A PodGroup the scheduler holds always serializes.
+            pod_group: serde_json::to_vec(&*group.object).unwrap_or_default(),
+            namespace: group.key.namespace.to_string(),
+            name: group.key.name.to_string(),
+            uid: group.uid.to_string(),
+            pods: g.pods.iter().map(|p| member(p)).collect(),
+            scheduled: g.scheduled.iter().map(|p| member(p)).collect(),
+        }
     }
 
     fn end_cycle(&self, id: u64) {
@@ -1022,9 +1141,11 @@ impl Inner {
 
     fn send(self: &Arc<Self>, req: CallRequest<'_>) -> Result<CallFuture, CallError> {
         let session = self.current().ok_or_else(|| self.not_connected())?;
-        self.ensure_cycle(&session, req.cycle, req.pod)?;
-        let permit = match &req.kind {
-            request::Kind::Permit(p) => Some((p.reservation_id.clone(), req.pod.uid.clone())),
+        self.ensure_cycle(&session, req.cycle, req.subject)?;
+        let permit = match (&req.kind, req.subject) {
+            (request::Kind::Permit(p), Subject::Pod(pod)) => {
+                Some((p.reservation_id.clone(), pod.uid.clone()))
+            }
             _ => None,
         };
         self.request(session, req.cycle.id(), req.kind, permit)

@@ -31,13 +31,13 @@ use parking_lot::Mutex;
 pub use breaker::Breaker;
 pub use connection::{
     CallError, CallRequest, Connection, Dial, INITIAL_BACKOFF, MAX_BACKOFF, PROTOCOL_VERSION,
-    Reply, Stats,
+    Reply, Stats, Subject,
 };
 pub use feed::NodeFeed;
 pub use remote::{RemotePlugin, reservation_id};
 
 use crate::config::extenders::{ExtenderTls, ManagedResource};
-use crate::config::{ConfigError, SchedulerConfig};
+use crate::config::{ConfigError, ExtensionPoint, SchedulerConfig};
 use crate::framework::{Handle, Plugin, Registry};
 use crate::model::PodInfo;
 
@@ -158,7 +158,31 @@ impl Extenders {
     pub fn start(config: &SchedulerConfig, handle: &Handle) -> Result<Self, ConfigError> {
         let feed = Arc::new(NodeFeed::new());
         let mut connections = Vec::with_capacity(config.extenders.len());
+        let groups = config
+            .feature_gates
+            .enabled(crate::features::Feature::GenericWorkload);
         for cfg in &config.extenders {
+            let group_points: Vec<&str> = cfg
+                .points
+                .iter()
+                .filter(|p| {
+                    matches!(
+                        p,
+                        ExtensionPoint::PlacementFeasible
+                            | ExtensionPoint::PodGroupPostFilter
+                            | ExtensionPoint::GroupPermit
+                    )
+                })
+                .map(|p| p.field())
+                .collect();
+            if !groups && !group_points.is_empty() {
+                tracing::warn!(
+                    extender = cfg.name.as_str(),
+                    "{}.points lists {}, which run only in PodGroups' group cycles: with the GenericWorkload feature gate off (--feature-gates=GenericWorkload=true turns it on) they are never called",
+                    cfg.path,
+                    group_points.join(", ")
+                );
+            }
             let dial = dialer(cfg)?;
             let conn = Arc::new(Connection::new(cfg.clone(), handle.clone(), feed.clone()));
             conn.start(dial);

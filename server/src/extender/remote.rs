@@ -19,6 +19,9 @@
 //!   wrong.
 //! * Reserve sends a reservation id (`<pod uid>/<cycle>`); Unreserve sends
 //!   the same id, at least once, also when Reserve itself failed.
+//! * The group points (PlacementFeasible, PodGroupPostFilter, GroupPermit)
+//!   are in [`group`](self::group): a group cycle is a cycle whose subject
+//!   is the PodGroup and its pods.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,14 +29,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use berth_proto::extender::v1::{self as pb, request};
 
-use super::connection::{CallError, CallRequest, Connection, Reply};
+use super::connection::{CallError, CallRequest, Connection, Reply, Subject};
 use crate::cache::NodeInfo;
 use crate::framework::{
     BatchFilter, BatchFilterAnswer, BatchFilterCall, BatchScore, BindPlugin, Code, CycleState,
-    CycleToken, ExtensionPoint, FilterPlugin, Framework, MAX_NODE_SCORE, MIN_NODE_SCORE,
-    NodeToStatus, NodeWindow, PermitPlugin, Plugin, PluginFailure, PostBindPlugin,
-    PostFilterPlugin, PostFilterResult, PreBindPlugin, PreFilterPlugin, PreFilterResult,
-    PreScorePlugin, ReservePlugin, ScorePlugin, Status,
+    CycleToken, ExtensionPoint, FilterPlugin, Framework, GroupPermitPlugin, MAX_NODE_SCORE,
+    MIN_NODE_SCORE, NodeToStatus, NodeWindow, PermitPlugin, PlacementFeasiblePlugin, Plugin,
+    PluginFailure, PodGroupCycleInfo, PodGroupPostFilterPlugin, PostBindPlugin, PostFilterPlugin,
+    PostFilterResult, PreBindPlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin,
+    ReservePlugin, ScorePlugin, Status,
 };
 use crate::model::PodInfo;
 
@@ -106,6 +110,16 @@ impl Failure {
             conn: conn.clone(),
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
+            token: state.token().clone(),
+        }
+    }
+
+    /// For a group cycle: logs name the PodGroup.
+    fn for_group(conn: &Arc<Connection>, state: &CycleState, group: &PodGroupCycleInfo) -> Self {
+        Self {
+            conn: conn.clone(),
+            namespace: group.group.key.namespace.clone(),
+            name: group.group.key.name.clone(),
             token: state.token().clone(),
         }
     }
@@ -194,7 +208,7 @@ impl RemotePlugin {
     ) -> impl std::future::Future<Output = Result<Reply, CallError>> + Send + use<> {
         self.conn.call(CallRequest {
             cycle: state.token(),
-            pod,
+            subject: Subject::Pod(pod),
             kind,
         })
     }
@@ -342,6 +356,17 @@ impl Plugin for RemotePlugin {
     fn as_post_bind(self: Arc<Self>) -> Option<Arc<dyn PostBindPlugin>> {
         self.serves(ExtensionPoint::PostBind).then_some(self)
     }
+    fn as_placement_feasible(self: Arc<Self>) -> Option<Arc<dyn PlacementFeasiblePlugin>> {
+        self.serves(ExtensionPoint::PlacementFeasible)
+            .then_some(self)
+    }
+    fn as_pod_group_post_filter(self: Arc<Self>) -> Option<Arc<dyn PodGroupPostFilterPlugin>> {
+        self.serves(ExtensionPoint::PodGroupPostFilter)
+            .then_some(self)
+    }
+    fn as_group_permit(self: Arc<Self>) -> Option<Arc<dyn GroupPermitPlugin>> {
+        self.serves(ExtensionPoint::GroupPermit).then_some(self)
+    }
 }
 
 #[async_trait]
@@ -456,7 +481,14 @@ impl BatchFilter for RemotePlugin {
         !self.conn.config().points.iter().any(|p| {
             matches!(
                 p,
-                P::PreFilter | P::PostFilter | P::PreScore | P::Reserve | P::Permit
+                P::PreFilter
+                    | P::PostFilter
+                    | P::PreScore
+                    | P::Reserve
+                    | P::Permit
+                    | P::PlacementFeasible
+                    | P::PodGroupPostFilter
+                    | P::GroupPermit
             )
         })
     }
@@ -491,7 +523,10 @@ impl PostFilterPlugin for RemotePlugin {
             .call(
                 state,
                 pod,
-                request::Kind::PostFilter(pb::PostFilterRequest { node_statuses }),
+                request::Kind::PostFilter(pb::PostFilterRequest {
+                    node_statuses,
+                    dry_run: state.dry_run,
+                }),
             )
             .await;
         match r {
@@ -802,3 +837,5 @@ impl PostBindPlugin for RemotePlugin {
         }
     }
 }
+
+mod group;

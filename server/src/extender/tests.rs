@@ -26,6 +26,7 @@ use crate::scheduler::{Decision, Decisions, Options, Scheduler};
 use crate::testing::{NodeBuilder, PodBuilder, make_node, make_pod};
 
 mod dry_run;
+mod groups;
 mod pod_feed;
 
 /// What the scripted extender does.
@@ -57,6 +58,16 @@ struct Script {
     drop_on_unreserve: usize,
     /// Never answer these request kinds.
     hang: Vec<&'static str>,
+    /// PlacementFeasible answers this code (default success), with the
+    /// reason "scripted placement" unless success.
+    placement: Option<pb::Code>,
+    /// GroupPermit answers this code (default success).
+    group_permit: Option<pb::Code>,
+    /// PodGroupPostFilter answers this code (default unschedulable) and,
+    /// with success, nominates every pod of the request to this node.
+    group_post_filter: Option<(pb::Code, Option<&'static str>)>,
+    /// PodGroupPostFilter nominates a pod uid not in the cycle.
+    group_post_filter_garbage: bool,
 }
 
 fn kind_name(k: &Kind) -> &'static str {
@@ -73,6 +84,9 @@ fn kind_name(k: &Kind) -> &'static str {
         Kind::PreBind(_) => "PreBind",
         Kind::Bind(_) => "Bind",
         Kind::PostBind(_) => "PostBind",
+        Kind::PlacementFeasible(_) => "PlacementFeasible",
+        Kind::PodGroupPostFilter(_) => "PodGroupPostFilter",
+        Kind::GroupPermit(_) => "GroupPermit",
     }
 }
 
@@ -81,6 +95,8 @@ struct Fake {
     script: Arc<Mutex<Script>>,
     /// The node table berthd streamed: id -> name.
     names: Arc<Mutex<HashMap<u32, String>>>,
+    /// Pods' names by uid, from the cycles' starts.
+    pods: Arc<Mutex<HashMap<String, String>>>,
     /// Requests received, by kind.
     received: Arc<Mutex<HashMap<&'static str, usize>>>,
     /// Everything received, as short lines.
@@ -131,6 +147,21 @@ impl Fake {
             .get(&id)
             .cloned()
             .unwrap_or_else(|| format!("unknown-id-{id}"))
+    }
+
+    fn pod_name(&self, uid: &str) -> String {
+        self.pods
+            .lock()
+            .get(uid)
+            .cloned()
+            .unwrap_or_else(|| format!("unknown-uid-{uid}"))
+    }
+
+    fn placements(&self, p: &[pb::Placement]) -> String {
+        p.iter()
+            .map(|p| format!("{}@{}", self.pod_name(&p.uid), self.name_of(p.node_id)))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     fn received(&self, kind: &str) -> usize {
@@ -233,6 +264,48 @@ impl Fake {
             Kind::PostFilter(_) | Kind::NormalizeScore(_) => response::Result::Error(pb::Error {
                 message: "not scripted".into(),
             }),
+            Kind::PlacementFeasible(_) => {
+                let c = s.placement.unwrap_or(pb::Code::Success);
+                response::Result::PlacementFeasible(pb::PlacementFeasibleResponse {
+                    status: Some(pb::Status {
+                        code: c as i32,
+                        reasons: if c == pb::Code::Success {
+                            vec![]
+                        } else {
+                            vec!["scripted placement".into()]
+                        },
+                    }),
+                })
+            }
+            Kind::GroupPermit(_) => response::Result::GroupPermit(pb::GroupPermitResponse {
+                status: status(s.group_permit.unwrap_or(pb::Code::Success)),
+            }),
+            Kind::PodGroupPostFilter(r) => {
+                let (c, node) = s
+                    .group_post_filter
+                    .unwrap_or((pb::Code::Unschedulable, None));
+                let mut nominations: Vec<pb::Nomination> = match node {
+                    Some(n) if c == pb::Code::Success => r
+                        .pods
+                        .iter()
+                        .map(|p| pb::Nomination {
+                            uid: p.uid.clone(),
+                            node: n.into(),
+                        })
+                        .collect(),
+                    _ => vec![],
+                };
+                if s.group_post_filter_garbage {
+                    nominations.push(pb::Nomination {
+                        uid: "not-a-pod-of-the-cycle".into(),
+                        node: "n1".into(),
+                    });
+                }
+                response::Result::PodGroupPostFilter(pb::PodGroupPostFilterResponse {
+                    status: status(c),
+                    nominations,
+                })
+            }
         })
     }
 }
@@ -303,7 +376,44 @@ impl extender_server::Extender for Fake {
                     Some(Message::PodDelete(p)) => {
                         fake.note(format!("pod-delete #{} from #{}", p.id, p.node_id))
                     }
-                    Some(Message::CycleStart(c)) => fake.note(format!("start {}", c.name)),
+                    Some(Message::CycleStart(c)) => {
+                        fake.pods.lock().insert(c.uid.clone(), c.name.clone());
+                        fake.note(format!("start {}", c.name))
+                    }
+                    Some(Message::GroupCycleStart(g)) => {
+                        let mut pods = fake.pods.lock();
+                        for p in g.pods.iter().chain(&g.scheduled) {
+                            pods.insert(p.uid.clone(), p.name.clone());
+                        }
+                        drop(pods);
+                        let valid = serde_json::from_slice::<
+                            k8s_openapi::api::scheduling::v1beta1::PodGroup,
+                        >(&g.pod_group)
+                        .is_ok()
+                            && g.pods.iter().all(|p| {
+                                serde_json::from_slice::<k8s_openapi::api::core::v1::Pod>(&p.pod)
+                                    .is_ok()
+                            });
+                        let names = |m: &[pb::GroupMember]| {
+                            m.iter()
+                                .map(|p| {
+                                    if p.node.is_empty() {
+                                        p.name.clone()
+                                    } else {
+                                        format!("{}@{}", p.name, p.node)
+                                    }
+                                })
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        };
+                        fake.note(format!(
+                            "group-start {} pods={} scheduled={}{}",
+                            g.name,
+                            names(&g.pods),
+                            names(&g.scheduled),
+                            if valid { "" } else { " INVALID-JSON" }
+                        ))
+                    }
                     Some(Message::CycleEnd(_)) => fake.note("end".into()),
                     Some(Message::Cancel(_)) => fake.note("cancel".into()),
                     Some(Message::Request(r)) => {
@@ -322,6 +432,32 @@ impl extender_server::Extender for Fake {
                             Kind::Unreserve(u) => u.name.clone(),
                             Kind::Reserve(u) => u.node.clone(),
                             Kind::Permit(p) => p.reservation_id.clone(),
+                            Kind::PlacementFeasible(p) => format!(
+                                "{}/{} placed={} failed={}",
+                                p.scheduled,
+                                p.remaining,
+                                fake.placements(&p.placed),
+                                p.failed
+                            ),
+                            Kind::GroupPermit(p) => fake.placements(&p.placement),
+                            Kind::PostFilter(p) if p.dry_run => "dry-run".into(),
+                            Kind::PodGroupPostFilter(p) => format!(
+                                "{}{} [{}]",
+                                if p.dry_run { "dry-run " } else { "" },
+                                p.pods
+                                    .iter()
+                                    .map(|a| if a.node.is_empty() {
+                                        format!("{}:{}", fake.pod_name(&a.uid), a.message)
+                                    } else {
+                                        format!("{}@{}", fake.pod_name(&a.uid), a.node)
+                                    })
+                                    .collect::<Vec<_>>()
+                                    .join(", "),
+                                p.status
+                                    .as_ref()
+                                    .map(|s| s.reasons.join(", "))
+                                    .unwrap_or_default()
+                            ),
                             _ => String::new(),
                         };
                         fake.note(

@@ -34,8 +34,9 @@ use super::events::ClusterEventWithHint;
 use super::runtime::Framework;
 use super::status::Status;
 use super::types::{
-    NodeScore, NodeToStatus, PlacementProgress, PodGroupCycleInfo, PodGroupPostFilterResult,
-    PostFilterResult, PreFilterResult, ProposedAssignment, QueuedEntity, QueuedPodInfo,
+    GroupAttempt, NodeScore, NodeToStatus, PlacedPod, PlacementProgress, PodGroupCycleInfo,
+    PodGroupPostFilterResult, PostFilterResult, PreFilterResult, ProposedAssignment, QueuedEntity,
+    QueuedPodInfo,
 };
 use crate::cache::NodeInfo;
 use crate::cache::Snapshot;
@@ -543,12 +544,14 @@ pub trait PlacementFeasiblePlugin: Plugin {
     /// `Success`: the group's constraints are met (the cycle may succeed);
     /// `Wait`: not yet, but still possible (go on); `Unschedulable`: they
     /// can no longer be met (the cycle stops); `Error`. `state` is the
-    /// group cycle's (one per cycle, its token naming the cycle).
+    /// group cycle's (one per cycle, its token naming the cycle); `placed`
+    /// are the pods this cycle placed so far, in order.
     async fn placement_feasible(
         &self,
         state: &CycleState,
         group: &PodGroupCycleInfo,
         progress: PlacementProgress,
+        placed: &[PlacedPod],
     ) -> Status;
 }
 
@@ -571,13 +574,15 @@ pub trait PodGroupSchedulingFunc: Send + Sync {
 pub trait PodGroupPostFilterPlugin: Plugin {
     /// Tries to make the group schedulable. `Success`: it can be (the
     /// result nominates its pods; stops); `UnschedulableAndUnresolvable`:
-    /// stops; `Unschedulable`: the next plugin tries; `Error`. `profile`
-    /// is the framework running the cycle (to re-run Filter on what-if
-    /// node states), `schedule` re-runs the group's algorithm.
+    /// stops; `Unschedulable`: the next plugin tries; `Error`. `attempt`
+    /// is what the cycle found, `profile` the framework running the cycle
+    /// (to re-run Filter on what-if node states), `schedule` re-runs the
+    /// group's algorithm.
     async fn pod_group_post_filter(
         &self,
         state: &CycleState,
         group: &PodGroupCycleInfo,
+        attempt: &GroupAttempt,
         schedule: &dyn PodGroupSchedulingFunc,
         profile: &Framework,
     ) -> (Option<PodGroupPostFilterResult>, Status);

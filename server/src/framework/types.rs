@@ -424,6 +424,36 @@ pub struct PlacementProgress {
     pub scheduled: usize,
 }
 
+/// A pod a group cycle placed so far (in its snapshot), and the node.
+#[derive(Debug, Clone)]
+pub struct PlacedPod {
+    /// The pod.
+    pub pod: PodRef,
+    /// Its node.
+    pub node: Arc<str>,
+}
+
+/// What a group cycle that did not fit found, for PodGroupPostFilter: the
+/// group's status and the outcome of each pod it evaluated.
+#[derive(Debug, Clone)]
+pub struct GroupAttempt {
+    /// The group's status (`Unschedulable`, with its reasons).
+    pub status: Status,
+    /// The pods evaluated, in order (placements already rolled back).
+    pub pods: Vec<PodAttempt>,
+}
+
+/// One pod's outcome in a [`GroupAttempt`].
+#[derive(Debug, Clone)]
+pub struct PodAttempt {
+    /// The pod.
+    pub pod: PodRef,
+    /// The node it was placed on, if it fit.
+    pub node: Option<Arc<str>>,
+    /// Why it did not fit (empty if it did).
+    pub message: String,
+}
+
 /// A PodGroup in its scheduling cycle, as the group points see it
 /// (upstream's PodGroupInfo).
 #[derive(Debug, Clone)]

@@ -578,7 +578,7 @@ impl Metrics {
 }
 
 /// The `point` label values of remote extender calls.
-pub const EXTENDER_POINTS: [&str; 12] = [
+pub const EXTENDER_POINTS: [&str; 15] = [
     "PreFilter",
     "Filter",
     "PostFilter",
@@ -591,6 +591,9 @@ pub const EXTENDER_POINTS: [&str; 12] = [
     "PreBind",
     "Bind",
     "PostBind",
+    "PlacementFeasible",
+    "PodGroupPostFilter",
+    "GroupPermit",
 ];
 
 /// The `result` label values of remote extender calls: answered; failed

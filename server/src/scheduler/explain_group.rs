@@ -209,7 +209,10 @@ impl Scheduler {
             };
             let mut state = CycleState::default();
             state.dry_run = true;
-            let (r, s) = fw.run_pod_group_post_filter(&state, &info, &rerun).await;
+            let attempt = result.attempt();
+            let (r, s) = fw
+                .run_pod_group_post_filter(&state, &info, &attempt, &rerun)
+                .await;
             let mut p = GroupPreemptionReport {
                 found: s.is_success(),
                 message: s.message(),

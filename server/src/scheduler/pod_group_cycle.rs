@@ -33,8 +33,8 @@ use tokio::time::Instant;
 use super::algorithm::{Algorithm, ScheduleError, ScheduleResult};
 use crate::cache::Snapshot;
 use crate::framework::{
-    Code, CycleState, Framework, Handle, NominatedPods, PlacementProgress, PodGroupCycleInfo,
-    ProposedAssignment, Status,
+    Code, CycleState, Framework, GroupAttempt, Handle, NominatedPods, PlacedPod, PlacementProgress,
+    PodAttempt, PodGroupCycleInfo, ProposedAssignment, Status,
 };
 use crate::model::{PodInfo, PodRef, PreemptionPolicy};
 
@@ -126,6 +126,27 @@ impl GroupResult {
     }
 }
 
+impl GroupResult {
+    /// What the cycle found, for PodGroupPostFilter.
+    pub fn attempt(&self) -> GroupAttempt {
+        GroupAttempt {
+            status: self.status.clone(),
+            pods: self
+                .pods
+                .iter()
+                .map(|r| PodAttempt {
+                    pod: r.pod.clone(),
+                    node: match &r.outcome {
+                        PodOutcome::Placed(s) => Some(s.suggested_host.clone()),
+                        _ => None,
+                    },
+                    message: r.outcome.message(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// What a group cycle runs with.
 pub struct GroupCycle<'a> {
     /// The profile.
@@ -199,9 +220,9 @@ impl GroupCycle<'_> {
         }
     }
 
-    async fn feasible(&self, progress: PlacementProgress) -> Status {
+    async fn feasible(&self, progress: PlacementProgress, placed: &[PlacedPod]) -> Status {
         self.fw
-            .run_placement_feasible(self.group_state, self.info, progress)
+            .run_placement_feasible(self.group_state, self.info, progress, placed)
             .await
     }
 
@@ -219,7 +240,8 @@ impl GroupCycle<'_> {
             remaining: self.info.pods.len(),
             scheduled: self.info.scheduled.len(),
         };
-        let s = self.feasible(progress).await;
+        let mut placed_pods: Vec<PlacedPod> = Vec::new();
+        let s = self.feasible(progress, &placed_pods).await;
         match s.code() {
             Code::Success | Code::Wait => out.status = s,
             Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
@@ -255,6 +277,10 @@ impl GroupCycle<'_> {
                     let s = self.fw.run_reserve(&mut state, &assumed, &node).await;
                     state.release_snapshot();
                     if s.is_success() {
+                        placed_pods.push(PlacedPod {
+                            pod: pod.clone(),
+                            node: node.clone(),
+                        });
                         reverts.push(Revert {
                             index: out.pods.len(),
                             node,
@@ -288,7 +314,7 @@ impl GroupCycle<'_> {
             if placed {
                 progress.scheduled += 1;
             }
-            let s = self.feasible(progress).await;
+            let s = self.feasible(progress, &placed_pods).await;
             if !matches!(
                 s.code(),
                 Code::Success

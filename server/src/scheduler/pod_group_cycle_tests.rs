@@ -34,6 +34,7 @@ impl PlacementFeasiblePlugin for ScriptedPf {
         _: &CycleState,
         _: &PodGroupCycleInfo,
         _: PlacementProgress,
+        _: &[crate::framework::PlacedPod],
     ) -> Status {
         self.0.lock().pop_front().unwrap_or_default()
     }

@@ -185,17 +185,23 @@ impl Loop {
             m.algorithm_duration.observe_duration(start.elapsed());
         }
 
-        // berth's GroupPermit sees the whole placement once.
+        // berth's GroupPermit sees the whole placement once. Its rejection
+        // is not for want of room: no PodGroupPostFilter follows it.
+        let mut permit_rejected = false;
         if result.status.is_success() && fw.has_group_permit_plugins() {
             let placement = result.assignments();
             let s = fw.run_group_permit(&group_state, &info, &placement).await;
             if !s.is_success() {
+                permit_rejected = true;
                 result.status = s;
             }
         }
 
         let mut post = PostFilter::default();
-        if result.status.code() == Code::Unschedulable && fw.has_pod_group_post_filter_plugins() {
+        if result.status.code() == Code::Unschedulable
+            && !permit_rejected
+            && fw.has_pod_group_post_filter_plugins()
+        {
             let rerun = ReRun {
                 fw: &fw,
                 info: &info,
@@ -204,8 +210,9 @@ impl Loop {
                 percentage: shared.percentage_of_nodes_to_score,
                 seed: u64::from(g.attempts),
             };
+            let attempt = result.attempt();
             let (r, s) = fw
-                .run_pod_group_post_filter(&group_state, &info, &rerun)
+                .run_pod_group_post_filter(&group_state, &info, &attempt, &rerun)
                 .await;
             if let Some(m) = shared.prom.pod_groups() {
                 m.preemption_attempt(s.code().as_str());

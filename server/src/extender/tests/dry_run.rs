@@ -219,3 +219,43 @@ async fn a_dry_run_with_the_extender_up_is_complete_and_keeps_its_rejections() {
     );
     assert_eq!(r.selected.as_deref(), Some("n3"));
 }
+
+#[tokio::test]
+async fn a_dry_run_tells_the_extender_its_post_filter_is_a_what_if() {
+    let fake = Fake::default();
+    *fake.script.lock() = Script {
+        points: vec![pb::ExtensionPoint::Filter, pb::ExtensionPoint::PostFilter],
+        reject: vec!["n2", "n3"],
+        ..Default::default()
+    };
+    let (endpoint, _stop) = serve(fake.clone()).await;
+    let yaml = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    filter: {{enabled: [{{name: widgets}}]}}
+    postFilter: {{enabled: [{{name: widgets}}]}}
+berthExtenders:
+- name: widgets
+  endpoint: {endpoint}
+  points: [filter, postFilter]
+  timeout: 10s
+"
+    );
+    let env = start(&yaml, nodes(), vec![]).await;
+    let r = env
+        .scheduler
+        .dry_run(make_pod("web").req_cpu("2").build(), None, false)
+        .await
+        .unwrap();
+    assert_eq!(r.selected, None);
+    // The extender was asked what it would do, told it is a dry run (an
+    // extender that evicts must not).
+    assert!(
+        fake.log.lock().iter().any(|l| l == "PostFilter dry-run"),
+        "{:?}",
+        fake.log.lock()
+    );
+}

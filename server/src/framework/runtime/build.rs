@@ -401,6 +401,8 @@ fn implements(p: &Arc<dyn Plugin>, point: ExtensionPoint) -> bool {
         ExtensionPoint::Bind => p.as_bind().is_some(),
         ExtensionPoint::PostBind => p.as_post_bind().is_some(),
         ExtensionPoint::PodGroupPostFilter => p.as_pod_group_post_filter().is_some(),
+        ExtensionPoint::PlacementFeasible => p.as_placement_feasible().is_some(),
+        ExtensionPoint::GroupPermit => p.as_group_permit().is_some(),
     }
 }
 

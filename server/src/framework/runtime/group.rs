@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::framework::types::{
-    PlacementProgress, PodGroupCycleInfo, PodGroupPostFilterResult, ProposedAssignment,
+    GroupAttempt, PlacedPod, PlacementProgress, PodGroupCycleInfo, PodGroupPostFilterResult,
+    ProposedAssignment,
 };
 
 impl Framework {
@@ -34,12 +35,13 @@ impl Framework {
         state: &CycleState,
         group: &PodGroupCycleInfo,
         progress: PlacementProgress,
+        placed: &[PlacedPod],
     ) -> Status {
         let t = self.point_timer(state);
         let mut out = Status::success();
         for (i, p) in self.placement_feasible.iter().enumerate() {
             let pt = self.plugin_timer(state);
-            let s = p.placement_feasible(state, group, progress).await;
+            let s = p.placement_feasible(state, group, progress, placed).await;
             self.plugin_done(Point::PlacementFeasible, i, s.code(), pt);
             match s.code() {
                 Code::Success => {}
@@ -74,6 +76,7 @@ impl Framework {
         &self,
         state: &CycleState,
         group: &PodGroupCycleInfo,
+        attempt: &GroupAttempt,
         schedule: &dyn PodGroupSchedulingFunc,
     ) -> (Option<PodGroupPostFilterResult>, Status) {
         let t = self.point_timer(state);
@@ -81,7 +84,9 @@ impl Framework {
         let mut out = None;
         for (i, p) in self.pod_group_post_filter.iter().enumerate() {
             let pt = self.plugin_timer(state);
-            let (r, s) = p.pod_group_post_filter(state, group, schedule, self).await;
+            let (r, s) = p
+                .pod_group_post_filter(state, group, attempt, schedule, self)
+                .await;
             self.plugin_done(Point::PodGroupPostFilter, i, s.code(), pt);
             match s.code() {
                 Code::Success | Code::UnschedulableAndUnresolvable => {

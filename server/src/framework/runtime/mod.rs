@@ -388,8 +388,9 @@ fn metric_point_plugins(p: Point) -> ExtensionPoint {
         Point::Reserve | Point::Unreserve => ExtensionPoint::Reserve,
         Point::Permit => ExtensionPoint::Permit,
         Point::PodGroupPostFilter => ExtensionPoint::PodGroupPostFilter,
-        // Not a configured point: its plugins are listed apart.
-        Point::PlacementFeasible => ExtensionPoint::PodGroupPostFilter,
+        // Not a profile list: its plugins are listed apart (see
+        // `attach_metrics`).
+        Point::PlacementFeasible => ExtensionPoint::PlacementFeasible,
     }
 }
 

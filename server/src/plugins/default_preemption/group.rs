@@ -39,7 +39,7 @@ use super::{
 };
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    CycleState, EventType, Eviction, Framework, PodEvent, PodGroupCycleInfo,
+    CycleState, EventType, Eviction, Framework, GroupAttempt, PodEvent, PodGroupCycleInfo,
     PodGroupPostFilterPlugin, PodGroupPostFilterResult, PodGroupSchedulingFunc, ProposedAssignment,
     Status,
 };
@@ -340,6 +340,7 @@ impl PodGroupPostFilterPlugin for DefaultPreemption {
         &self,
         state: &CycleState,
         group: &PodGroupCycleInfo,
+        _: &GroupAttempt,
         schedule: &dyn PodGroupSchedulingFunc,
         profile: &Framework,
     ) -> (Option<PodGroupPostFilterResult>, Status) {

@@ -33,7 +33,7 @@ use crate::cache::PodGroupManager;
 use crate::extension_points;
 use crate::framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EventObject, EventResource,
-    Handle, NoArgs, PermitPlugin, PlacementFeasiblePlugin, PlacementProgress, Plugin,
+    Handle, NoArgs, PermitPlugin, PlacedPod, PlacementFeasiblePlugin, PlacementProgress, Plugin,
     PodGroupCycleInfo, PreEnqueuePlugin, QueueingHint, Status,
 };
 use crate::model::{GroupKey, GroupPolicy, PodGroupInfo, PodInfo};
@@ -267,6 +267,7 @@ impl PlacementFeasiblePlugin for GangScheduling {
         _: &CycleState,
         group: &PodGroupCycleInfo,
         progress: PlacementProgress,
+        _: &[PlacedPod],
     ) -> Status {
         placement_status(&group.group, progress)
     }
