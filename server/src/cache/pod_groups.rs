@@ -86,6 +86,15 @@ impl PodGroupState {
         self.pods_in(Some(MemberState::Assumed))
     }
 
+    /// The UIDs of the members assumed (in no particular order).
+    pub fn assumed_uids(&self) -> Vec<Arc<str>> {
+        self.members
+            .iter()
+            .filter(|(_, (_, s, _))| *s == MemberState::Assumed)
+            .map(|(uid, _)| uid.clone())
+            .collect()
+    }
+
     /// Members bound.
     pub fn assigned_pods(&self) -> Vec<PodRef> {
         self.pods_in(Some(MemberState::Assigned))

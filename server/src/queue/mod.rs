@@ -61,7 +61,7 @@ use crate::framework::{
     PodNominator, QueueSortPlugin, QueuedEntity, QueuedPodGroupInfo, QueuedPodInfo, QueueingHint,
     pod_scheduling_property_changes,
 };
-use crate::model::{PodInfo, PodRef};
+use crate::model::{GroupKey, PodInfo, PodRef};
 
 pub use groups::Popped;
 
@@ -937,9 +937,15 @@ impl SchedulingQueue {
         let mut activated = false;
         {
             let mut inner = self.inner.lock();
+            // Members of one group activate its entity once.
+            let mut groups_done: Vec<GroupKey> = Vec::new();
             for pod in pods {
-                if let Some(key) = inner.groups.member_of.get(&pod.uid).cloned() {
-                    activated |= inner.activate_group(&key, now);
+                if let Some(key) = inner.groups.member_of.get(&pod.uid) {
+                    if !groups_done.contains(key) {
+                        let key = key.clone();
+                        activated |= inner.activate_group(&key, now);
+                        groups_done.push(key);
+                    }
                     continue;
                 }
                 let q = inner

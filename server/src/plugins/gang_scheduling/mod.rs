@@ -36,7 +36,7 @@ use crate::framework::{
     Handle, NoArgs, PermitPlugin, PlacedPod, PlacementFeasiblePlugin, PlacementProgress, Plugin,
     PodGroupCycleInfo, PreEnqueuePlugin, QueueingHint, Status,
 };
-use crate::model::{GroupKey, GroupPolicy, PodGroupInfo, PodInfo};
+use crate::model::{GroupKey, GroupPolicy, PodGroupInfo, PodInfo, PodRef};
 use crate::plugins::names::GANG_SCHEDULING;
 
 /// How long a gang member waits at Permit for the rest of its gang.
@@ -196,44 +196,59 @@ impl PermitPlugin for GangScheduling {
         let Some(key) = key_of(pod) else {
             return (Status::success(), Duration::ZERO);
         };
-        let Some(state) = self.groups.get(&key) else {
-            return (
-                Status::error(format!(
-                    "failed to get podGroup {key}: podgroup.scheduling.k8s.io {:?} not found",
-                    &*key.name
-                )),
-                Duration::ZERO,
-            );
-        };
-        let Some(pg) = state.pod_group.as_ref() else {
-            return (
-                Status::error(format!(
-                    "failed to get podGroup {key}: podgroup.scheduling.k8s.io {:?} not found",
-                    &*key.name
-                )),
-                Duration::ZERO,
-            );
-        };
-        let GroupPolicy::Gang { min_count } = pg.policy else {
-            return (Status::success(), Duration::ZERO);
-        };
-        if state.scheduled_pods_count() < min_count as usize {
-            // The rest of the gang may be waiting in the queue for this
-            // pod: let them try now.
-            self.handle.activate(&state.unscheduled_pods());
-            tracing::debug!(pod = %pod.key(), group = %key, "quorum not met for a gang; waiting at Permit");
-            return (
-                Status::new(Code::Wait, WAITING_FOR_MIN_COUNT_SCHEDULED),
-                PERMIT_TIMEOUT,
-            );
+        // Read under the group manager's lock, copying only what is acted
+        // on after it (a gang's members are many; this runs once per pod).
+        enum Step {
+            Missing,
+            Allow,
+            Wait(Vec<PodRef>),
+            Release(Vec<Arc<str>>),
         }
-        let waiting = self.handle.waiting_pods();
-        for p in state.assumed_pods() {
-            if let Some(w) = waiting.get(&p.uid) {
-                w.allow(GANG_SCHEDULING);
+        let step = self.groups.with(&key, |state| {
+            let Some(state) = state else {
+                return Step::Missing;
+            };
+            let Some(pg) = state.pod_group.as_ref() else {
+                return Step::Missing;
+            };
+            let GroupPolicy::Gang { min_count } = pg.policy else {
+                return Step::Allow;
+            };
+            if state.scheduled_pods_count() < min_count as usize {
+                Step::Wait(state.unscheduled_pods())
+            } else {
+                Step::Release(state.assumed_uids())
+            }
+        });
+        match step {
+            Step::Missing => (
+                Status::error(format!(
+                    "failed to get podGroup {key}: podgroup.scheduling.k8s.io {:?} not found",
+                    &*key.name
+                )),
+                Duration::ZERO,
+            ),
+            Step::Allow => (Status::success(), Duration::ZERO),
+            Step::Wait(unscheduled) => {
+                // The rest of the gang may be waiting in the queue for this
+                // pod: let them try now.
+                self.handle.activate(&unscheduled);
+                tracing::debug!(pod = %pod.key(), group = %key, "quorum not met for a gang; waiting at Permit");
+                (
+                    Status::new(Code::Wait, WAITING_FOR_MIN_COUNT_SCHEDULED),
+                    PERMIT_TIMEOUT,
+                )
+            }
+            Step::Release(assumed) => {
+                let waiting = self.handle.waiting_pods();
+                for uid in &assumed {
+                    if let Some(w) = waiting.get(uid) {
+                        w.allow(GANG_SCHEDULING);
+                    }
+                }
+                (Status::success(), Duration::ZERO)
             }
         }
-        (Status::success(), Duration::ZERO)
     }
 }
 
