@@ -63,6 +63,17 @@ async fn start(
     pods: &[Value],
     gates: &str,
 ) -> Result<(FakeApiServer, Berthd, TempDir)> {
+    start_with(tag, groups, pods, gates, None).await
+}
+
+/// [`start`] with a scheduler configuration (written to the test's dir).
+async fn start_with(
+    tag: &str,
+    groups: &[Value],
+    pods: &[Value],
+    gates: &str,
+    config: Option<&str>,
+) -> Result<(FakeApiServer, Berthd, TempDir)> {
     let fake = FakeApiServer::start().await?;
     for i in 0..4 {
         fake.create("/api/v1/nodes", node(&format!("g-{i}")))?;
@@ -83,14 +94,21 @@ async fn start(
     let kubeconfig = dir.0.join("kubeconfig");
     fake.write_kubeconfig(&kubeconfig)?;
     let path = kubeconfig.display().to_string();
-    let args = [
-        "--kubeconfig",
-        &path,
-        "--seed",
-        "1",
-        "--feature-gates",
-        gates,
+    let mut args = vec![
+        "--kubeconfig".to_string(),
+        path,
+        "--seed".into(),
+        "1".into(),
+        "--feature-gates".into(),
+        gates.into(),
     ];
+    if let Some(config) = config {
+        let file = dir.0.join("config.yaml");
+        std::fs::write(&file, config)?;
+        args.push("--config".into());
+        args.push(file.display().to_string());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut berthd = Berthd::start(&args).await?;
     berthd
         .wait_for(|l| message(l).starts_with("cache synced with the kube cluster"))
@@ -264,5 +282,98 @@ async fn with_generic_workload_off_pod_groups_are_not_watched() -> Result<()> {
         "no PodGroup watch, no PodGroup write"
     );
     berthd.stop().await?;
+    Ok(())
+}
+
+/// Issue 26 item 3 in kube mode: a remote extender (the Python
+/// `gang_quota.py`) at GroupPermit refuses a gang over its CPU cap as a
+/// whole; berthd binds none of its pods and writes the extender's reason
+/// into the PodGroup's condition and the pods' own, as it writes
+/// upstream's; a gang within the cap binds.
+#[tokio::test]
+async fn a_remote_group_permit_refuses_a_gang_and_its_reason_is_written() -> Result<()> {
+    let mut ext = berth_e2e::python::PyExtender::start_script(
+        "gang_quota.py",
+        "127.0.0.1:0",
+        &["--max-gang-cpu", "4"],
+    )
+    .await?;
+    let config = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint:
+      enabled: [{{name: gang-quota}}]
+berthExtenders:
+- name: gang-quota
+  endpoint: http://{}
+  points: [groupPermit]
+  timeout: 10s
+",
+        ext.addr
+    );
+    let pods: Vec<Value> = (0..3)
+        .map(|i| member(&format!("big-{i}"), "big", "2"))
+        .chain((0..2).map(|i| member(&format!("small-{i}"), "small", "1")))
+        .collect();
+    let (fake, berthd, _dir) = start_with(
+        "groupquota",
+        &[gang("big", 3), gang("small", 2)],
+        &pods,
+        "GenericWorkload=true",
+        Some(&config),
+    )
+    .await?;
+    let refused = "pod group default/big requests 6 CPUs, over the 4 CPUs a gang may take in namespace default";
+    let patch = fake.wait_for_request(|r| is_group_status(r, "big")).await?;
+    let cond = check_patch(&patch, "gang-podgroup-status-unschedulable")?;
+    ensure!(
+        cond["status"] == "False"
+            && cond["reason"] == "Unschedulable"
+            && cond["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(refused)),
+        "{cond}"
+    );
+    let small = fake
+        .wait_for_request(|r| is_group_status(r, "small"))
+        .await?;
+    ensure!(
+        small.body["status"]["conditions"][0]["status"] == "True",
+        "{}",
+        small.body
+    );
+    let bindings = fake
+        .wait_for_requests(2, |r| r.method == "POST" && r.path.ends_with("/binding"))
+        .await?;
+    ensure!(
+        bindings.iter().all(|r| r.path.contains("/small-")),
+        "only the small gang binds: {:?}",
+        bindings.iter().map(|r| &r.path).collect::<Vec<_>>()
+    );
+    let statuses = fake
+        .wait_for_requests(3, |r| {
+            r.method == "PATCH" && r.path.contains("/pods/big-") && r.path.ends_with("/status")
+        })
+        .await?;
+    for r in &statuses {
+        let m = r.body["status"]["conditions"][0]["message"]
+            .as_str()
+            .unwrap_or_default();
+        ensure!(m.contains(refused), "{}: {m}", r.path);
+    }
+    ext.wait_for(|l| l.contains("group permit group=default/big pods=3 allowed=False"))
+        .await?;
+    ensure!(
+        !fake
+            .requests_to("POST", "/binding")
+            .iter()
+            .any(|r| r.path.contains("/big-")),
+        "no pod of the refused gang bound"
+    );
+    berthd.stop().await?;
+    ext.kill().await?;
     Ok(())
 }
