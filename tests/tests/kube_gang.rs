@@ -377,3 +377,87 @@ berthExtenders:
     ext.kill().await?;
     Ok(())
 }
+
+async fn grpcurl(addr: &str, method: &str, body: &Value) -> Result<Value> {
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        tokio::process::Command::new(berth_e2e::grpcurl_path()?)
+            .args(["-plaintext", "-d", &body.to_string(), addr, method])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .context("grpcurl hung")??;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// Issue 26 item 4 in kube mode: DryRun of a pod of a gang the cluster
+/// holds (three members gated, waiting for a fourth) answers for the
+/// whole gang from the watched PodGroup and pods, and DryRun of a gang
+/// that cannot fit says which pod and why; nothing is written to the API
+/// server by either.
+#[tokio::test]
+async fn a_gang_in_the_cluster_is_explained_before_it_runs() -> Result<()> {
+    let pods: Vec<Value> = (0..3)
+        .map(|i| member(&format!("train-{i}"), "train", "1"))
+        .collect();
+    // Synced (start waits for it): the cache holds the PodGroup and its
+    // three members, gated at PreEnqueue, which writes nothing.
+    let (fake, berthd, _dir) =
+        start("dryrun", &[gang("train", 4)], &pods, "GenericWorkload=true").await?;
+    // Writes, leaving out leader election's Lease (it renews on its own).
+    let writes = |fake: &FakeApiServer| -> Vec<(String, String)> {
+        fake.requests()
+            .iter()
+            .filter(|r| r.method != "GET" && !r.path.contains("/leases"))
+            .map(|r| (r.method.clone(), r.path.clone()))
+            .collect()
+    };
+    let writes_before = writes(&fake);
+    let addr = berthd.addr.clone();
+
+    let resp = grpcurl(
+        &addr,
+        "berth.v1.Scheduler/DryRun",
+        &json!({"pod": member("train-3", "train", "1")}),
+    )
+    .await?;
+    let g = &resp["podGroup"];
+    ensure!(g["name"] == "train" && g["fits"] == true, "{resp}");
+    ensure!(g["pods"].as_array().map(Vec::len) == Some(4), "{resp}");
+
+    let mut huge: Vec<Value> = (0..5)
+        .map(|i| member(&format!("huge-{i}"), "huge", "3500m"))
+        .collect();
+    let body =
+        json!({"podGroup": gang("huge", 5), "groupPods": huge.drain(..).collect::<Vec<_>>()});
+    let resp = grpcurl(&addr, "berth.v1.Scheduler/DryRun", &body).await?;
+    let g = &resp["podGroup"];
+    ensure!(g["fits"] != true, "{resp}");
+    ensure!(
+        g["message"]
+            == "minCount (5) cannot be satisfied: 4 scheduled, 0 remaining, pod group preemption: No preemption victims found for incoming preemptor",
+        "{resp}"
+    );
+    let unplaced: Vec<&Value> = g["pods"]
+        .as_array()
+        .context("pods")?
+        .iter()
+        .filter(|p| p["placed"] != true)
+        .collect();
+    ensure!(
+        unplaced.len() == 1
+            && unplaced[0]["message"] == "0/4 nodes are available: 4 Insufficient cpu.",
+        "{resp}"
+    );
+
+    // A dry run writes nothing: no binding, no status, no event.
+    ensure!(writes(&fake) == writes_before, "{:?}", writes(&fake));
+    berthd.stop().await?;
+    Ok(())
+}
