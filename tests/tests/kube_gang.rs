@@ -431,11 +431,10 @@ async fn a_gang_in_the_cluster_is_explained_before_it_runs() -> Result<()> {
     ensure!(g["name"] == "train" && g["fits"] == true, "{resp}");
     ensure!(g["pods"].as_array().map(Vec::len) == Some(4), "{resp}");
 
-    let mut huge: Vec<Value> = (0..5)
+    let huge: Vec<Value> = (0..5)
         .map(|i| member(&format!("huge-{i}"), "huge", "3500m"))
         .collect();
-    let body =
-        json!({"podGroup": gang("huge", 5), "groupPods": huge.drain(..).collect::<Vec<_>>()});
+    let body = json!({"podGroup": gang("huge", 5), "groupPods": huge});
     let resp = grpcurl(&addr, "berth.v1.Scheduler/DryRun", &body).await?;
     let g = &resp["podGroup"];
     ensure!(g["fits"] != true, "{resp}");
