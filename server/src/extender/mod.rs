@@ -13,6 +13,7 @@
 //! [`Extenders::readiness`] says which extender holds scheduling back, and
 //! why.
 
+mod answers;
 mod breaker;
 mod connection;
 mod feed;
