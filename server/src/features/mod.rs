@@ -1,6 +1,6 @@
-//! Feature gates: kube-scheduler v1.37's, with upstream's versioned specs
-//! (default, pre-release stage, lock), parsed from `--feature-gates` as
-//! component-base parses it.
+//! Feature gates: kube-scheduler v1.37's and v1.36's, with upstream's
+//! versioned specs (default, pre-release stage, lock), parsed from
+//! `--feature-gates` as component-base parses it.
 //!
 //! This module is a leaf: it imports nothing of the crate, so that the
 //! configuration, the framework and every plugin may read it.
@@ -8,7 +8,9 @@
 //! The rules, as component-base's `featuregate` has them:
 //!
 //! * The spec in force for a gate is its last spec whose version is at most
-//!   the release berth follows ([`RELEASE`]) and, where a spec names a
+//!   the release berth follows (component-base's emulation version: in kube
+//!   mode the API server's own minor release, see [`follow`]; else
+//!   [`RELEASE`]) and, where a spec names a
 //!   minimum compatibility version, whose minimum the compatibility version
 //!   (the release minus one) reaches. A gate with no such spec is
 //!   unavailable (PreAlpha) and cannot be set.
@@ -39,8 +41,52 @@ use std::fmt;
 
 pub use table::{Feature, GATES};
 
-/// The kube-scheduler release berth follows: v1.`RELEASE`.
+/// The newest kube-scheduler release berth knows: v1.`RELEASE` (its
+/// "binary version", as component-base calls it).
 pub const RELEASE: u16 = 37;
+
+/// The oldest release berth knows: the one before [`RELEASE`]. Between the
+/// two, the behaviours a release changed sit behind gates whose defaults
+/// [`FeatureGates::at_release`] gives.
+pub const OLDEST: u16 = RELEASE - 1;
+
+/// The release berth follows for an API server of minor version
+/// `server_minor`, and why, in words for the startup line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Followed {
+    /// The minor release whose gate defaults apply (the emulation
+    /// version, 1.`release`).
+    pub release: u16,
+    /// Why this release, for people.
+    pub reason: String,
+}
+
+/// The release to follow for an API server whose (emulated) version is
+/// 1.`server_minor`: its own when berth knows it; berth's newest for a
+/// newer server (kube-scheduler may be older than its API server); berth's
+/// oldest, outside the supported skew, for an older one.
+pub fn follow(server_minor: u16, server_version: &str) -> Followed {
+    if (OLDEST..=RELEASE).contains(&server_minor) {
+        Followed {
+            release: server_minor,
+            reason: format!("the API server's own release ({server_version})"),
+        }
+    } else if server_minor > RELEASE {
+        Followed {
+            release: RELEASE,
+            reason: format!(
+                "the API server ({server_version}) is newer than the releases berth knows (v1.{OLDEST} and v1.{RELEASE}): following berth's newest, v1.{RELEASE}"
+            ),
+        }
+    } else {
+        Followed {
+            release: OLDEST,
+            reason: format!(
+                "the API server ({server_version}) is older than the releases berth knows (v1.{OLDEST} and v1.{RELEASE}), outside the supported skew: following berth's oldest, v1.{OLDEST}"
+            ),
+        }
+    }
+}
 
 /// A gate's maturity, as the `stage` label of `kubernetes_feature_enabled`
 /// spells it.
@@ -115,7 +161,8 @@ pub enum Serves {
     /// kube-scheduler does (or changes only upstream's speed, and berth
     /// decides alike either way).
     Both,
-    /// Only the v1.37 default; the other value stops startup.
+    /// Only the default of the release followed; the other value stops
+    /// startup.
     DefaultOnly,
 }
 
@@ -198,9 +245,11 @@ pub enum FeatureGateError {
     },
     /// A value berth does not implement.
     #[error(
-        "feature gate {gate}={value} is not implemented by berth (it follows kube-scheduler v1.{RELEASE} with {gate}={default}): {effect}"
+        "feature gate {gate}={value} is not implemented by berth (it follows kube-scheduler v1.{release} with {gate}={default}): {effect}"
     )]
     NotImplemented {
+        /// The release followed.
+        release: u16,
         /// The gate.
         gate: &'static str,
         /// The value asked for.
@@ -212,7 +261,8 @@ pub enum FeatureGateError {
     },
 }
 
-/// The gates in force: v1.37's defaults with what `--feature-gates` set.
+/// The gates in force: the defaults of the release followed with what
+/// `--feature-gates` set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeatureGates {
     /// Every name set, as upstream's `enabledRaw` (the generic gates too).
@@ -230,8 +280,7 @@ impl Default for FeatureGates {
 }
 
 impl FeatureGates {
-    /// The defaults of release 1.`minor` (for tests and docs: berth runs
-    /// [`RELEASE`]).
+    /// The defaults of release 1.`minor`.
     pub fn at_release(minor: u16) -> Self {
         Self {
             raw: BTreeMap::new(),
@@ -244,7 +293,17 @@ impl FeatureGates {
     /// once per occurrence), then checks that berth implements what was
     /// asked.
     pub fn from_flags<S: AsRef<str>>(values: &[S]) -> Result<Self, FeatureGateError> {
-        let mut g = Self::default();
+        Self::from_flags_at(RELEASE, values)
+    }
+
+    /// [`Self::from_flags`] on the defaults of release 1.`minor` (the
+    /// emulation version: locks, stages and the gates that exist are that
+    /// release's too).
+    pub fn from_flags_at<S: AsRef<str>>(
+        minor: u16,
+        values: &[S],
+    ) -> Result<Self, FeatureGateError> {
+        let mut g = Self::at_release(minor);
         for v in values {
             g.set(v.as_ref())?;
         }
@@ -380,6 +439,7 @@ impl FeatureGates {
             let v = self.enabled[g.feature as usize];
             if g.serves == Serves::DefaultOnly && v != spec.default {
                 return Err(FeatureGateError::NotImplemented {
+                    release: self.release,
                     gate: g.name,
                     value: v,
                     default: spec.default,
@@ -394,6 +454,17 @@ impl FeatureGates {
     #[inline]
     pub fn enabled(&self, f: Feature) -> bool {
         self.enabled[f as usize]
+    }
+
+    /// The minor release whose specs apply (1.`release`).
+    pub fn release(&self) -> u16 {
+        self.release
+    }
+
+    /// Whether `f` was named by `--feature-gates` (on its own, not through
+    /// `AllAlpha`/`AllBeta`).
+    pub fn is_explicit(&self, f: Feature) -> bool {
+        self.raw.contains_key(f.name())
     }
 
     /// Sets `f` without the flag's checks (tests and embedders).

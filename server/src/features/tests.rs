@@ -262,3 +262,65 @@ fn the_docs_list_every_gate_and_the_v1_36_flag() {
         assert!(page.contains(&row), "docs/feature-gates.md lacks {row}");
     }
 }
+
+#[test]
+fn berth_follows_the_servers_release_berths_newest_for_a_newer_one() {
+    let f = follow(36, "v1.36.2");
+    assert_eq!(f.release, 36);
+    assert_eq!(f.reason, "the API server's own release (v1.36.2)");
+    assert_eq!(follow(37, "v1.37.0").release, 37);
+    let newer = follow(38, "v1.38.1");
+    assert_eq!(newer.release, RELEASE);
+    assert_eq!(
+        newer.reason,
+        "the API server (v1.38.1) is newer than the releases berth knows (v1.36 and v1.37): following berth's newest, v1.37"
+    );
+    let older = follow(35, "v1.35.4");
+    assert_eq!(older.release, OLDEST);
+    assert!(
+        older.reason.contains("outside the supported skew"),
+        "{}",
+        older.reason
+    );
+}
+
+/// As component-base with an emulation version of 1.36: v1.36's
+/// defaults, locks and stages, and a gate v1.36 did not have cannot be set.
+#[test]
+fn the_flag_is_read_at_the_release_followed() {
+    let g = FeatureGates::from_flags_at(36, &[] as &[&str]).unwrap();
+    assert_eq!(g.release(), 36);
+    assert!(!g.enabled(Feature::DRADeviceTaintRules));
+    assert!(!g.enabled(Feature::StorageCapacityScoring));
+    assert_eq!(g.stage(Feature::GenericWorkload), Stage::Alpha);
+    assert_eq!(g, FeatureGates::at_release(36));
+    // Overridden gate by gate.
+    let g = FeatureGates::from_flags_at(36, &["DRADeviceTaintRules=true"]).unwrap();
+    assert!(g.enabled(Feature::DRADeviceTaintRules));
+    assert!(g.is_explicit(Feature::DRADeviceTaintRules));
+    assert!(!g.is_explicit(Feature::GenericWorkload));
+    // DRAExtendedResource is locked only from v1.37.
+    FeatureGates::from_flags_at(36, &["DRAExtendedResource=true"]).unwrap();
+    assert_eq!(
+        FeatureGates::from_flags_at(36, &["CompositePodGroup=false"])
+            .unwrap_err()
+            .to_string(),
+        "invalid argument \"CompositePodGroup=false\" for \"--feature-gates\" flag: cannot set feature gate CompositePodGroup to false, feature is PreAlpha at emulated version 1.36, min compatibility version 1.35"
+    );
+    assert_eq!(
+        FeatureGates::from_flags_at(36, &["TaintTolerationComparisonOperators=true"])
+            .unwrap_err()
+            .to_string(),
+        "feature gate TaintTolerationComparisonOperators=true is not implemented by berth (it follows kube-scheduler v1.36 with TaintTolerationComparisonOperators=false): Gt/Lt toleration operators; not implemented in berth"
+    );
+    // Every gate berth implements only at its default has the same default
+    // at both releases: following v1.36 never asks for what berth lacks.
+    for gate in GATES.iter().filter(|g| g.serves == Serves::DefaultOnly) {
+        assert_eq!(
+            gate.spec_at(OLDEST).default,
+            gate.spec_at(RELEASE).default,
+            "{}",
+            gate.name
+        );
+    }
+}
