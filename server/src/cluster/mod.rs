@@ -92,4 +92,12 @@ pub trait ClusterSource: ClusterClient + EventRecorder {
     fn unreachable(&self) -> bool {
         false
     }
+
+    /// Whether a failure with this `error` is a refusal (a permission
+    /// missing, or not yet granted by an API server that is starting) that
+    /// the cluster's refusal reporter speaks for: named once it lasts,
+    /// summarized while it does, so the per-attempt lines go to DEBUG.
+    fn refusal_reported(&self, _error: &str) -> bool {
+        false
+    }
 }

@@ -537,7 +537,7 @@ async fn bind_steps(
             .set_nominated_node_name(assumed, Some(host))
             .await
     {
-        if shared.cluster.unreachable() {
+        if shared.cluster.unreachable() || shared.cluster.refusal_reported(&e.to_string()) {
             tracing::debug!(pod = %assumed.key(), node = %host, error = %e, "setting the nominated node before binding failed; binding goes on");
         } else {
             tracing::warn!(pod = %assumed.key(), node = %host, error = %e, "setting the nominated node before binding failed; binding goes on");
@@ -632,6 +632,7 @@ pub(super) async fn failure_handler(
         tracing::info!(pod = %pod.key(), attempts = q.attempts, "unschedulable: {}", f.message);
     } else if !f.status.is_skip() {
         let outage = shared.cluster.unreachable()
+            || shared.cluster.refusal_reported(&f.message)
             || f.status
                 .plugin()
                 .is_some_and(|p| shared.extenders.is_down(p));
@@ -730,7 +731,7 @@ pub(super) async fn failure_handler(
             .set_unschedulable(&pod, cond, nominated)
             .await
         {
-            if shared.cluster.unreachable() {
+            if shared.cluster.unreachable() || shared.cluster.refusal_reported(&e.to_string()) {
                 tracing::debug!(pod = %pod.key(), error = %e, "error updating pod status");
             } else {
                 tracing::warn!(pod = %pod.key(), error = %e, "error updating pod status");

@@ -34,10 +34,17 @@
 //!   one request, never across a retry's pause. One write per event is in
 //!   flight at a time; a change meanwhile is written after it. A transport
 //!   failure is retried [`MAX_TRIES`] times, [`RETRY_AFTER`] apart (each
-//!   at DEBUG: the API server's outage reporter says it is down); a patch
-//!   of an event the API no longer has creates it again; an answer
-//!   refusing the event is logged with the pod, verb and code (a 403 once),
-//!   and the write given up, as client-go gives up.
+//!   at DEBUG: the API server's outage reporter says it is down), and so
+//!   is a 403 (an API server that is starting refuses for a moment; the
+//!   refusal reporter names the rule if it lasts, see
+//!   [`super::refusals`]); a patch of an event the API no longer has
+//!   creates it again; another answer refusing the event is logged with
+//!   the pod, verb and code, and the write given up, as client-go gives up.
+//! * **Flush.** [`EventSink::flush`] (a leader that lost its Lease, or
+//!   shutdown) wakes the writers waiting to retry and retries every
+//!   [`FLUSH_RETRY`] until every event recorded so far is written or the
+//!   time given is up, so the events of the last pods bound outlive the
+//!   Lease when the API server answers in time.
 //! * **Memory.** An event keeps its own small copy of what it writes (not
 //!   the pod), and at most [`MAX_CACHED`] plain events are remembered for
 //!   series; the oldest written ones are forgotten first.
@@ -71,6 +78,8 @@ pub const WRITERS: usize = 16;
 pub const MAX_TRIES: u32 = 12;
 /// The pause between them (client-go's sleepDuration).
 pub const RETRY_AFTER: Duration = Duration::from_secs(10);
+/// The pause between retries while flushing.
+pub const FLUSH_RETRY: Duration = Duration::from_millis(200);
 /// Plain events remembered for series at most.
 pub const MAX_CACHED: usize = 16_384;
 /// Buckets kept before full ones are forgotten.
@@ -326,8 +335,15 @@ struct Shared {
     state: Mutex<State>,
     writers: Permits,
     runtime: tokio::runtime::Handle,
-    /// A refusal (403) has been said: the next ones are DEBUG.
-    refusal_said: std::sync::atomic::AtomicBool,
+    /// Where refusals (403) are counted and named.
+    refusals: Arc<super::refusals::Refusals>,
+    /// Writers running (an event queued or being written).
+    pending: std::sync::atomic::AtomicUsize,
+    /// Signalled when the last writer ends while flushing, and when a
+    /// flush starts (waking the writers waiting to retry).
+    flush_signal: tokio::sync::Notify,
+    /// A flush has started: retries come every [`FLUSH_RETRY`].
+    flushing: std::sync::atomic::AtomicBool,
 }
 
 /// Where events go: the cache of events and their series, and the
@@ -347,6 +363,15 @@ impl std::fmt::Debug for EventSink {
 impl EventSink {
     /// Starts the sink writing through `api`. Must run in a tokio runtime.
     pub(super) fn start(api: impl EventApi, identity: String) -> Self {
+        Self::start_with(api, identity, super::refusals::global().clone())
+    }
+
+    /// [`Self::start`], counting refusals in `refusals`.
+    pub(super) fn start_with(
+        api: impl EventApi,
+        identity: String,
+        refusals: Arc<super::refusals::Refusals>,
+    ) -> Self {
         let shared = Arc::new(Shared {
             api: Box::new(api),
             identity,
@@ -356,7 +381,10 @@ impl EventSink {
             }),
             writers: Permits::new(WRITERS),
             runtime: tokio::runtime::Handle::current(),
-            refusal_said: std::sync::atomic::AtomicBool::new(false),
+            refusals,
+            pending: std::sync::atomic::AtomicUsize::new(0),
+            flush_signal: tokio::sync::Notify::new(),
+            flushing: std::sync::atomic::AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&shared);
         shared
@@ -372,6 +400,30 @@ impl EventSink {
     pub(super) fn record(&self, e: PodEvent) {
         tracing::debug!(pod = %e.pod.key(), reason = e.reason, note = %e.note, "event");
         self.shared.record(e, SystemTime::now(), Instant::now());
+    }
+
+    /// Writes what was recorded so far, within `within` at most: the
+    /// writers waiting to retry try again now and every [`FLUSH_RETRY`]
+    /// after. Returns how many writers were still at work when it ended
+    /// (0: everything was written or given up).
+    pub(super) async fn flush(&self, within: Duration) -> usize {
+        use std::sync::atomic::Ordering;
+        let sh = &self.shared;
+        sh.flushing.store(true, Ordering::SeqCst);
+        sh.flush_signal.notify_waiters();
+        let done = async {
+            loop {
+                let idle = sh.flush_signal.notified();
+                tokio::pin!(idle);
+                idle.as_mut().enable();
+                if sh.pending.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        };
+        let _ = tokio::time::timeout(within, done).await;
+        sh.pending.load(Ordering::SeqCst)
     }
 
     #[cfg(test)]
@@ -484,9 +536,17 @@ impl Shared {
     }
 
     fn spawn_writer(self: &Arc<Self>, entry: Arc<Entry>) {
+        use std::sync::atomic::Ordering;
         let shared = self.clone();
-        self.runtime
-            .spawn(async move { shared.write_until_clean(entry).await });
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        self.runtime.spawn(async move {
+            shared.clone().write_until_clean(entry).await;
+            if shared.pending.fetch_sub(1, Ordering::SeqCst) == 1
+                && shared.flushing.load(Ordering::SeqCst)
+            {
+                shared.flush_signal.notify_waiters();
+            }
+        });
     }
 
     /// Writes `entry` until nothing more is wanted.
@@ -528,13 +588,9 @@ impl Shared {
                             WriteError::NotFound => (404, "not found".into()),
                         };
                         let pod = format_args!("{}/{}", entry.fixed.namespace, entry.fixed.pod);
-                        let refused_before = code == 403
-                            && self
-                                .refusal_said
-                                .swap(true, std::sync::atomic::Ordering::Relaxed);
-                        if code == 0 || refused_before {
-                            // The outage reporter, or the first refusal,
-                            // said it already.
+                        if code == 0 || code == 403 {
+                            // The outage reporter, or the refusal
+                            // reporter, speaks for these.
                             tracing::debug!(pod = %pod, reason = entry.fixed.reason, verb, code, %error, "writing event failed; given up");
                         } else {
                             tracing::warn!(
@@ -561,24 +617,72 @@ impl Shared {
     }
 
     async fn write_with_retries(&self, entry: &Entry, write: &Write) -> Result<(), WriteError> {
+        use std::sync::atomic::Ordering;
         let mut tries = 1;
         let success = entry.fixed.event_type == EventType::Normal;
+        let key = match write {
+            Write::Create { .. } => super::refusals::Key::new("create", "events.k8s.io", "events"),
+            Write::Patch { .. } => super::refusals::Key::new("patch", "events.k8s.io", "events"),
+        };
         loop {
             let written = {
                 let _writer = self.writers.acquire(success).await;
                 self.api.write(write).await
             };
+            let pod = || format!("{}/{}", entry.fixed.namespace, entry.fixed.pod);
+            let flushing = self.flushing.load(Ordering::SeqCst);
             match written {
-                Err(WriteError::Transport(e)) if tries < MAX_TRIES => {
+                Err(WriteError::Transport(e)) if tries < MAX_TRIES || flushing => {
                     tracing::debug!(
-                        pod = %format_args!("{}/{}", entry.fixed.namespace, entry.fixed.pod),
-                        reason = entry.fixed.reason, error = %e, tries,
-                        "writing event failed; retrying in {}s", RETRY_AFTER.as_secs()
+                        pod = %pod(), reason = entry.fixed.reason, error = %e, tries,
+                        "writing event failed; retrying"
                     );
-                    tries += 1;
-                    tokio::time::sleep(RETRY_AFTER).await;
                 }
-                other => return other,
+                Err(WriteError::Refused { code: 403, message })
+                    if tries < MAX_TRIES || flushing =>
+                {
+                    let rule = || {
+                        super::access::rule_for("events.k8s.io", "events", None)
+                            .map_or_else(String::new, |r| r.to_string())
+                    };
+                    match self.refusals.refused(&key, rule, &message) {
+                        super::refusals::Verdict::Report(lasted) => {
+                            let rule = rule();
+                            tracing::error!(
+                                verb = %key.verb, code = 403, resource = "events", %rule,
+                                "forbidden to {} events.events.k8s.io (event of {}): its ClusterRole must grant {rule}; refused for {}, events are retried and given up after {MAX_TRIES} tries; the API server says: {message}",
+                                key.verb,
+                                pod(),
+                                crate::outage::human(lasted)
+                            );
+                        }
+                        _ => {
+                            tracing::debug!(pod = %pod(), reason = entry.fixed.reason, tries, "writing event refused; retrying: {message}")
+                        }
+                    }
+                }
+                other => {
+                    if other.is_ok() {
+                        self.refusals.allowed(&key);
+                    }
+                    return other;
+                }
+            }
+            if !flushing {
+                tries += 1;
+            }
+            // A flush starting meanwhile cuts the pause short.
+            let woken = self.flush_signal.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let pause = if self.flushing.load(Ordering::SeqCst) {
+                FLUSH_RETRY
+            } else {
+                RETRY_AFTER
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = &mut woken => {}
             }
         }
     }
@@ -926,5 +1030,66 @@ mod tests {
         api.wait_for(1).await;
         tokio::time::sleep(RETRY_AFTER * 3).await;
         assert_eq!(api.writes.lock().len(), 1);
+    }
+
+    /// A 403 may be an API server that is starting: retried like a lost
+    /// answer, and the refusal counted (not named within the grace).
+    #[tokio::test(start_paused = true)]
+    async fn a_forbidden_event_is_retried_as_a_restart_may_refuse_it() {
+        let api = Recorder::default();
+        let forbidden = || {
+            Err(WriteError::Refused {
+                code: 403,
+                message: "events.events.k8s.io is forbidden: User \"u\" cannot create resource \"events\"".into(),
+            })
+        };
+        api.answers.lock().extend([forbidden(), forbidden()]);
+        let refusals = super::super::refusals::Refusals::new(
+            super::super::refusals::GRACE,
+            Duration::from_secs(60),
+        );
+        let sink = EventSink::start_with(api.clone(), "host".into(), refusals.clone());
+        sink.record(event("p", "1", "Scheduled"));
+        api.wait_for(2).await;
+        let key = super::super::refusals::Key::new("create", "events.k8s.io", "events");
+        assert!(refusals.is_refused(&key));
+        api.wait_for(3).await;
+        assert_eq!(api.summary().len(), 3, "written on the third try");
+        settle().await;
+        assert!(!refusals.is_refused(&key), "the success ends the refusal");
+    }
+
+    /// A flush wakes the writers waiting to retry: the event of a pod bound
+    /// just before the Lease was lost goes out within the bound, not
+    /// [`RETRY_AFTER`] later.
+    #[tokio::test(start_paused = true)]
+    async fn a_flush_sends_what_waits_to_be_retried_within_its_bound() {
+        let api = Recorder::default();
+        api.answers.lock().extend([
+            Err(WriteError::Transport("connection refused".into())),
+            Err(WriteError::Transport("connection refused".into())),
+        ]);
+        let sink = EventSink::start(api.clone(), "host".into());
+        sink.record(event("p", "1", "Scheduled"));
+        api.wait_for(1).await;
+        let start = Instant::now();
+        let left = sink.flush(Duration::from_secs(5)).await;
+        assert_eq!(left, 0, "everything written");
+        assert_eq!(api.summary(), ["POST Scheduled p@1"; 3]);
+        assert!(
+            start.elapsed() <= FLUSH_RETRY * 2,
+            "retried at once, then after {FLUSH_RETRY:?}: {:?}",
+            start.elapsed()
+        );
+        // With nothing pending a flush returns at once; with the API down
+        // for good it gives up at its bound, saying what was left.
+        assert_eq!(sink.flush(Duration::from_secs(5)).await, 0);
+        api.answers
+            .lock()
+            .extend((0..100).map(|_| Err(WriteError::Transport("refused".into()))));
+        sink.record(event("q", "1", "Scheduled"));
+        let start = Instant::now();
+        assert_eq!(sink.flush(Duration::from_secs(2)).await, 1);
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
     }
 }

@@ -28,8 +28,10 @@
 
 pub mod access;
 mod client;
+pub mod discovery;
 mod events;
 mod permits;
+pub mod refusals;
 mod slim;
 mod writes;
 
@@ -123,6 +125,9 @@ pub struct KubeOptions {
     /// Whether to watch DeviceTaintRules (the DRADeviceTaintRules gate:
     /// resource.k8s.io/v1 serves them from v1.37 on).
     pub device_taint_rules: bool,
+    /// Kinds the API server does not serve ([`discovery::plan`]): not
+    /// watched, whatever the options above say.
+    pub unserved: BTreeSet<ObjectKind>,
 }
 
 impl Default for KubeOptions {
@@ -132,6 +137,7 @@ impl Default for KubeOptions {
             client: ClientOptions::default(),
             watch_pod_groups: false,
             device_taint_rules: true,
+            unserved: BTreeSet::new(),
         }
     }
 }
@@ -143,6 +149,7 @@ impl KubeOptions {
             .into_iter()
             .filter(|k| *k != ObjectKind::DeviceTaintRule || self.device_taint_rules)
             .chain(self.watch_pod_groups.then_some(ObjectKind::PodGroup))
+            .filter(|k| !self.unserved.contains(k))
             .collect()
     }
 }
@@ -398,6 +405,8 @@ struct MirrorState {
     listed: BTreeSet<Res>,
     /// How many watchers there are.
     watchers: usize,
+    /// What the watchers watch, in the order readiness names them.
+    watched: Vec<Res>,
     /// Every watcher's first listing has been delivered.
     synced: bool,
     /// Why a watcher whose listing has not completed is stuck (its last
@@ -493,8 +502,11 @@ impl MirrorState {
             }
             watcher::Event::InitDone => {
                 if self.trouble.remove(&res).is_some() {
-                    tracing::info!(resource = %res.qualified(), "listed {} after all: its watch works now", res.qualified());
+                    // A refusal said is ended by the reporter's own line;
+                    // the outage reporter speaks for the rest.
+                    tracing::debug!(resource = %res.qualified(), "listed {} after all: its watch works now", res.qualified());
                 }
+                refusals::global().allowed(&watch_key(res));
                 let listed = self.listing.remove(&res).unwrap_or_default();
                 self.relisted(res, listed);
             }
@@ -502,6 +514,13 @@ impl MirrorState {
             watcher::Event::Delete(o) => self.delete(o),
         }
     }
+}
+
+/// The key a watcher's refusals are counted under: `list` (its rule
+/// grants get, list and watch together).
+fn watch_key(res: Res) -> refusals::Key {
+    let (group, resource) = res.rbac();
+    refusals::Key::new("list", group, resource)
 }
 
 /// The reflector shared by the watchers, the writes and the readers.
@@ -526,10 +545,12 @@ fn watch_error(e: &watcher::Error) -> (&'static str, Result<(u16, String), Strin
 }
 
 impl Mirror {
-    /// A watcher's attempt failed (it retries with backoff). A refusal is
-    /// one line naming the rule berthd needs, the first time; the attempts
-    /// after it are DEBUG. What went wrong is kept for readiness until the
-    /// watcher lists.
+    /// A watcher's attempt failed (it retries with backoff). A refusal
+    /// (403) is one line naming the rule berthd needs once it has lasted
+    /// the grace of [`refusals`] (an API server that is starting refuses
+    /// for a moment); every other attempt is DEBUG (the API server's
+    /// outage reporter speaks for the ones that got no answer). What went
+    /// wrong is kept for readiness until the watcher lists.
     fn watch_failed(&self, res: Res, e: &watcher::Error) {
         let (verb, answer) = watch_error(e);
         let what = res.qualified();
@@ -538,16 +559,29 @@ impl Mirror {
             Ok((code, m)) => format!("{code}: {m}"),
             Err(m) => m.clone(),
         };
-        let before = self.state.lock().trouble.insert(res, trouble.clone());
+        self.state.lock().trouble.insert(res, trouble.clone());
         match answer {
-            Ok((403, message)) if !before.is_some_and(|b| b.starts_with("forbidden")) => {
+            Ok((403, message)) => {
                 let (group, resource) = res.rbac();
-                let rule = access::rule_for(group, resource, None)
-                    .map_or_else(String::new, |r| r.to_string());
-                tracing::error!(
-                    resource = %what, verb, code = 403, %rule,
-                    "forbidden to {verb} {what}: the cache cannot sync and nothing is scheduled until berthd's ClusterRole grants {rule}; the API server says: {message}"
-                );
+                let rule = || {
+                    access::rule_for(group, resource, None)
+                        .map_or_else(String::new, |r| r.to_string())
+                };
+                let reporter = refusals::global();
+                match reporter.refused(&watch_key(res), rule, &message) {
+                    refusals::Verdict::Report(lasted) => {
+                        let rule = rule();
+                        tracing::error!(
+                            resource = %what, verb, code = 403, %rule,
+                            "forbidden to {verb} {what}: the cache cannot sync and nothing is scheduled until berthd's ClusterRole grants {rule}; refused for {}, retried with backoff (a summary follows every {} while it lasts); the API server says: {message}",
+                            crate::outage::human(lasted),
+                            crate::outage::human(crate::outage::summary_every())
+                        );
+                    }
+                    _ => {
+                        tracing::debug!(resource = %what, verb, code = 403, "{verb} {what} refused; retrying with backoff: {message}")
+                    }
+                }
             }
             Ok((410, _)) => {
                 tracing::debug!(resource = %what, verb, "watch of {what} expired (410 Gone); relisting")
@@ -558,15 +592,14 @@ impl Mirror {
         }
     }
 
-    /// The watchers that have not listed their kind yet, each with why if
-    /// it failed: `resourceslices.resource.k8s.io (forbidden: ...)`.
+    /// The watchers that have not listed their kind yet, each with the
+    /// last answer it got: `resourceslices.resource.k8s.io (forbidden:
+    /// ...)`, or `(listing)` before any. Only what is watched: a kind left
+    /// unwatched (its gate off, or not served) never waits.
     fn unsynced(&self) -> Vec<String> {
         let s = self.state.lock();
         let mut out = Vec::new();
-        for res in std::iter::once(Res::Node)
-            .chain(std::iter::once(Res::Pod))
-            .chain(KUBE_WATCHED.iter().map(|k| Res::Object(*k)))
-        {
+        for &res in &s.watched {
             if s.listed.contains(&res) {
                 continue;
             }
@@ -586,9 +619,6 @@ pub struct KubeCluster {
     events: events::EventSink,
     /// The API server's outage reporter (set by [`KubeCluster::connect`]).
     outage: Option<Arc<crate::outage::Outage>>,
-    /// The (verb, resource) pairs whose refusal (403) has been said: the
-    /// next refusals are DEBUG.
-    refused: Mutex<BTreeSet<(String, String)>>,
 }
 
 impl std::fmt::Debug for KubeCluster {
@@ -643,6 +673,7 @@ impl KubeCluster {
         let scheduler =
             client::build_client(config.clone(), &options.client.for_purpose("scheduler"))?;
         let events = client::build_client(config, &options.client.for_purpose(""))?;
+        refusals::global().spawn();
         let mut cluster = Self::start(scheduler, events, options);
         if let Some(c) = Arc::get_mut(&mut cluster) {
             c.outage = Some(client::api_outage(&host));
@@ -656,7 +687,14 @@ impl KubeCluster {
         let mirror = Arc::new(Mirror::default());
         // Counted before any watcher runs: Synced waits for all of them.
         let watched = options.watched();
-        mirror.state.lock().watchers = 2 + watched.len();
+        {
+            let mut s = mirror.state.lock();
+            s.watchers = 2 + watched.len();
+            s.watched = [Res::Node, Res::Pod]
+                .into_iter()
+                .chain(watched.iter().map(|k| Res::Object(*k)))
+                .collect();
+        }
         // Lists from the watch cache (resourceVersion=0), as informers do.
         let config = || watcher::Config::default().any_semantic();
         // Pods and nodes are decoded straight into what berth keeps (see
@@ -716,7 +754,6 @@ impl KubeCluster {
             mirror,
             events,
             outage: None,
-            refused: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -724,6 +761,13 @@ impl KubeCluster {
     /// with (how many pods wait).
     pub fn api_outage(&self) -> Option<&Arc<crate::outage::Outage>> {
         self.outage.as_ref()
+    }
+
+    /// Writes the events recorded so far, within `within` at most (best
+    /// effort: a leader that lost its Lease, or shutdown, calls it before
+    /// the process exits); the writers still at work when it ended.
+    pub async fn flush_events(&self, within: std::time::Duration) -> usize {
+        self.events.flush(within).await
     }
 
     /// Whether every watcher has listed its kind once.

@@ -37,7 +37,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
-use super::{KubeCluster, access};
+use super::{KubeCluster, access, refusals};
 use crate::cache::{KubeObject, ObjectKind};
 use crate::cluster::{ClusterChange, ClusterSource, PodScheduledCondition};
 use crate::framework::{ClusterClient, ClusterError, EventRecorder, PodEvent};
@@ -288,17 +288,68 @@ impl KubeCluster {
             .header(http::header::ACCEPT, JSON)
             .body(body)
             .map_err(kube::Error::HttpError)?;
-        self.client
+        let result = self
+            .client
             .request::<R>(req)
             .await
-            .inspect_err(|e| self.write_failed(&method, path, subject, e))
+            .inspect_err(|e| self.write_failed(&method, path, subject, e));
+        if result.is_ok() {
+            self.write_allowed(&method, path);
+        }
+        result
+    }
+
+    /// A write went through: the end of any refusal of it. A claim's status
+    /// written is its allocation or reservation, which DRA authorizes on
+    /// `resourceclaims/binding` too.
+    fn write_allowed(&self, method: &http::Method, path: &str) {
+        let reporter = refusals::global();
+        if !reporter.any() {
+            return;
+        }
+        let (group, resource) = resource_of(path);
+        let verb = rbac_verb(method);
+        reporter.allowed(&refusals::Key::new(verb, group, &resource));
+        if group == "resource.k8s.io" && resource == "resourceclaims/status" {
+            reporter.allowed(&refusals::Key::new(verb, group, "resourceclaims/binding"));
+        }
+    }
+
+    /// The permission a failed write lacked: a 403, or a 422 naming the
+    /// permission a field needs (DRA's claim status); as the key of its
+    /// refusals and the API server's message.
+    fn refusal_of(
+        method: &http::Method,
+        path: &str,
+        e: &kube::Error,
+    ) -> Option<(refusals::Key, String)> {
+        let kube::Error::Api(s) = e else {
+            return None;
+        };
+        let (group, resource) = resource_of(path);
+        match s.code {
+            403 => Some((
+                refusals::Key::new(rbac_verb(method), group, &resource),
+                s.message.clone(),
+            )),
+            422 => {
+                let (resource, verb) = refusals::permission_named(&s.message)?;
+                Some((
+                    refusals::Key::new(&verb, group, &resource),
+                    s.message.clone(),
+                ))
+            }
+            _ => None,
+        }
     }
 
     /// Logs a failed write as a person reads it: one short line with the
-    /// object, verb, code and the server's message once; a refusal (403)
-    /// once per verb and resource, naming the rule berthd needs; no answer
-    /// or a 5xx at DEBUG (the API server's outage reporter speaks for
-    /// those).
+    /// object, verb, code and the server's message once; a refusal (403,
+    /// or a 422 naming the permission a field needs) once per verb and
+    /// resource when it has lasted the grace of [`refusals`], naming the
+    /// rule berthd needs (the attempts are the scheduler's retries, with
+    /// backoff, at DEBUG); no answer or a 5xx at DEBUG (the API server's
+    /// outage reporter speaks for those).
     fn write_failed(&self, method: &http::Method, path: &str, subject: &str, e: &kube::Error) {
         let code = status_code(e);
         let message = super::client::error_text(e);
@@ -306,19 +357,25 @@ impl KubeCluster {
             tracing::debug!(object = subject, verb = %method, path, code, error = %message, "API write failed");
             return;
         }
-        if code == 403 {
-            let (group, resource) = resource_of(path);
-            let verb = rbac_verb(method);
-            let first = self
-                .refused
-                .lock()
-                .insert((verb.to_string(), format!("{group}/{resource}")));
-            if first {
-                let rule = access::rule_for(group, &resource, None)
-                    .map_or_else(String::new, |r| format!(": its ClusterRole must grant {r}"));
-                tracing::error!(object = subject, verb, code, resource = %resource, "forbidden to {verb} {resource} ({subject}){rule}; the API server says: {message}");
-            } else {
-                tracing::debug!(object = subject, verb, code, "forbidden: {message}");
+        if let Some((key, api_message)) = Self::refusal_of(method, path, e) {
+            let rule = || {
+                access::rule_for(&key.group, &key.resource, None)
+                    .map_or_else(|| "the rule".to_string(), |r| r.to_string())
+            };
+            match refusals::global().refused(&key, rule, &api_message) {
+                refusals::Verdict::Report(lasted) => {
+                    let (verb, resource) = (&key.verb, &key.resource);
+                    let rule = rule();
+                    tracing::error!(
+                        object = subject, verb = %verb, code, resource = %resource, %rule,
+                        "forbidden to {verb} {resource} ({subject}): its ClusterRole must grant {rule}; refused for {}, the writes that need it fail and are retried with backoff (a summary follows every {} while it lasts); the API server says: {message}",
+                        crate::outage::human(lasted),
+                        crate::outage::human(crate::outage::summary_every())
+                    );
+                }
+                _ => {
+                    tracing::debug!(object = subject, verb = %key.verb, code, resource = %key.resource, "forbidden: {message}")
+                }
             }
             return;
         }
@@ -729,6 +786,12 @@ impl ClusterSource for KubeCluster {
 
     fn kind(&self) -> &'static str {
         "kube"
+    }
+
+    fn refusal_reported(&self, error: &str) -> bool {
+        // The API server's words for a refusal, in a 403 and in a 422
+        // naming a permission alike.
+        refusals::global().any() && error.contains(" is forbidden: User ")
     }
 
     fn unreachable(&self) -> bool {
