@@ -8,10 +8,11 @@
 //! the Service point at ports the container has, the RBAC subjects are the
 //! pod's ServiceAccount and the Lease it may update is the one configured.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, ensure};
 use berth_e2e::fake_apiserver::{PolicyRule, kube_scheduler_rules};
 use berth_e2e::manifests::{flag_values, manifests};
 use berth_e2e::{berthd_path, workspace_root};
@@ -491,5 +492,152 @@ fn kube_schedulers_built_in_roles_grant_it_with_the_kube_scheduler_lease() -> Re
             r#"update on {apiGroups: ["coordination.k8s.io"], resources: ["leases"], resourceNames: ["berth"], verbs: ["get", "update"]}"#,
         ]
     );
+    Ok(())
+}
+
+/// What `rules` grant on `resource` of `group`: each verb with the names
+/// it is limited to (empty: every object).
+fn granted(rules: &[PolicyRule], group: &str, resource: &str) -> BTreeSet<(String, Vec<String>)> {
+    let mut out = BTreeSet::new();
+    for r in rules {
+        let any = |list: &[String], v: &str| list.iter().any(|x| x == "*" || x == v);
+        if !any(&r.api_groups, group) || !any(&r.resources, resource) {
+            continue;
+        }
+        let mut names = r.resource_names.clone();
+        names.sort();
+        for v in &r.verbs {
+            out.insert((v.clone(), names.clone()));
+        }
+    }
+    out
+}
+
+/// deploy/rbac.yaml's rules as written, each with the comment lines just
+/// above it: (apiGroups, resources, comment). The file writes each rule's
+/// lists in flow style (`resources: ["a", "b"]`).
+fn commented_rules(text: &str) -> Vec<(Vec<String>, Vec<String>, String)> {
+    let list = |line: &str| -> Vec<String> {
+        line.split_once('[')
+            .and_then(|(_, r)| r.rsplit_once(']'))
+            .map(|(items, _)| {
+                items
+                    .split(',')
+                    .map(|s| s.trim().trim_matches('"').to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    let mut comment: Vec<&str> = Vec::new();
+    let mut current: Option<(Vec<String>, Vec<String>, String)> = None;
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(c) = t.strip_prefix('#') {
+            comment.push(c.trim());
+            continue;
+        }
+        if let Some(rest) = t.strip_prefix("- apiGroups:") {
+            if let Some(r) = current.take() {
+                out.push(r);
+            }
+            current = Some((list(rest), Vec::new(), comment.join(" ")));
+        } else if let Some(rest) = t.strip_prefix("resources:") {
+            if let Some(r) = current.as_mut() {
+                r.1 = list(rest);
+            }
+        } else if !line.starts_with("    ") {
+            if let Some(r) = current.take() {
+                out.push(r);
+            }
+        }
+        comment.clear();
+    }
+    out.extend(current);
+    out
+}
+
+/// Both ways: every resource berthd uses is granted by deploy/ with the
+/// verbs (and names) the built-in `system:kube-scheduler` and
+/// `system:volume-scheduler` roles grant it, as recorded from a v1.36.2
+/// API server, unless the rule deploy/ grants it with says why
+/// ("Unlike the built-in roles ..."). A new write berth makes, a rule
+/// upstream adds (as v1.36 added `resourceclaims/binding`), or a narrowing
+/// of deploy/ fails here until it is matched or explained.
+#[test]
+fn deploy_grants_each_resource_as_the_built_in_roles_do_or_says_why() -> Result<()> {
+    let m = manifests()?;
+    let lease = lease_of(&m)?;
+    let deploy: Vec<PolicyRule> = PolicyRule::from_role(&serde_json::to_value(&m.cluster_role)?)?
+        .into_iter()
+        .chain(PolicyRule::from_role(&serde_json::to_value(&m.role)?)?)
+        .collect();
+    let mut built_in = Vec::new();
+    for name in [
+        "clusterrole-system-kube-scheduler",
+        "clusterrole-system-volume-scheduler",
+    ] {
+        built_in.extend(PolicyRule::from_role(
+            &berth_e2e::fake_apiserver::recording(name)?["body"],
+        )?);
+    }
+    let text = std::fs::read_to_string(workspace_root().join("deploy/rbac.yaml"))?;
+    let written = commented_rules(&text);
+    let mut seen = BTreeSet::new();
+    let mut problems = Vec::new();
+    let mut explained = Vec::new();
+    for n in access::needed_for(Some(&lease), true) {
+        if !seen.insert((n.group, n.resource)) {
+            continue;
+        }
+        let ours = granted(&deploy, n.group, n.resource);
+        let theirs = granted(&built_in, n.group, n.resource);
+        if ours == theirs {
+            continue;
+        }
+        let why = written.iter().any(|(groups, resources, comment)| {
+            groups.iter().any(|g| g == n.group)
+                && resources.iter().any(|r| r == n.resource)
+                && comment.contains("Unlike the built-in roles")
+        });
+        let what = format!(
+            "{}/{}: deploy/ grants {ours:?}, the built-in roles {theirs:?}",
+            if n.group.is_empty() { "core" } else { n.group },
+            n.resource
+        );
+        if why {
+            explained.push(what);
+        } else {
+            problems.push(format!(
+                "{what}; grant it as they do, or say why in a comment starting \"Unlike the built-in roles\" above its rule in deploy/rbac.yaml"
+            ));
+        }
+    }
+    ensure!(problems.is_empty(), "{}", problems.join("\n"));
+    // What differs, and is explained: the Lease, and the kinds v1.36's
+    // roles do not have yet.
+    let differing: Vec<&str> = explained
+        .iter()
+        .map(|e| e.split(':').next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        differing,
+        [
+            "coordination.k8s.io/leases",
+            "resource.k8s.io/devicetaintrules",
+            "scheduling.k8s.io/podgroups",
+            "scheduling.k8s.io/podgroups/status",
+        ],
+        "{explained:#?}"
+    );
+    // The synthetic subresource DRA's claim status needs since v1.36 is
+    // granted as the built-in role grants it.
+    let binding = granted(&deploy, "resource.k8s.io", "resourceclaims/binding");
+    assert_eq!(
+        binding,
+        granted(&built_in, "resource.k8s.io", "resourceclaims/binding")
+    );
+    assert!(!binding.is_empty());
     Ok(())
 }

@@ -45,6 +45,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 
 use crate::cluster::kube::access::{self, LeaseRef};
+use crate::cluster::kube::refusals;
 pub use crate::config::JITTER_FACTOR;
 use crate::config::LeaderElection;
 use crate::rng::FastRng;
@@ -236,8 +237,6 @@ struct Elector {
     /// When `observed` last changed, on the local clock.
     observed_at: Option<Instant>,
     rng: FastRng,
-    /// A refusal (403) of the Lease has been said; the next ones are DEBUG.
-    forbidden_said: bool,
     serving: Serving,
 }
 
@@ -250,16 +249,32 @@ impl Elector {
             observed: Record::default(),
             observed_at: None,
             rng: FastRng::from_entropy(),
-            forbidden_said: false,
             serving,
         }
     }
 
-    /// Whether `e` is the API refusing `verb` on the Lease; the first
-    /// refusal is one ERROR line saying what fixes it: under
+    /// The key the refusals of `verb` on the Lease are counted under
+    /// (create is not limited by name).
+    fn refusal_key(&self, verb: &str) -> refusals::Key {
+        let key = refusals::Key::new(verb, "coordination.k8s.io", "leases");
+        if verb == "create" {
+            key
+        } else {
+            key.named(&self.cfg.name)
+        }
+    }
+
+    /// `verb` on the Lease went through: the end of any refusal of it.
+    fn allowed(&self, verb: &str) {
+        refusals::global().allowed(&self.refusal_key(verb));
+    }
+
+    /// Whether `e` is the API refusing `verb` on the Lease. A refusal that
+    /// lasts the grace of [`refusals`] (an API server that is starting
+    /// refuses for a moment) is one ERROR line saying what fixes it: under
     /// kube-scheduler's built-in role only the Lease named
     /// `kube-scheduler` may be read and updated, so either the flag that
-    /// names it or the rule that grants this one.
+    /// names it or the rule that grants this one. The others are DEBUG.
     fn refused(&mut self, verb: &str, e: &kube::Error) -> bool {
         let kube::Error::Api(status) = e else {
             return false;
@@ -268,21 +283,25 @@ impl Elector {
             return false;
         }
         let lease = self.cfg.describe();
-        if std::mem::replace(&mut self.forbidden_said, true) {
-            tracing::debug!(lease = %lease, verb, code = 403, "forbidden to {verb} lease {lease}: {}", status.message);
-            return true;
-        }
         let lref = LeaseRef {
             namespace: self.cfg.namespace.clone(),
             name: self.cfg.name.clone(),
         };
-        let rule = if verb == "create" {
-            r#"{apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create"]}"#
-                .to_string()
-        } else {
-            access::rule_for("coordination.k8s.io", "leases", Some(&lref))
-                .map_or_else(String::new, |r| r.to_string())
+        let rule = || {
+            if verb == "create" {
+                r#"{apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create"]}"#
+                    .to_string()
+            } else {
+                access::rule_for("coordination.k8s.io", "leases", Some(&lref))
+                    .map_or_else(String::new, |r| r.to_string())
+            }
         };
+        let verdict = refusals::global().refused(&self.refusal_key(verb), rule, &status.message);
+        let refusals::Verdict::Report(lasted) = verdict else {
+            tracing::debug!(lease = %lease, verb, code = 403, "forbidden to {verb} lease {lease}: {}", status.message);
+            return true;
+        };
+        let rule = rule();
         let flag = if self.cfg.name == KUBE_SCHEDULER_LEASE {
             String::new()
         } else {
@@ -292,8 +311,10 @@ impl Elector {
         };
         tracing::error!(
             lease = %lease, verb, code = 403, %rule,
-            "forbidden to {verb} lease {lease}: this replica cannot lead and schedules nothing until it may; {flag}grant {rule} in a Role in namespace {} (deploy/rbac.yaml's berth-leader-election). The API server says: {}",
+            "forbidden to {verb} lease {lease}: this replica cannot lead and schedules nothing until it may; {flag}grant {rule} in a Role in namespace {} (deploy/rbac.yaml's berth-leader-election). Refused for {}, retried every retry period (a summary follows every {} while it lasts). The API server says: {}",
             self.cfg.namespace,
+            crate::outage::human(lasted),
+            crate::outage::human(crate::outage::summary_every()),
             status.message
         );
         true
@@ -351,6 +372,7 @@ impl Elector {
             desired.transitions = self.observed.transitions;
             match self.update(&desired).await {
                 Ok(()) => {
+                    self.allowed("update");
                     self.observe(desired, Instant::now());
                     return true;
                 }
@@ -363,7 +385,10 @@ impl Elector {
 
         // Slow path: read, then create or update.
         let current = match self.api.get_opt(&self.cfg.name).await {
-            Ok(c) => c,
+            Ok(c) => {
+                self.allowed("get");
+                c
+            }
             Err(e) => {
                 if !self.refused("get", &e) {
                     lease_error(&self.cfg, &e, "error retrieving resource lock");
@@ -382,6 +407,7 @@ impl Elector {
             };
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(created) => {
+                    self.allowed("create");
                     self.lease = Some(created);
                     self.observe(desired, Instant::now());
                     true
@@ -415,6 +441,7 @@ impl Elector {
         }
         match self.update(&desired).await {
             Ok(()) => {
+                self.allowed("update");
                 self.observe(desired, Instant::now());
                 true
             }

@@ -6,16 +6,20 @@
 //!   needs `get`, `list` and `watch` on its resource: a kind added to the
 //!   watched list is added here by that alone.
 //! * Every write is one entry of [`WRITES`] (resource, verbs, why), kept
-//!   beside the code that sends it (`writes.rs`, `events.rs`).
+//!   beside the code that sends it (`writes.rs`, `events.rs`), and so is
+//!   every synthetic subresource the API server authorizes a write
+//!   through (`resourceclaims/binding` for a claim's allocation and
+//!   reservation).
 //! * Leader election needs `create` on Leases in the Lease's namespace and
 //!   `get`/`update` on the one Lease it is configured with (as
 //!   `system:kube-scheduler` grants them).
 //!
 //! `tests/tests/deploy.rs` checks that deploy/rbac.yaml grants everything
-//! [`needed`] lists (it may grant more: rules for kinds other issues add),
-//! and that the built-in `system:kube-scheduler` and
-//! `system:volume-scheduler` roles do when the Lease is `kube-scheduler`. A
-//! 403 from the API names the rule to add with [`rule_for`].
+//! [`needed`] lists, that the built-in `system:kube-scheduler` and
+//! `system:volume-scheduler` roles do when the Lease is `kube-scheduler`,
+//! and that deploy/ grants each resource berthd uses as the built-in roles
+//! do, or says why not in a comment. A refusal from the API names the rule
+//! to add with [`rule_for`] (see [`super::refusals`]).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -84,6 +88,17 @@ pub const WRITES: &[Access] = &[
         resource: "resourceclaims/status",
         verbs: &["patch", "update"],
         why: "DynamicResources: allocation and reservedFor",
+    },
+    // Authorized on their own since v1.36 (DRAResourceClaimGranularStatus
+    // Authorization, on by default): writing a claim's status.allocation or
+    // status.reservedFor also needs the verb on this synthetic subresource
+    // (a PUT for PreBind's allocation, a PATCH for Unreserve's removal);
+    // without it the API server answers 422 naming the permission.
+    Access {
+        group: "resource.k8s.io",
+        resource: "resourceclaims/binding",
+        verbs: &["patch", "update"],
+        why: "DynamicResources: allocation and reservedFor, authorized on their own since v1.36",
     },
 ];
 
