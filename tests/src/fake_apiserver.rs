@@ -7,8 +7,11 @@
 //! `/apis/<group>/<version>/...`) with UIDs and a global resourceVersion,
 //! and serves:
 //!
-//! * discovery (`/version`, `/api`, `/apis`, the group versions) from the
-//!   recordings when they can be found;
+//! * the `/version` and discovery of one release, v1.36 as recorded or
+//!   v1.37 ([`crate::fake_discovery`], [`FakeApiServer::start_serving`]),
+//!   and `404 the server could not find the requested resource` for a
+//!   resource that release does not serve (as v1.36 answers for
+//!   DeviceTaintRules and v1beta1 PodGroups);
 //! * lists (namespace, `fieldSelector`, equality-based `labelSelector`,
 //!   `limit`/`continue` paging) with the
 //!   list's resourceVersion;
@@ -44,7 +47,18 @@
 //! verbs, `resourceNames`), refusals answered 403 `Forbidden` with the
 //! recorded message naming the user, verb, resource, group and namespace
 //! (a refused watch gets the `Status` as its whole answer). Discovery is
-//! open to every authenticated user, as `system:discovery` makes it.
+//! open to every authenticated user, as `system:discovery` makes it. It
+//! also authorizes a ResourceClaim status write that changes
+//! `status.allocation` or `status.reservedFor` as v1.36 does
+//! (DRAResourceClaimGranularStatusAuthorization): the verb on
+//! `resourceclaims/binding` at the cluster scope, else the recorded 422
+//! (`dra-claim-allocate-forbidden-binding`).
+//!
+//! Tests can replay an API server restart as recorded
+//! ([`FakeApiServer::replay_restart`], `apiserver-restart-sequence`):
+//! connections refused, then accepted and held, then every request
+//! refused 403 for a moment (the authorizer's caches not filled yet), then
+//! answered again.
 //!
 //! Tests can take the whole server down ([`FakeApiServer::go_down`]:
 //! every connection closed unanswered) and bring it back, drop every watch
@@ -61,7 +75,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, ensure};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
@@ -69,6 +83,8 @@ use hyper::{Request, Response, StatusCode};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
+
+pub use crate::fake_discovery::{Release, Serving};
 
 /// One request as the server received it.
 #[derive(Debug, Clone)]
@@ -113,6 +129,10 @@ pub enum BeforeBinding {
     /// Nothing is stored and the server goes down (as
     /// [`FakeApiServer::go_down`]) before answering.
     GoDown,
+    /// The binding is stored and answered 201, then the server goes down
+    /// (as [`FakeApiServer::go_down`]): what the scheduler writes after the
+    /// binding (its event) finds no server.
+    GoDownAfter,
 }
 
 /// What the server does instead of answering: drops the connection.
@@ -131,6 +151,8 @@ impl std::error::Error for Dropped {}
 const NO_ANSWER: u16 = 0;
 /// The status that stands for "the server goes down now".
 const GO_DOWN: u16 = 1;
+/// The status that stands for "answered 201, then the server goes down".
+const BOUND_THEN_DOWN: u16 = 2;
 
 /// Where a resource lives: `api/v1/pods`, `apis/coordination.k8s.io/v1/leases`.
 type Resource = String;
@@ -282,6 +304,13 @@ fn forbidden(user: &str, verb: &str, t: &Target) -> Value {
 }
 
 impl State {
+    /// The user a request's bearer token names, when users are known.
+    fn user(&self, authorization: Option<&str>) -> Option<&User> {
+        authorization
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .and_then(|token| self.users.get(token.trim()))
+    }
+
     /// Authentication and authorization: `None` when the request may go
     /// on, else the answer.
     fn authorize(
@@ -327,6 +356,16 @@ struct Shared {
     down: watch::Sender<bool>,
     /// Connections closed unanswered while down.
     refused: watch::Sender<usize>,
+    /// True while every request is held unanswered (a restarting server
+    /// that accepts connections before it serves).
+    holding: watch::Sender<bool>,
+    /// Requests held so far.
+    held_requests: watch::Sender<usize>,
+    /// True while the authorizer is not ready: every resource request is
+    /// refused 403, as a starting server refuses them.
+    authorizer_starting: watch::Sender<bool>,
+    /// 403s answered while the authorizer was starting.
+    starting_refusals: watch::Sender<usize>,
     discovery: BTreeMap<String, Value>,
 }
 
@@ -406,27 +445,6 @@ pub fn ready_node(name: &str, cpu: &str, memory: &str) -> Value {
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}],
         },
     })
-}
-
-fn load_discovery(dir: Option<&Path>) -> BTreeMap<String, Value> {
-    let mut out = BTreeMap::new();
-    let Some(dir) = dir else { return out };
-    let Ok(index) = std::fs::read_to_string(dir.join("INDEX.tsv")) else {
-        return out;
-    };
-    for line in index.lines() {
-        let cols: Vec<&str> = line.split('\t').collect();
-        if cols.len() < 3 || !cols[0].starts_with("discovery") {
-            continue;
-        }
-        let Ok(text) = std::fs::read_to_string(dir.join(format!("{}.json", cols[0]))) else {
-            continue;
-        };
-        if let Ok(v) = serde_json::from_str::<Value>(&text) {
-            out.insert(cols[2].to_string(), v["response"]["body"].clone());
-        }
-    }
-    out
 }
 
 // ---------------------------------------------------------------------------
@@ -957,6 +975,14 @@ impl State {
                     self.remove(t, name);
                 }
                 BeforeBinding::GoDown => return (GO_DOWN, Value::Null),
+                BeforeBinding::GoDownAfter => {
+                    let (code, body) = self.bind(t, name, binding);
+                    return if code == 201 {
+                        (BOUND_THEN_DOWN, body)
+                    } else {
+                        (code, body)
+                    };
+                }
                 BeforeBinding::DropAnswer => {
                     // Dies with it: the watchers hear nothing of it.
                     self.watchers.clear();
@@ -1193,8 +1219,34 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         shared.refused.send_modify(|n| *n += 1);
         return Err(Dropped);
     }
+    if *shared.holding.borrow() {
+        // Accepted, not answered until the server serves (or goes down).
+        shared.held_requests.send_modify(|n| *n += 1);
+        let mut holding = shared.holding.subscribe();
+        let _ = holding.wait_for(|h| !*h).await;
+        if *shared.down.borrow() {
+            return Err(Dropped);
+        }
+    }
     let watching =
         method == "GET" && matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
+    let target = Target::parse(&path);
+    if *shared.authorizer_starting.borrow()
+        && let Some(t) = &target
+    {
+        // The authorizer's caches are not filled yet: an ordinary RBAC
+        // refusal, whoever asks (`forbidden-during-apiserver-start`).
+        let user = shared
+            .state
+            .lock()
+            .user(authorization.as_deref())
+            .map_or_else(|| "system:anonymous".to_string(), |u| u.name.clone());
+        let out = forbidden(&user, rbac_verb(&method, t, watching), t);
+        rec.status = 403;
+        record(&shared, rec);
+        shared.starting_refusals.send_modify(|n| *n += 1);
+        return Ok(json_response(403, &out));
+    }
     let refused = shared
         .state
         .lock()
@@ -1204,6 +1256,18 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         record(&shared, rec);
         return Ok(json_response(status, &out));
     }
+    if let Some(t) = &target {
+        let resource = match &t.subresource {
+            Some(sub) => format!("{}/{sub}", t.plural),
+            None => t.plural.clone(),
+        };
+        if !crate::fake_discovery::serves(&shared.discovery, &t.group_version, &resource) {
+            rec.status = 404;
+            record(&shared, rec);
+            return Ok(json_response(404, &not_served()));
+        }
+    }
+    let user = shared.state.lock().user(authorization.as_deref()).cloned();
     if watching {
         rec.status = 200;
         record(&shared, rec);
@@ -1216,6 +1280,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         &query,
         rec.content_type.as_deref(),
         &body,
+        user.as_ref(),
     );
     rec.status = status;
     record(&shared, rec);
@@ -1303,6 +1368,76 @@ fn record(shared: &Shared, rec: Recorded) {
     shared.recorded.send_replace(n);
 }
 
+/// The 404 of a resource the server does not serve
+/// (`discovery-v136-devicetaintrules-404`).
+fn not_served() -> Value {
+    status_body(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+        json!({}),
+    )
+}
+
+/// The 422 a v1.36 API server answers a write of a claim's allocation or
+/// reservation by a user without `verb` on `resourceclaims/binding`
+/// (`dra-claim-allocate-forbidden-binding`).
+fn claim_binding_forbidden(user: &str, verb: &str, name: &str, field: &str) -> Value {
+    let why = format!(
+        "Forbidden: changing status.allocation or status.reservedFor requires resource=\"resourceclaims/binding\", verb={verb:?} permission: resourceclaims.resource.k8s.io is forbidden: User {user:?} cannot {verb} resource \"resourceclaims/binding\" in API group \"resource.k8s.io\" at the cluster scope"
+    );
+    status_body(
+        422,
+        "Invalid",
+        &format!("ResourceClaim.resource.k8s.io {name:?} is invalid: {field}: {why}"),
+        json!({
+            "name": name,
+            "group": "resource.k8s.io",
+            "kind": "ResourceClaim",
+            "causes": [{"reason": "FieldValueForbidden", "message": why, "field": field}],
+        }),
+    )
+}
+
+/// DRAResourceClaimGranularStatusAuthorization: a status write (`PUT` of
+/// the whole status, or a patch) of claim `name` that changes its
+/// allocation or reservation needs `verb` on `resourceclaims/binding`
+/// at the cluster scope; the 422 when `user` lacks it.
+fn claim_status_refusal(
+    s: &State,
+    t: &Target,
+    name: &str,
+    verb: &str,
+    new_status: &Value,
+    user: Option<&User>,
+) -> Option<(u16, Value)> {
+    let user = user?;
+    let old = s
+        .objects
+        .get(&State::key(t, name))
+        .map(|o| o["status"].clone())
+        .unwrap_or(Value::Null);
+    let field = if new_status["allocation"] != old["allocation"] {
+        "status.allocation"
+    } else if new_status["reservedFor"] != old["reservedFor"] {
+        "status.reservedFor"
+    } else {
+        return None;
+    };
+    let binding = Target {
+        group_version: t.group_version.clone(),
+        plural: "resourceclaims".into(),
+        namespace: None,
+        name: None,
+        subresource: Some("binding".into()),
+    };
+    if user.allows(verb, &binding) {
+        return None;
+    }
+    Some((422, claim_binding_forbidden(&user.name, verb, name, field)))
+}
+
+#[allow(clippy::too_many_arguments)]
 fn answer(
     shared: &Shared,
     method: &str,
@@ -1310,11 +1445,17 @@ fn answer(
     query: &BTreeMap<String, String>,
     content_type: Option<&str>,
     body: &Value,
+    user: Option<&User>,
 ) -> (u16, Value) {
-    if method == "GET"
-        && let Some(d) = shared.discovery.get(path)
-    {
-        return (200, d.clone());
+    if method == "GET" {
+        if let Some(d) = shared.discovery.get(path) {
+            return (200, d.clone());
+        }
+        if let Some(group) = path.strip_prefix("/apis/").filter(|g| !g.contains('/'))
+            && let Some(d) = crate::fake_discovery::group_document(&shared.discovery, group)
+        {
+            return (200, d);
+        }
     }
     let Some(t) = Target::parse(path) else {
         return (
@@ -1348,9 +1489,23 @@ fn answer(
                 shared.held.send_replace(true);
                 s.watchers.clear();
             }
+            if answer.0 == BOUND_THEN_DOWN {
+                shared.down.send_replace(true);
+                s.watchers.clear();
+                return (201, answer.1);
+            }
             answer
         }
-        ("PUT", Some(name), None | Some("status")) => s.replace(&t, &name, body.clone()),
+        ("PUT", Some(name), None | Some("status")) => {
+            if t.plural == "resourceclaims"
+                && t.subresource.as_deref() == Some("status")
+                && let Some(refusal) =
+                    claim_status_refusal(&s, &t, &name, "update", &body["status"], user)
+            {
+                return refusal;
+            }
+            s.replace(&t, &name, body.clone())
+        }
         ("PATCH", Some(name), None | Some("status")) => {
             let strategic = content_type.is_some_and(|c| c.contains("strategic-merge-patch"));
             let body = body.clone();
@@ -1373,6 +1528,19 @@ fn answer(
                             details(&t, &name, None),
                         ),
                     );
+                }
+            }
+            if t.plural == "resourceclaims" && t.subresource.as_deref() == Some("status") {
+                let mut after = s
+                    .objects
+                    .get(&State::key(&t, &name))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                merge_patch(&mut after, &body, strategic);
+                if let Some(refusal) =
+                    claim_status_refusal(&s, &t, &name, "patch", &after["status"], user)
+                {
+                    return refusal;
                 }
             }
             s.modify(&t, &name, |o| merge_patch(o, &body, strategic))
@@ -1463,9 +1631,15 @@ async fn start_watch(
 }
 
 impl FakeApiServer {
-    /// Starts the server on a free loopback port. Must run in a tokio
-    /// runtime.
+    /// Starts the server on a free loopback port, serving v1.37's APIs
+    /// with PodGroups ([`Serving::default`]). Must run in a tokio runtime.
     pub async fn start() -> Result<Self> {
+        Self::start_serving(Serving::default()).await
+    }
+
+    /// Starts the server answering as `serving` says (a release's version,
+    /// discovery and resources).
+    pub async fn start_serving(serving: Serving) -> Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -1474,7 +1648,11 @@ impl FakeApiServer {
             held: watch::channel(false).0,
             down: watch::channel(false).0,
             refused: watch::channel(0).0,
-            discovery: load_discovery(recordings_dir().as_deref()),
+            holding: watch::channel(false).0,
+            held_requests: watch::channel(0).0,
+            authorizer_starting: watch::channel(false).0,
+            starting_refusals: watch::channel(0).0,
+            discovery: crate::fake_discovery::documents(&serving),
         });
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let server = shared.clone();
@@ -1627,6 +1805,55 @@ impl FakeApiServer {
     /// Answers again after [`Self::go_down`].
     pub fn come_back(&self) {
         self.shared.down.send_replace(false);
+    }
+
+    /// Replays an API server restart as recorded
+    /// (`apiserver-restart-sequence`: connection refused, then 403 while
+    /// its authorizer starts, then 200), driven by what the client does
+    /// rather than by the recorded milliseconds: down until `refused`
+    /// connections were refused; then accepting and holding requests until
+    /// one is held (the recording's ~1.3 s before it answers); then every
+    /// resource request refused 403 with the recorded words
+    /// (`forbidden-during-apiserver-start`) until `forbidden` were (the
+    /// recording saw 14 in 0.2 s; give 0 for the restart of three that
+    /// answered none); then serving, the held requests answered.
+    pub async fn replay_restart(&self, refused: usize, forbidden: usize) -> Result<()> {
+        let sequence = recording("apiserver-restart-sequence")?;
+        let statuses: Vec<u64> = sequence
+            .as_array()
+            .context("the restart sequence")?
+            .iter()
+            .filter_map(|a| a["status"].as_u64())
+            .collect();
+        ensure!(
+            statuses == [0, 403, 200],
+            "the recorded restart answers {statuses:?}"
+        );
+        let before = *self.shared.refused.borrow();
+        self.go_down();
+        self.wait_refused(before + refused).await?;
+        let held = *self.shared.held_requests.borrow();
+        self.shared.holding.send_replace(true);
+        self.shared.down.send_replace(false);
+        let mut rx = self.shared.held_requests.subscribe();
+        tokio::time::timeout(GUARD, rx.wait_for(|n| *n > held))
+            .await
+            .map_err(|_| anyhow!("no request came to the restarted server within {GUARD:?}"))?
+            .map_err(|_| anyhow!("server gone"))?;
+        let start = *self.shared.starting_refusals.borrow();
+        if forbidden > 0 {
+            self.shared.authorizer_starting.send_replace(true);
+        }
+        self.shared.holding.send_replace(false);
+        if forbidden > 0 {
+            let mut rx = self.shared.starting_refusals.subscribe();
+            tokio::time::timeout(GUARD, rx.wait_for(|n| *n >= start + forbidden))
+                .await
+                .map_err(|_| anyhow!("fewer than {forbidden} refusals within {GUARD:?}"))?
+                .map_err(|_| anyhow!("server gone"))?;
+            self.shared.authorizer_starting.send_replace(false);
+        }
+        Ok(())
     }
 
     /// Waits until `n` connections or requests in all were closed
@@ -1924,6 +2151,77 @@ mod tests {
         };
         assert_eq!(lease("kube-scheduler"), None);
         assert_eq!(lease("berth").map(|(c, _)| c), Some(403));
+    }
+
+    /// The claim status write recorded against deploy/'s RBAC of the time
+    /// (no `resourceclaims/binding`) gets the recorded 422 word for word;
+    /// with the rule, the same write goes through.
+    #[test]
+    fn claim_status_writes_are_authorized_as_v1_36_authorizes_them() {
+        let rec = recording("dra-claim-allocate-forbidden-binding").unwrap();
+        let path = rec["request"]["path"].as_str().unwrap();
+        let t = Target::parse(path).unwrap();
+        let name = t.name.clone().unwrap();
+        let mut s = State::default();
+        let mut claim = rec["request"]["body"].clone();
+        claim["status"] = json!({});
+        let collection =
+            Target::parse("/apis/resource.k8s.io/v1/namespaces/trial/resourceclaims").unwrap();
+        assert_eq!(s.create(&collection, claim).0, 201);
+        let rule = |resources: &[&str], verbs: &[&str]| PolicyRule {
+            api_groups: vec!["resource.k8s.io".into()],
+            resources: resources.iter().map(|r| r.to_string()).collect(),
+            resource_names: Vec::new(),
+            verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        };
+        let mut user = User {
+            name: "system:serviceaccount:kube-system:berth".into(),
+            cluster: vec![
+                rule(&["resourceclaims"], &["update"]),
+                rule(&["resourceclaims/status"], &["get", "patch", "update"]),
+            ],
+            namespaced: Vec::new(),
+        };
+        let body = &rec["request"]["body"];
+        let refusal = claim_status_refusal(&s, &t, &name, "update", &body["status"], Some(&user));
+        assert_eq!(
+            refusal,
+            Some((422, rec["response"]["body"].clone())),
+            "the recorded 422"
+        );
+        // A namespaced Role does not do: the check is at the cluster scope.
+        user.namespaced = vec![(
+            "trial".into(),
+            vec![rule(&["resourceclaims/binding"], &["update"])],
+        )];
+        assert!(
+            claim_status_refusal(&s, &t, &name, "update", &body["status"], Some(&user)).is_some()
+        );
+        let ok = recording("dra-claim-allocate-with-binding-rule").unwrap();
+        user.cluster
+            .push(rule(&["resourceclaims/binding"], &["update", "patch"]));
+        assert_eq!(
+            claim_status_refusal(&s, &t, &name, "update", &body["status"], Some(&user)),
+            None
+        );
+        assert_eq!(ok["response"]["status"], 200);
+        // A write that leaves allocation and reservation alone needs nothing.
+        user.cluster.pop();
+        assert_eq!(
+            claim_status_refusal(&s, &t, &name, "update", &json!({}), Some(&user)),
+            None
+        );
+    }
+
+    /// A starting server refuses with the words of RBAC itself.
+    #[test]
+    fn a_starting_authorizer_refuses_as_recorded() {
+        let rec = recording("forbidden-during-apiserver-start").unwrap();
+        let t = Target::parse("/api/v1/nodes").unwrap();
+        assert_eq!(
+            forbidden("system:serviceaccount:kube-system:berth", "list", &t),
+            rec["response"]["body"]
+        );
     }
 
     #[test]

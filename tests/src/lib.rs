@@ -6,6 +6,7 @@
 //! against a hung process.
 
 pub mod fake_apiserver;
+pub mod fake_discovery;
 pub mod manifests;
 pub mod portforward;
 pub mod python;
