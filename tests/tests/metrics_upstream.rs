@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::{Context, Result, ensure};
 use berth_e2e::fake_apiserver::{FakeApiServer, ready_node};
 use berth_e2e::{Berthd, http_get, message};
-use berth_server::metrics::upstream::{FAMILIES, UPSTREAM_PREFIXES, family};
+use berth_server::metrics::upstream::{FAMILIES, Stability, UPSTREAM_PREFIXES, family};
 use serde_json::json;
 
 /// What a scrape declares: per family its type, help, and the label-name
@@ -106,9 +106,18 @@ async fn metrics_match_kube_scheduler_v1_37s_names_labels_and_stability() -> Res
                         f.name, d.kind, f.kind
                     ));
                 }
-                let prefix = format!("[{}] ", f.stability.as_str());
-                if !d.help.starts_with(&prefix) {
-                    problems.push(format!("{}: help {:?} lacks {prefix:?}", f.name, d.help));
+                if f.stability == Stability::Raw {
+                    if d.help.starts_with('[') {
+                        problems.push(format!(
+                            "{}: help {:?} has a stability marker, which upstream's raw registration has not",
+                            f.name, d.help
+                        ));
+                    }
+                } else {
+                    let prefix = format!("[{}] ", f.stability.as_str());
+                    if !d.help.starts_with(&prefix) {
+                        problems.push(format!("{}: help {:?} lacks {prefix:?}", f.name, d.help));
+                    }
                 }
                 let want: Vec<String> = f.labels.iter().map(|l| l.to_string()).collect();
                 for set in &d.label_sets {
@@ -153,6 +162,48 @@ async fn metrics_match_kube_scheduler_v1_37s_names_labels_and_stability() -> Res
     );
     ensure!(text.contains("scheduler_cache_size{type=\"nodes\"} 1"));
     ensure!(text.contains("scheduler_pending_pods{queue=\"incomplete\"} 0"));
+
+    // Issue 33's finding 5: the process collector's families, with
+    // upstream's help and plausible values, and the build and version
+    // families; the release followed (the stand-in answers as v1.37) is
+    // version_info's emulation.
+    let value = |name: &str| -> Result<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .with_context(|| format!("no sample {name}"))
+    };
+    ensure!(
+        text.contains("# HELP process_resident_memory_bytes Resident memory size in bytes.\n"),
+        "{text}"
+    );
+    ensure!(text.contains(
+        "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n# TYPE process_cpu_seconds_total counter\n"
+    ));
+    let rss = value("process_resident_memory_bytes")?;
+    ensure!(rss > 1e6 && rss < 4e9, "resident memory {rss}");
+    ensure!(value("process_virtual_memory_bytes")? >= rss);
+    ensure!(value("process_cpu_seconds_total")? > 0.0);
+    let fds = value("process_open_fds")?;
+    ensure!(fds >= 3.0 && fds <= value("process_max_fds")?, "{fds} open");
+    let start = value("process_start_time_seconds")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64();
+    ensure!(
+        start > now - 600.0 && start <= now + 1.0,
+        "started at {start}, now {now}"
+    );
+    ensure!(
+        text.contains(
+            "version_info{binary=\"1.37\",component=\"kube\",emulation=\"1.37\",min_compat=\"1.36\"} 1"
+        ),
+        "{text}"
+    );
+    ensure!(
+        text.contains("# HELP kubernetes_build_info [ALPHA] A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.\n"),
+        "{text}"
+    );
     berthd.stop().await?;
     Ok(())
 }

@@ -14,12 +14,13 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use berth_server::api::{ClusterBackend, TlsConfig, TlsFiles};
 use berth_server::cluster::ClusterSource;
+use berth_server::cluster::ObjectKind;
 use berth_server::cluster::embedded::{
     EmbeddedCluster, SAMPLE_CLUSTER, parse_objects, read_objects,
 };
-use berth_server::cluster::kube::{self as kube_source, KubeCluster, KubeOptions};
+use berth_server::cluster::kube::{self as kube_source, KubeCluster, KubeOptions, discovery};
 use berth_server::config::{self, LeaderElection, parse_go_duration};
-use berth_server::features::{FeatureGates, GATES, RELEASE, Serves, Stage};
+use berth_server::features::{FeatureGates, Followed, GATES, OLDEST, RELEASE, Serves, Stage};
 use berth_server::leader::{ElectionConfig, Outcome, default_identity};
 use berth_server::observe::health::{HealthChecks, Scope};
 use berth_server::observe::telemetry::{self, TraceConfig};
@@ -187,9 +188,17 @@ struct Args {
     cache_sync_timeout: Duration,
 
     /// Feature gates, as kube-scheduler takes them: `Name=true,Name2=false`
-    /// (may be given more than once). Defaults are kube-scheduler v1.37's.
+    /// (may be given more than once). Defaults are those of the API
+    /// server's own release in kube mode (v1.36 or v1.37), else v1.37's.
     #[arg(long, value_name = "Name=bool,...")]
     feature_gates: Vec<String>,
+
+    /// How long the API server may refuse a request (403, or a 422 naming a
+    /// missing permission) before berthd names the missing RBAC rule: a
+    /// starting API server refuses permitted requests for a moment
+    /// (Go duration; 0s: name it at once).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    forbidden_grace: Duration,
 
     /// While the API server or a remote extender is down, how often berthd
     /// logs a summary of the outage (attempts failed and skipped, pods
@@ -285,7 +294,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 fn feature_gates_help() -> String {
     let mut lines = vec![format!(
         "Feature gates, as kube-scheduler takes them: Name=true,Name2=false (may be given more than once). \
-         Defaults are kube-scheduler v1.{RELEASE}'s; a value berth does not implement stops startup. Options are:"
+         Defaults are those of the API server's own release in kube mode (v1.{OLDEST} or v1.{RELEASE}; berth's newest, v1.{RELEASE}, for a newer one and for the embedded cluster); a value berth does not implement stops startup. Options are (with v1.{RELEASE}'s defaults):"
     )];
     lines.push("AllAlpha=true|false (ALPHA - default=false)".into());
     lines.push("AllBeta=true|false (BETA - default=false)".into());
@@ -349,19 +358,73 @@ async fn run(args: Args) -> Result<()> {
     }
     berth_server::outage::set_summary_every(args.outage_summary_interval);
 
+    berth_server::cluster::kube::refusals::set_grace(args.forbidden_grace);
+
     // As kube-scheduler: a gate that is unknown, malformed or locked stops
-    // startup, naming it; so does a value berth does not implement.
-    let gates = FeatureGates::from_flags(&args.feature_gates)?;
+    // startup, naming it; so does a value berth does not implement. Checked
+    // here against berth's newest release, before anything is asked of an
+    // API server, and again below against the release followed.
+    FeatureGates::from_flags(&args.feature_gates)?;
+    let kube_config = match (&args.kubeconfig, args.in_cluster) {
+        (Some(path), _) => Some(kube_source::config_from_kubeconfig(path).await?),
+        (None, true) => Some(kube_source::config_in_cluster()?),
+        (None, false) => None,
+    };
+    // Kube mode follows the API server's own release, and watches only the
+    // kinds it serves (ARCHITECTURE.md, decision 13).
+    let watchable: Vec<ObjectKind> = kube_source::KUBE_WATCHED
+        .into_iter()
+        .chain([ObjectKind::PodGroup])
+        .collect();
+    let (followed, discovered) = match &kube_config {
+        Some(config) => {
+            let server = config.cluster_url.to_string();
+            tracing::info!(%server, "watching the Kubernetes cluster at {server}");
+            let client = kube_source::client(
+                config.clone(),
+                &kube_source::ClientOptions::default().for_purpose("discovery"),
+            )?;
+            berth_server::cluster::kube::refusals::global().spawn();
+            let d = discovery::discover_until_answered(&client, &watchable).await;
+            (
+                berth_server::features::follow(d.version.minor, &d.version.git_version),
+                Some(d),
+            )
+        }
+        None => (
+            Followed {
+                release: RELEASE,
+                reason: "berth's newest (the embedded cluster has no API server to follow)".into(),
+            },
+            None,
+        ),
+    };
+    let gates = FeatureGates::from_flags_at(followed.release, &args.feature_gates)?;
     let set: Vec<String> = gates
         .explicitly_set()
         .map(|(n, v)| format!("{n}={v}"))
         .collect();
     tracing::info!(
-        release = %format!("v1.{RELEASE}"),
+        release = %format!("v1.{}", followed.release),
+        reason = %followed.reason,
         set = %set.join(","),
         gates = %gates.summary(),
-        "feature gates in force"
+        "feature gates in force: kube-scheduler v1.{}'s defaults, {}",
+        followed.release,
+        followed.reason
     );
+    // What the server does not serve is not watched, said once per kind;
+    // a gate turned on for a kind it lacks stops startup.
+    let unserved = match &discovered {
+        Some(d) => {
+            let plan = discovery::plan(d, &gates, &watchable)?;
+            for note in &plan.notes {
+                tracing::info!("{note}");
+            }
+            plan.unserved
+        }
+        None => Default::default(),
+    };
 
     let registry = in_tree_registry();
     let known = |name: &str| registry.contains(name);
@@ -382,17 +445,10 @@ async fn run(args: Args) -> Result<()> {
         burst: cfg.client_connection.burst,
         purpose: "",
     };
-    let kube_config = match (&args.kubeconfig, args.in_cluster) {
-        (Some(path), _) => Some(kube_source::config_from_kubeconfig(path).await?),
-        (None, true) => Some(kube_source::config_in_cluster()?),
-        (None, false) => None,
-    };
     let election_config = kube_config.clone();
     let mut kube_cluster: Option<Arc<KubeCluster>> = None;
     let (source, backend): (Arc<dyn ClusterSource>, ClusterBackend) = match kube_config {
         Some(config) => {
-            let server = config.cluster_url.to_string();
-            tracing::info!(%server, "watching the Kubernetes cluster at {server}");
             if cfg.client_connection.wants_protobuf() {
                 tracing::info!(
                     content_type = %cfg.client_connection.content_type,
@@ -414,6 +470,7 @@ async fn run(args: Args) -> Result<()> {
                         .enabled(berth_server::features::Feature::GenericWorkload),
                     device_taint_rules: gates
                         .enabled(berth_server::features::Feature::DRADeviceTaintRules),
+                    unserved,
                     ..KubeOptions::default()
                 },
             )?;
@@ -611,7 +668,13 @@ async fn run(args: Args) -> Result<()> {
         let bound = args
             .shutdown_timeout
             .min(le.lease_duration.saturating_sub(le.renew_deadline));
+        let until = tokio::time::Instant::now() + bound;
         drain(&scheduler, bound).await;
+        // The events already queued (the Scheduled events of the last pods
+        // bound) outlive the Lease, as far as the bound allows.
+        if let Some(k) = &kube_cluster {
+            flush_events(k, until).await;
+        }
         let _ = stop_serving.send(());
         let _ = server.await;
         let _ = http_stop.send(());
@@ -623,6 +686,9 @@ async fn run(args: Args) -> Result<()> {
     let deadline = tokio::time::Instant::now() + args.shutdown_timeout;
     stopping.store(true, Ordering::SeqCst);
     drain(&scheduler, args.shutdown_timeout).await;
+    if let Some(k) = &kube_cluster {
+        flush_events(k, deadline).await;
+    }
     // Streams end and long calls (Simulate) stop between pods; the server
     // waits for the calls under way until the deadline, no longer.
     let _ = stop_serving.send(());
@@ -670,6 +736,21 @@ async fn drain(scheduler: &Scheduler, bound: Duration) {
             cycle_finished = d.cycle_finished,
             rejected_waiting = d.rejected_waiting,
             "shutdown bound reached with binding cycles unfinished"
+        );
+    }
+}
+
+/// Writes the events queued so far, until `until` at most (best effort:
+/// the API server may not answer in time).
+async fn flush_events(kube: &KubeCluster, until: tokio::time::Instant) {
+    let within = until.saturating_duration_since(tokio::time::Instant::now());
+    let left = kube.flush_events(within).await;
+    if left == 0 {
+        tracing::info!("events written");
+    } else {
+        tracing::warn!(
+            unwritten = left,
+            "{left} events could not be written before the process exits"
         );
     }
 }

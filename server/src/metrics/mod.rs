@@ -9,6 +9,8 @@
 //! slots and names (a framework status code is its `Code as usize`, whose
 //! label is [`STATUS_LABELS`] at that index). `observe` renders it.
 
+pub mod build;
+pub mod os_process;
 pub mod process;
 pub mod upstream;
 

@@ -22,6 +22,9 @@ pub enum Stability {
     Beta,
     /// `STABLE`.
     Stable,
+    /// Registered raw, with no stability marker in its help (the
+    /// Prometheus process collector, as component-base registers it).
+    Raw,
 }
 
 impl Stability {
@@ -31,6 +34,7 @@ impl Stability {
             Self::Alpha => "ALPHA",
             Self::Beta => "BETA",
             Self::Stable => "STABLE",
+            Self::Raw => "",
         }
     }
 }
@@ -50,7 +54,7 @@ pub struct Family {
     pub served: Result<(), &'static str>,
 }
 
-use Stability::{Alpha, Beta, Stable};
+use Stability::{Alpha, Beta, Raw, Stable};
 
 const fn served(
     name: &'static str,
@@ -357,6 +361,40 @@ pub const FAMILIES: &[Family] = &[
         Alpha,
         NO_WORKQUEUE,
     ),
+    // component-base's build and compatibility versions.
+    served(
+        "kubernetes_build_info",
+        "gauge",
+        &[
+            "build_date",
+            "compiler",
+            "git_commit",
+            "git_tree_state",
+            "git_version",
+            "go_version",
+            "major",
+            "minor",
+            "platform",
+        ],
+        Alpha,
+    ),
+    served(
+        "version_info",
+        "gauge",
+        &["binary", "component", "emulation", "min_compat"],
+        Alpha,
+    ),
+    // The Prometheus process collector (client_golang's, on Linux), which
+    // component-base registers raw.
+    served("process_cpu_seconds_total", "counter", &[], Raw),
+    served("process_max_fds", "gauge", &[], Raw),
+    served("process_network_receive_bytes_total", "counter", &[], Raw),
+    served("process_network_transmit_bytes_total", "counter", &[], Raw),
+    served("process_open_fds", "gauge", &[], Raw),
+    served("process_resident_memory_bytes", "gauge", &[], Raw),
+    served("process_start_time_seconds", "gauge", &[], Raw),
+    served("process_virtual_memory_bytes", "gauge", &[], Raw),
+    served("process_virtual_memory_max_bytes", "gauge", &[], Raw),
     // client-go's REST client.
     served(
         "rest_client_requests_total",
@@ -387,6 +425,8 @@ pub const UPSTREAM_PREFIXES: &[&str] = &[
     "rest_client_",
     "kubernetes_",
     "dynamic_resource_allocation_",
+    "process_",
+    "version_info",
 ];
 
 /// Upstream's entry for `name`.
@@ -402,6 +442,7 @@ pub fn with_stability(text: &str) -> String {
         if let Some(rest) = line.strip_prefix("# HELP ")
             && let Some((name, help)) = rest.split_once(' ')
             && let Some(f) = family(name)
+            && f.stability != Stability::Raw
             && !help.starts_with('[')
         {
             out.push_str("# HELP ");

@@ -41,6 +41,7 @@ pub fn render(scheduler: &Scheduler) -> String {
             u64::from(on),
         );
     }
+    metrics::build::render(&mut e, scheduler.feature_gates().release());
 
     let c = scheduler.queue_counts();
     e.family(
@@ -156,6 +157,7 @@ pub fn render(scheduler: &Scheduler) -> String {
     metrics::render_extenders(&extenders, &mut e);
     crate::cluster::kube::rest_metrics().render(&mut e);
     metrics::process::render(&mut e);
+    metrics::os_process::render(&mut e);
     metrics::upstream::with_stability(&e.finish())
 }
 

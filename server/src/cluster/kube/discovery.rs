@@ -222,6 +222,68 @@ pub async fn discover(
     })
 }
 
+/// The rule a refused discovery request needs, as a ClusterRole writes it
+/// (the built-in `system:discovery` and `system:public-info-viewer` grant
+/// it to every authenticated user).
+const DISCOVERY_RULE: &str =
+    r#"{nonResourceURLs: ["/version", "/api", "/api/*", "/apis", "/apis/*"], verbs: ["get"]}"#;
+
+/// [`discover`], until the server answers: it may be starting, or
+/// unreachable for a while. Between attempts the pause doubles from half a
+/// second to ten; what fails is said as the rest of kube mode says it (no
+/// answer or a 5xx: the API server's outage reporter; a 403: the refusal
+/// reporter, once it lasts; any other answer: one WARN line per distinct
+/// error, DEBUG after).
+pub async fn discover_until_answered(client: &kube::Client, kinds: &[ObjectKind]) -> Discovery {
+    let mut delay = std::time::Duration::from_millis(500);
+    let mut said = std::collections::BTreeSet::new();
+    loop {
+        let e = match discover(client, kinds).await {
+            Ok(d) => {
+                super::refusals::global().allowed(&super::refusals::Key::new(
+                    "get",
+                    "",
+                    "discovery",
+                ));
+                return d;
+            }
+            Err(e) => e,
+        };
+        let text = match &e {
+            DiscoveryError::Request { path, source } => {
+                format!("GET {path}: {}", super::client::error_text(source))
+            }
+            other => other.to_string(),
+        };
+        match e.code() {
+            Some(403) => {
+                let key = super::refusals::Key::new("get", "", "discovery");
+                if let super::refusals::Verdict::Report(lasted) =
+                    super::refusals::global().refused(&key, || DISCOVERY_RULE.to_string(), &text)
+                {
+                    tracing::error!(
+                        code = 403,
+                        rule = DISCOVERY_RULE,
+                        "forbidden to read the API server's version and discovery: berthd cannot start until its user is granted {DISCOVERY_RULE} (the built-in ClusterRoles system:discovery and system:public-info-viewer grant it to every authenticated user); refused for {}, retried with backoff; {text}",
+                        crate::outage::human(lasted)
+                    );
+                } else {
+                    tracing::debug!(code = 403, "discovery refused; retrying: {text}");
+                }
+            }
+            Some(code) if code < 500 && said.insert(text.clone()) => {
+                tracing::warn!(
+                    code,
+                    "cannot read the API server's version and discovery: {text}; retrying with backoff"
+                );
+            }
+            _ => tracing::debug!(error = %text, "discovery failed; retrying"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(10));
+    }
+}
+
 /// The gate under which berth (as kube-scheduler) reads `kind`, if any.
 pub fn gate_of(kind: ObjectKind) -> Option<Feature> {
     match kind {
