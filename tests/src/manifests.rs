@@ -14,6 +14,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::fake_apiserver::PolicyRule;
 use crate::workspace_root;
 
 /// kubectl: `KUBECTL`, else the one on PATH. tests/run.sh installs Debian's
@@ -179,4 +180,65 @@ pub fn flag_values(args: &[String]) -> Vec<(&str, &str)> {
         .filter_map(|a| a.strip_prefix("--"))
         .map(|a| a.split_once('=').unwrap_or((a, "")))
         .collect()
+}
+
+/// Role rules by namespace.
+pub type Roles = Vec<(String, Vec<PolicyRule>)>;
+
+/// deploy/'s rules: the ClusterRole's everywhere, the Role's in its
+/// namespace.
+pub fn deploy_rules(m: &Manifests) -> Result<(Vec<PolicyRule>, Roles)> {
+    let cluster = PolicyRule::from_role(&serde_json::to_value(&m.cluster_role)?)?;
+    let role = PolicyRule::from_role(&serde_json::to_value(&m.role)?)?;
+    let ns = m.role.metadata.namespace.clone().unwrap_or_default();
+    Ok((cluster, vec![(ns, role)]))
+}
+
+/// The Deployment's container args with only what the environment
+/// decides replaced: `--in-cluster` (the service account's token) by a
+/// kubeconfig with the same token, the ConfigMap's mount path by `mount`
+/// (where the test wrote its data), and the listen addresses by loopback
+/// port 0 (tests run side by side).
+pub fn deployment_args(m: &Manifests, kubeconfig: &Path, mount: &Path) -> Result<Vec<String>> {
+    let pod = m
+        .deployment
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .context("pod spec")?;
+    let c = &pod.containers[0];
+    let mount_path = c
+        .volume_mounts
+        .as_ref()
+        .and_then(|v| v.first())
+        .map(|v| v.mount_path.clone())
+        .context("the config mount")?;
+    let mut out = Vec::new();
+    for a in c.args.clone().unwrap_or_default() {
+        out.push(if a == "--in-cluster" {
+            format!("--kubeconfig={}", kubeconfig.display())
+        } else if let Some(path) = a.strip_prefix("--config=") {
+            format!(
+                "--config={}",
+                path.replacen(&mount_path, &mount.display().to_string(), 1)
+            )
+        } else if a.starts_with("--listen=") {
+            "--listen=127.0.0.1:0".into()
+        } else if a.starts_with("--http-listen=") {
+            "--http-listen=127.0.0.1:0".into()
+        } else {
+            a
+        });
+    }
+    Ok(out)
+}
+
+/// Writes the ConfigMap's data under `dir` as the kubelet mounts it.
+pub fn mount_config_map(m: &Manifests, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for (k, v) in m.config_map.data.clone().unwrap_or_default() {
+        std::fs::write(dir.join(k), v)?;
+    }
+    Ok(())
 }

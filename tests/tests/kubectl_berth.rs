@@ -436,6 +436,32 @@ async fn a_port_forward_that_fails_says_why() -> Result<()> {
         err.contains("service kube-system/nope (berth's; --berth-service, or --berth ADDR): Error from server (NotFound)"),
         "{err}"
     );
+
+    // No berth pod ready behind the Service (issue 33's finding 7): says
+    // which, how to look, and how to reach berthd without the Service.
+    for name in ["berth-0", "berth-1"] {
+        let path = format!("{SYSTEM_PODS}/{name}");
+        let mut p = c.fake.get(&path).context("a berth pod")?;
+        p["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
+        let rv = p["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        c.fake.replace(&path, p, &rv)?;
+    }
+    let out = c.plugin(&["queue"]).await?;
+    ensure!(out.status.code() == Some(1), "{}", out.status);
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        err.contains("service kube-system/berth has no ready pod (selector app=berth): ")
+            && err.contains("give its gRPC address with --berth ADDR")
+            && err.contains("kubectl port-forward -n kube-system POD 50051"),
+        "{err}"
+    );
+    // And the way it names works.
+    let addr = c.berthd.addr.clone();
+    let out = c.expect(&["queue", "--berth", &addr], 0).await?;
+    ensure!(out.contains("huge"), "{out}");
     Ok(())
 }
 

@@ -5,13 +5,12 @@
 //! under kube-scheduler's built-in roles it needs the Lease named
 //! `kube-scheduler`, and says so.
 
-use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 use berth_e2e::fake_apiserver::{
     FakeApiServer, PolicyRule, Recorded, kube_scheduler_rules, ready_node,
 };
-use berth_e2e::manifests::{Manifests, manifests};
+use berth_e2e::manifests::{deploy_rules, deployment_args, manifests, mount_config_map};
 use berth_e2e::{Berthd, TempDir, http_get, message};
 use serde_json::{Value, json};
 
@@ -40,67 +39,6 @@ async fn cluster() -> Result<FakeApiServer> {
         json!({"metadata": {"name": "default"}}),
     )?;
     Ok(fake)
-}
-
-/// Role rules by namespace.
-type Roles = Vec<(String, Vec<PolicyRule>)>;
-
-/// deploy/'s rules: the ClusterRole's everywhere, the Role's in its
-/// namespace.
-fn deploy_rules(m: &Manifests) -> Result<(Vec<PolicyRule>, Roles)> {
-    let cluster = PolicyRule::from_role(&serde_json::to_value(&m.cluster_role)?)?;
-    let role = PolicyRule::from_role(&serde_json::to_value(&m.role)?)?;
-    let ns = m.role.metadata.namespace.clone().unwrap_or_default();
-    Ok((cluster, vec![(ns, role)]))
-}
-
-/// The Deployment's container args with only what the environment
-/// decides replaced: `--in-cluster` (the service account's token) by a
-/// kubeconfig with the same token, the ConfigMap's mount path by `mount`
-/// (where the test wrote its data), and the listen addresses by loopback
-/// port 0 (tests run side by side).
-fn deployment_args(m: &Manifests, kubeconfig: &Path, mount: &Path) -> Result<Vec<String>> {
-    let pod = m
-        .deployment
-        .spec
-        .template
-        .spec
-        .as_ref()
-        .context("pod spec")?;
-    let c = &pod.containers[0];
-    let mount_path = c
-        .volume_mounts
-        .as_ref()
-        .and_then(|v| v.first())
-        .map(|v| v.mount_path.clone())
-        .context("the config mount")?;
-    let mut out = Vec::new();
-    for a in c.args.clone().unwrap_or_default() {
-        out.push(if a == "--in-cluster" {
-            format!("--kubeconfig={}", kubeconfig.display())
-        } else if let Some(path) = a.strip_prefix("--config=") {
-            format!(
-                "--config={}",
-                path.replacen(&mount_path, &mount.display().to_string(), 1)
-            )
-        } else if a.starts_with("--listen=") {
-            "--listen=127.0.0.1:0".into()
-        } else if a.starts_with("--http-listen=") {
-            "--http-listen=127.0.0.1:0".into()
-        } else {
-            a
-        });
-    }
-    Ok(out)
-}
-
-/// Writes the ConfigMap's data under `dir` as the kubelet mounts it.
-fn mount_config_map(m: &Manifests, dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir)?;
-    for (k, v) in m.config_map.data.clone().unwrap_or_default() {
-        std::fs::write(dir.join(k), v)?;
-    }
-    Ok(())
 }
 
 fn is_binding(r: &Recorded, pod: &str) -> bool {

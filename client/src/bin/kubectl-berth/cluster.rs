@@ -197,7 +197,10 @@ impl Cluster {
             .map_err(|e| api_error(e, &format!("pods of service {service}")))?;
         let ready: Vec<Pod> = pods.items.into_iter().filter(is_ready).collect();
         if ready.is_empty() {
-            bail!("service {service} has no ready pod (selector {labels})");
+            bail!(
+                "service {service} has no ready pod (selector {labels}): berthd is not running or not ready there (`kubectl get pods -n {ns} -l {labels}`, and its /readyz says why); to reach a berthd without the Service, give its gRPC address with --berth ADDR (e.g. `kubectl port-forward -n {ns} POD 50051` in another shell, then --berth 127.0.0.1:50051)",
+                ns = service.namespace
+            );
         }
         let leader = self.leader(lease).await;
         let chosen = leader
