@@ -367,6 +367,8 @@ struct Shared {
     /// 403s answered while the authorizer was starting.
     starting_refusals: watch::Sender<usize>,
     discovery: BTreeMap<String, Value>,
+    /// What `discovery` says is served, indexed.
+    served: crate::fake_discovery::Served,
 }
 
 /// The stand-in API server; stops when dropped.
@@ -1257,11 +1259,13 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         return Ok(json_response(status, &out));
     }
     if let Some(t) = &target {
-        let resource = match &t.subresource {
-            Some(sub) => format!("{}/{sub}", t.plural),
-            None => t.plural.clone(),
+        let served = match &t.subresource {
+            Some(sub) => shared
+                .served
+                .serves(&t.group_version, &format!("{}/{sub}", t.plural)),
+            None => shared.served.serves(&t.group_version, &t.plural),
         };
-        if !crate::fake_discovery::serves(&shared.discovery, &t.group_version, &resource) {
+        if !served {
             rec.status = 404;
             record(&shared, rec);
             return Ok(json_response(404, &not_served()));
@@ -1652,6 +1656,7 @@ impl FakeApiServer {
             held_requests: watch::channel(0).0,
             authorizer_starting: watch::channel(false).0,
             starting_refusals: watch::channel(0).0,
+            served: crate::fake_discovery::Served::of(&crate::fake_discovery::documents(&serving)),
             discovery: crate::fake_discovery::documents(&serving),
         });
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();

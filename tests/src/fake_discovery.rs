@@ -30,7 +30,7 @@
 //! version listed but with no resource list here (rbac, batch, ...) serves
 //! whatever it is asked.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{Value, json};
 
@@ -242,42 +242,73 @@ pub fn documents(serving: &Serving) -> BTreeMap<String, Value> {
     out
 }
 
-/// Whether `docs` serve `resource` (a plural, or `plural/subresource`) of
-/// `group_version` (`api/v1`, `apis/resource.k8s.io/v1`): false for a
-/// group version the server does not list and for a resource its list
-/// lacks; true where the stand-in has no list to say.
-pub fn serves(docs: &BTreeMap<String, Value>, group_version: &str, resource: &str) -> bool {
-    let listed = match group_version.split('/').collect::<Vec<_>>()[..] {
-        ["api", v] => docs.get("/api").is_none_or(|a| {
-            a["versions"]
+/// What a server serves, indexed for the check every request makes: the
+/// group versions it lists (`api/v1`, `apis/apps/v1`) and the resources of
+/// those it has a list for.
+#[derive(Debug, Clone, Default)]
+pub struct Served {
+    listed: HashSet<String>,
+    resources: HashMap<String, HashSet<String>>,
+}
+
+impl Served {
+    /// The index of `docs`.
+    pub fn of(docs: &BTreeMap<String, Value>) -> Self {
+        let mut listed = HashSet::new();
+        for v in docs
+            .get("/api")
+            .and_then(|a| a["versions"].as_array())
+            .into_iter()
+            .flatten()
+        {
+            if let Some(v) = v.as_str() {
+                listed.insert(format!("api/{v}"));
+            }
+        }
+        for g in docs
+            .get("/apis")
+            .and_then(|a| a["groups"].as_array())
+            .into_iter()
+            .flatten()
+        {
+            for v in g["versions"].as_array().into_iter().flatten() {
+                if let Some(gv) = v["groupVersion"].as_str() {
+                    listed.insert(format!("apis/{gv}"));
+                }
+            }
+        }
+        let mut resources = HashMap::new();
+        for (path, doc) in docs {
+            if doc["kind"] != "APIResourceList" {
+                continue;
+            }
+            let names = doc["resources"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .any(|x| x == v)
-        }),
-        ["apis", g, v] => docs.get("/apis").is_none_or(|a| {
-            a["groups"].as_array().into_iter().flatten().any(|grp| {
-                grp["name"] == g
-                    && grp["versions"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|x| x["version"] == v)
-            })
-        }),
-        _ => false,
-    };
-    if !listed {
-        return false;
+                .filter_map(|r| r["name"].as_str().map(str::to_string))
+                .collect();
+            resources.insert(path.trim_start_matches('/').to_string(), names);
+        }
+        Self { listed, resources }
     }
-    match docs.get(&format!("/{group_version}")) {
-        None => true,
-        Some(list) => list["resources"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|r| r["name"] == resource),
+
+    /// Whether `resource` (a plural, or `plural/subresource`) of
+    /// `group_version` (`api/v1`, `apis/resource.k8s.io/v1`) is served:
+    /// false for a group version the server does not list and for a
+    /// resource its list lacks; true where there is no list to say.
+    pub fn serves(&self, group_version: &str, resource: &str) -> bool {
+        self.listed.contains(group_version)
+            && self
+                .resources
+                .get(group_version)
+                .is_none_or(|r| r.contains(resource))
     }
+}
+
+/// [`Served::serves`] of `docs`.
+pub fn serves(docs: &BTreeMap<String, Value>, group_version: &str, resource: &str) -> bool {
+    Served::of(docs).serves(group_version, resource)
 }
 
 /// `/apis/<group>` for a group the list names (the `APIGroup` document),

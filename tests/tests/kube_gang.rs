@@ -274,11 +274,12 @@ async fn with_generic_workload_off_pod_groups_are_not_watched() -> Result<()> {
         fake.requests_to("POST", "/binding").len() == 2,
         "scheduled alone"
     );
+    // Discovery reads what scheduling.k8s.io serves; nothing else of it.
     ensure!(
         !fake
             .requests()
             .iter()
-            .any(|r| r.path.starts_with("/apis/scheduling.k8s.io")),
+            .any(|r| r.path.starts_with("/apis/scheduling.k8s.io/v1beta1/")),
         "no PodGroup watch, no PodGroup write"
     );
     berthd.stop().await?;

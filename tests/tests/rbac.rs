@@ -5,7 +5,6 @@
 //! under kube-scheduler's built-in roles it needs the Lease named
 //! `kube-scheduler`, and says so.
 
-
 use anyhow::{Context, Result, ensure};
 use berth_e2e::fake_apiserver::{
     FakeApiServer, PolicyRule, Recorded, kube_scheduler_rules, ready_node,
@@ -93,8 +92,9 @@ async fn berthd_as_the_deployment_runs_it_schedules_under_deploys_own_rbac() -> 
 
 /// What deploy/rbac.yaml held before DRA's rules: with resource.k8s.io
 /// refused, berthd says once which rule is missing, for each resource,
-/// however often its watch retries, and /readyz says which informers wait
-/// and why (not "reason withheld").
+/// once the refusal has lasted its grace and however often its watch
+/// retries, and /readyz says which informers wait and why (not "reason
+/// withheld").
 #[tokio::test]
 async fn a_forbidden_watch_is_one_line_naming_the_rule_and_readyz_names_the_informer() -> Result<()>
 {
@@ -110,17 +110,28 @@ async fn a_forbidden_watch_is_one_line_naming_the_rule_and_readyz_names_the_info
     let kubeconfig = dir.0.join("kubeconfig");
     fake.write_kubeconfig_with_token(&kubeconfig, TOKEN)?;
     let path = kubeconfig.display().to_string();
-    let berthd = Berthd::start(&[
+    // A refusal is named once it has lasted the grace (10 s unless set: an
+    // API server that is starting refuses for a moment).
+    let mut berthd = Berthd::start(&[
         "--kubeconfig",
         &path,
         "--http-listen",
         "127.0.0.1:0",
         "--leader-elect=false",
+        "--forbidden-grace=1s",
     ])
     .await?;
     let slices = "/apis/resource.k8s.io/v1/resourceslices";
-    // Its watcher retries (with backoff): three refusals at least.
-    fake.wait_for_requests(3, |r| r.status == 403 && r.path == slices)
+    berthd
+        .wait_for(|l| message(l).starts_with("forbidden to list resourceslices.resource.k8s.io: "))
+        .await?;
+    // Its watcher retries (with backoff): a refusal more after the line.
+    let before = fake
+        .forbidden_requests()
+        .iter()
+        .filter(|r| r.path == slices)
+        .count();
+    fake.wait_for_requests(before + 1, |r| r.status == 403 && r.path == slices)
         .await?;
     let http = berthd.http_addr()?;
     let (status, body) = http_get(&http, "/readyz?verbose").await?;
@@ -189,10 +200,20 @@ async fn under_kube_schedulers_roles_the_lease_is_kube_schedulers_and_berthd_say
     let lease =
         |name: &str| format!("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}");
 
-    // The default Lease: refused, said once.
-    let berthd =
-        Berthd::start(&["--kubeconfig", &path, "--leader-elect-retry-period=100ms"]).await?;
-    fake.wait_for_requests(4, |r| r.status == 403 && r.path == lease("berth"))
+    // The default Lease: refused, said once (once the refusal has lasted
+    // the grace), however often it is retried.
+    let mut berthd = Berthd::start(&[
+        "--kubeconfig",
+        &path,
+        "--leader-elect-retry-period=100ms",
+        "--forbidden-grace=1s",
+    ])
+    .await?;
+    berthd
+        .wait_for(|l| message(l).starts_with("forbidden to get lease kube-system/berth: "))
+        .await?;
+    let before = fake.forbidden_requests().len();
+    fake.wait_for_requests(before + 4, |r| r.status == 403 && r.path == lease("berth"))
         .await?;
     berthd.signal("TERM")?;
     let (_, lines) = berthd.exit_with_all_lines().await?;
