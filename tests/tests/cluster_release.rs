@@ -235,7 +235,7 @@ async fn deploy_as_written_binds_a_plain_a_pvc_and_a_dra_pod_on_v1_36_and_v1_37(
         add_pvc(&fake)?;
         add_dra(&fake)?;
         let dir = TempDir::new(&format!("release-{release}"))?;
-        let mut berthd = deployed(&fake, &m, &dir, &[]).await?;
+        let berthd = deployed(&fake, &m, &dir, &[]).await?;
 
         // The PVC's node chosen, the provisioner and PV controller finish.
         let put = fake

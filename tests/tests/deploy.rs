@@ -547,10 +547,10 @@ fn commented_rules(text: &str) -> Vec<(Vec<String>, Vec<String>, String)> {
             if let Some(r) = current.as_mut() {
                 r.1 = list(rest);
             }
-        } else if !line.starts_with("    ") {
-            if let Some(r) = current.take() {
-                out.push(r);
-            }
+        } else if !line.starts_with("    ")
+            && let Some(r) = current.take()
+        {
+            out.push(r);
         }
         comment.clear();
     }

@@ -71,15 +71,15 @@ fn samples(
 ) -> Vec<Sample> {
     let mut out = Vec::new();
     let fields = stat.and_then(stat_fields);
-    if let Some(f) = &fields {
-        if let (Some(utime), Some(stime)) = (field(f, 14), field(f, 15)) {
-            out.push((
-                "process_cpu_seconds_total",
-                "counter",
-                "Total user and system CPU time spent in seconds.",
-                (utime + stime) / USER_HZ,
-            ));
-        }
+    if let Some(f) = &fields
+        && let (Some(utime), Some(stime)) = (field(f, 14), field(f, 15))
+    {
+        out.push((
+            "process_cpu_seconds_total",
+            "counter",
+            "Total user and system CPU time spent in seconds.",
+            (utime + stime) / USER_HZ,
+        ));
     }
     if let Some(n) = open_fds {
         out.push((
