@@ -362,9 +362,14 @@ async fn run(args: Args) -> Result<()> {
 
     // As kube-scheduler: a gate that is unknown, malformed or locked stops
     // startup, naming it; so does a value berth does not implement. Checked
-    // here against berth's newest release, before anything is asked of an
-    // API server, and again below against the release followed.
-    FeatureGates::from_flags(&args.feature_gates)?;
+    // here, before anything is asked of an API server, when it is wrong at
+    // both releases berth knows (a typo), and below against the release
+    // followed.
+    if let Err(e) = FeatureGates::from_flags(&args.feature_gates)
+        && FeatureGates::from_flags_at(OLDEST, &args.feature_gates).is_err()
+    {
+        return Err(e.into());
+    }
     let kube_config = match (&args.kubeconfig, args.in_cluster) {
         (Some(path), _) => Some(kube_source::config_from_kubeconfig(path).await?),
         (None, true) => Some(kube_source::config_in_cluster()?),
