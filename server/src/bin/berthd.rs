@@ -370,6 +370,32 @@ async fn run(args: Args) -> Result<()> {
     {
         return Err(e.into());
     }
+    // A configuration file berth refuses at both releases stops startup
+    // now too, rather than after the API server has answered.
+    let registry = in_tree_registry();
+    let known = |name: &str| registry.contains(name);
+    let config_text = match &args.config {
+        Some(path) => Some(
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let parse_config = |gates: &FeatureGates| -> Result<config::SchedulerConfig> {
+        match (&args.config, &config_text) {
+            (Some(path), Some(text)) => config::parse_gated(text, &known, gates)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display())),
+            _ => Ok(config::default_config_gated(&known, gates)),
+        }
+    };
+    let at = |release: u16| {
+        FeatureGates::from_flags_at(release, &args.feature_gates)
+            .unwrap_or_else(|_| FeatureGates::at_release(release))
+    };
+    if let Err(e) = parse_config(&at(RELEASE))
+        && parse_config(&at(OLDEST)).is_err()
+    {
+        return Err(e);
+    }
     let kube_config = match (&args.kubeconfig, args.in_cluster) {
         (Some(path), _) => Some(kube_source::config_from_kubeconfig(path).await?),
         (None, true) => Some(kube_source::config_in_cluster()?),
@@ -431,17 +457,7 @@ async fn run(args: Args) -> Result<()> {
         None => Default::default(),
     };
 
-    let registry = in_tree_registry();
-    let known = |name: &str| registry.contains(name);
-    let mut cfg = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            config::parse_gated(&text, &known, &gates)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-        }
-        None => config::default_config_gated(&known, &gates),
-    };
+    let mut cfg = parse_config(&gates)?;
 
     args.apply_leader_election(&mut cfg.leader_election)?;
     args.apply_client_connection(&mut cfg.client_connection)?;
