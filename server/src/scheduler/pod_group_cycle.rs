@@ -172,11 +172,17 @@ struct Revert {
     node: Arc<str>,
 }
 
-fn with_error_first(code: Code, reasons: &[crate::framework::Reason]) -> Status {
-    Status::with_reasons(
+/// `code` with upstream's group error before `s`'s reasons; the plugin
+/// that gave `s` stays named (the queue's hints for the group are its).
+fn with_error_first(code: Code, s: &Status) -> Status {
+    let out = Status::with_reasons(
         code,
-        std::iter::once(POD_GROUP_UNSCHEDULABLE.into()).chain(reasons.iter().cloned()),
-    )
+        std::iter::once(POD_GROUP_UNSCHEDULABLE.into()).chain(s.reasons().iter().cloned()),
+    );
+    match s.plugin() {
+        Some(p) => out.with_plugin(p),
+        None => out,
+    }
 }
 
 impl GroupCycle<'_> {
@@ -245,7 +251,7 @@ impl GroupCycle<'_> {
         match s.code() {
             Code::Success | Code::Wait => out.status = s,
             Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
-                out.status = with_error_first(Code::Unschedulable, s.reasons());
+                out.status = with_error_first(Code::Unschedulable, &s);
                 return out;
             }
             _ => {
@@ -336,7 +342,7 @@ impl GroupCycle<'_> {
             any_scheduled |= placed;
         }
         if out.status.is_wait() {
-            out.status = with_error_first(Code::Unschedulable, out.status.reasons());
+            out.status = with_error_first(Code::Unschedulable, &out.status);
         }
         if !out.status.is_success() {
             let mut result = GroupResult {

@@ -626,10 +626,22 @@ pub(super) async fn failure_handler(
         None => {
             q.unschedulable_plugins.clear();
             q.pending_plugins.clear();
+            // A rejection that names its plugin without a diagnosis (a pod
+            // of a group a group point refused): the plugin's hints decide.
+            if let Some(p) = f.status.plugin().filter(|_| f.status.is_rejected()) {
+                q.unschedulable_plugins.insert(p);
+            }
         }
     }
     if f.status.is_rejected() {
-        tracing::info!(pod = %pod.key(), attempts = q.attempts, "unschedulable: {}", f.message);
+        if q.last_failure.as_deref() == Some(f.message.as_str()) {
+            // The same failure again: counted, summarized now and then
+            // (see `repeats`).
+            shared.repeats.pod();
+            tracing::debug!(pod = %pod.key(), attempts = q.attempts, "unschedulable: {}", f.message);
+        } else {
+            tracing::info!(pod = %pod.key(), attempts = q.attempts, "unschedulable: {}", f.message);
+        }
     } else if !f.status.is_skip() {
         let outage = shared.cluster.unreachable()
             || f.status
