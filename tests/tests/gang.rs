@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use berth_e2e::{Berthd, berthctl_path, berthd_path, message};
+use berth_e2e::{Berthd, berthctl_path, berthd_path, cpu_ticks, http_get, message, metric_sum};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -390,5 +390,187 @@ async fn a_gang_is_explained_before_it_runs() -> Result<()> {
             "{name} created"
         );
     }
+    Ok(())
+}
+
+/// berthd on [`CLUSTER`] plus `extra` objects, with GenericWorkload on,
+/// its HTTP endpoints, and repeated failures summarized every second.
+async fn start_observed(tag: &str, extra: &[Value]) -> Result<(Berthd, TempDir)> {
+    let dir = std::env::temp_dir().join(format!("berth-gang-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let dir = TempDir(dir);
+    let mut text = CLUSTER.to_string();
+    for o in extra {
+        text.push_str(&format!("- {o}\n"));
+    }
+    let file = dir.0.join("cluster.yaml");
+    std::fs::write(&file, text)?;
+    let file = file.display().to_string();
+    let mut berthd = Berthd::start(&[
+        "--cluster",
+        &file,
+        "--seed",
+        "1",
+        "--feature-gates",
+        "GenericWorkload=true",
+        "--http-listen",
+        "127.0.0.1:0",
+        "--failure-summary-interval",
+        "1s",
+    ])
+    .await?;
+    berthd
+        .wait_for(|l| message(l).starts_with("cache synced"))
+        .await?;
+    Ok((berthd, dir))
+}
+
+/// Applies the five pods of `huge` (3.5 CPUs each: four nodes hold four)
+/// and waits until each has failed once.
+async fn huge_fails(berthd: &Berthd) -> Result<()> {
+    let mut client = berthd.client().await?;
+    let mut events = client.watch_events("default").await?;
+    let pods: Vec<Value> = (0..5)
+        .map(|i| member(&format!("huge-{i}"), "huge", "3500m"))
+        .collect();
+    client.apply(&pods, "").await?;
+    let mut failed = std::collections::BTreeSet::new();
+    while failed.len() < 5 {
+        let e = tokio::time::timeout(GUARD, events.message())
+            .await
+            .context("no event")??
+            .context("stream ended")?;
+        if e.r#type() == berth_client::EventType::Failed {
+            failed.insert(e.pod.as_ref().map(|p| p.name.clone()).unwrap_or_default());
+        }
+    }
+    Ok(())
+}
+
+/// What berthd's own counters say at one instant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Counters {
+    /// `scheduler_schedule_attempts_total`, every result.
+    pod_attempts: f64,
+    /// `scheduler_podgroup_schedule_attempts_total`, every result.
+    group_attempts: f64,
+}
+
+async fn counters(berthd: &Berthd) -> Result<Counters> {
+    let (status, text) = http_get(&berthd.http_addr()?, "/metrics").await?;
+    ensure!(status == 200, "/metrics: {status}");
+    Ok(Counters {
+        pod_attempts: metric_sum(&text, "scheduler_schedule_attempts_total", &[]),
+        group_attempts: metric_sum(&text, "scheduler_podgroup_schedule_attempts_total", &[]),
+    })
+}
+
+/// How long the idle window lasts: what is counted over it is the
+/// process's own CPU time, log lines and attempt counters, never how long
+/// anything took.
+const IDLE_WINDOW: Duration = Duration::from_secs(5);
+
+/// Issue 34 item 1, done when: an idle berthd holding a gang that cannot
+/// fit rests. Over a window its own counters say it did nothing: no
+/// scheduling attempt (`scheduler_schedule_attempts_total`,
+/// `scheduler_podgroup_schedule_attempts_total`), no log line, and well
+/// under 1% of a core (`/proc/PID/stat`). Before, it retried the gang
+/// about 1,000 times a second and logged each attempt. A node that fits
+/// the pod that did not fit wakes it, and the gang binds whole.
+#[tokio::test]
+async fn an_idle_berthd_holding_a_gang_that_cannot_fit_rests() -> Result<()> {
+    let (mut berthd, _dir) = start_observed("idle", &[]).await?;
+    huge_fails(&berthd).await?;
+    berthd.wait_idle().await?;
+    let pid = berthd.pid().context("berthd exited")?;
+    let before = counters(&berthd).await?;
+    let ticks = cpu_ticks(pid)?;
+    berthd.read_available();
+    let lines = berthd.seen.len();
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let used = cpu_ticks(pid)? - ticks;
+    berthd.read_available();
+    let logged: Vec<&Value> = berthd.seen[lines..].iter().collect();
+    let after = counters(&berthd).await?;
+    ensure!(
+        after == before,
+        "attempts during the idle window: {before:?} -> {after:?}"
+    );
+    ensure!(logged.is_empty(), "logged while idle: {logged:#?}");
+    // CLK_TCK is 100 on Linux: 1% of the window is `IDLE_WINDOW` in
+    // hundredths of a second, over a hundred.
+    let one_percent = IDLE_WINDOW.as_millis() as u64 / 1000;
+    ensure!(
+        used < one_percent,
+        "{used} CPU ticks in {IDLE_WINDOW:?} ({one_percent} is 1% of a core)"
+    );
+    eprintln!("idle: {used} CPU ticks, 0 log lines, 0 attempts in {IDLE_WINDOW:?}");
+
+    // A fifth node: NodeResourcesFit's hint accepts it for the pod that
+    // fitted nowhere, and the gang is retried and bound whole.
+    let mut client = berthd.client().await?;
+    let mut events = client.watch_events("default").await?;
+    client
+        .apply(
+            &[
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "g-4"},
+                "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}}}),
+            ],
+            "",
+        )
+        .await?;
+    let mut bound = std::collections::BTreeSet::new();
+    while bound.len() < 5 {
+        let e = tokio::time::timeout(GUARD, events.message())
+            .await
+            .context("no event")??
+            .context("stream ended")?;
+        if e.r#type() == berth_client::EventType::Scheduled {
+            bound.insert(e.pod.as_ref().map(|p| p.name.clone()).unwrap_or_default());
+        }
+    }
+    berthd.stop().await?;
+    Ok(())
+}
+
+/// Issue 34, logs proportional to changes: a gang retried after an event
+/// that did not help (a small bound pod deleted) fails as before; berthd
+/// logs no new INFO line per pod or for the group, and the repeats are
+/// summarized once, with what still waits and why.
+#[tokio::test]
+async fn a_failure_repeating_itself_is_summarized_not_logged_again() -> Result<()> {
+    let small = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "small", "namespace": "default"},
+        "spec": {"nodeName": "g-0", "containers": [{"name": "c", "image": "x",
+            "resources": {"requests": {"cpu": "100m"}}}]}});
+    let (mut berthd, _dir) = start_observed("repeat", &[small]).await?;
+    huge_fails(&berthd).await?;
+    berthd.wait_idle().await?;
+    let first = counters(&berthd).await?;
+    berthd.read_available();
+    let lines = berthd.seen.len();
+    berthctl(&berthd.addr, &["delete", "pod", "small"]).await?;
+    let summary = berthd
+        .wait_for(|l| message(l).starts_with("still unschedulable"))
+        .await?;
+    let again = counters(&berthd).await?;
+    ensure!(
+        again.group_attempts == first.group_attempts + 1.0,
+        "one more group cycle: {first:?} -> {again:?}"
+    );
+    let text = message(&summary);
+    ensure!(
+        text == "still unschedulable: 6 attempts repeated their last failure in the last 1s: 5 pods wait: 4 for \"pod group is unschedulable, minCount (5) cannot be satisfied: 4 scheduled, 0 remaining, pod group preemption: No preemption victims found for incoming preemptor\", 1 for \"0/4 nodes are available: 4 Insufficient cpu.\"",
+        "{summary}"
+    );
+    let info: Vec<&Value> = berthd.seen[lines..]
+        .iter()
+        .filter(|l| {
+            let m = message(l);
+            m.starts_with("unschedulable:") || m.starts_with("Unable to schedule a pod group")
+        })
+        .collect();
+    ensure!(info.is_empty(), "failures logged again: {info:#?}");
+    berthd.stop().await?;
     Ok(())
 }
