@@ -574,3 +574,157 @@ async fn a_failure_repeating_itself_is_summarized_not_logged_again() -> Result<(
     berthd.stop().await?;
     Ok(())
 }
+
+/// berthctl with `args`: its exit code and stdout.
+async fn berthctl_exit(addr: &str, args: &[&str]) -> Result<(i32, String)> {
+    let out = tokio::time::timeout(
+        GUARD,
+        Command::new(berthctl_path()?)
+            .arg("--server")
+            .arg(addr)
+            .args(args)
+            .env_remove("BERTH_SERVER")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .context("berthctl hung")??;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout)?,
+    ))
+}
+
+/// Issue 34 item 2: a pod whose PodGroup does not exist, and a pod of a
+/// gang that lacks members, wait with GangScheduling's PreEnqueue message
+/// everywhere berth answers about them: DryRun (grpcurl), Simulate
+/// (berthctl), GetQueue, and `berthctl why` (exit 1), never as a fit.
+#[tokio::test]
+async fn a_pod_waiting_for_its_gang_is_said_to_wait_everywhere() -> Result<()> {
+    let (berthd, dir) = start("waits", "GenericWorkload=true").await?;
+    let addr = berthd.addr.clone();
+    let mut client = berthd.client().await?;
+    let mut pods = vec![member("ghost-0", "ghost", "1")];
+    pods.extend((0..3).map(|i| member(&format!("train-{i}"), "train", "1")));
+    client.apply(&pods, "").await?;
+    let ghost = "waiting for pods's pod group \"ghost\" to appear in scheduling queue";
+    let short = "waiting for minCount pods from a gang to appear in scheduling queue";
+    let queue = client.get_queue("default").await?;
+    for (pod, want) in [("ghost-0", ghost), ("train-0", short)] {
+        let q = queue
+            .iter()
+            .find(|q| q.name == pod)
+            .with_context(|| format!("{pod} not queued: {queue:?}"))?;
+        ensure!(q.last_failure == want, "GetQueue {pod}: {q:?}");
+
+        let live = client.get("pods", "default", pod).await?;
+        let out = grpcurl(&addr, "berth.v1.Scheduler/DryRun", &json!({"pod": live})).await?;
+        ensure!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let resp: Value = serde_json::from_slice(&out.stdout)?;
+        let g = &resp["podGroup"];
+        ensure!(
+            resp["message"] == want
+                && g["fits"] != true
+                && g["preEnqueue"]["plugin"] == "GangScheduling"
+                && g["preEnqueue"]["reasons"] == json!([want])
+                && resp["selectedNode"].is_null(),
+            "DryRun {pod}: {resp}"
+        );
+
+        let file = yaml_file(
+            &dir,
+            &format!("{pod}.yaml"),
+            &[member(
+                pod,
+                &live["spec"]["schedulingGroup"]["podGroupName"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                "1",
+            )],
+        )?;
+        let sim: Value = serde_json::from_str(
+            &berthctl(&addr, &["simulate", "-f", &file, "-o", "json"]).await?,
+        )?;
+        let placed = &sim["pods"][0];
+        ensure!(
+            placed["node"].is_null() && placed["reason"] == want,
+            "Simulate {pod}: {sim}"
+        );
+
+        let (code, text) = berthctl_exit(&addr, &["why", pod]).await?;
+        ensure!(code == 1, "why {pod} exit {code}:\n{text}");
+        ensure!(
+            text.contains(&format!("Now: waits: GangScheduling holds it, {want}")),
+            "why {pod}:\n{text}"
+        );
+        ensure!(
+            !text.contains("fits") && !text.contains("Successfully"),
+            "why {pod}:\n{text}"
+        );
+    }
+    let (_, text) = berthctl_exit(&addr, &["why", "train-0"]).await?;
+    ensure!(
+        text.contains("Gang default/train needs 4 pods (minCount): 3 exist, 0 placed.\n")
+            && text.contains("(1 more pod needed)"),
+        "{text}"
+    );
+    Ok(())
+}
+
+/// Issue 34 item 3: `why` for a gang in plain words: the gang, its
+/// minCount, how many pods exist and are placed, which pod fails where and
+/// why, what preemption would do, each once; raw JSON only with `-o json`.
+#[tokio::test]
+async fn why_explains_a_gang_in_plain_words() -> Result<()> {
+    let (berthd, _dir) = start_observed("why", &[]).await?;
+    huge_fails(&berthd).await?;
+    let (code, text) = berthctl_exit(&berthd.addr, &["why", "huge-0"]).await?;
+    ensure!(code == 1, "exit {code}:\n{text}");
+    let gang = text
+        .split_once("\n\n")
+        .map(|(_, g)| g)
+        .context("no blank line before the gang")?;
+    let want = "\
+Gang default/huge needs 5 pods (minCount): 5 exist, 0 placed.
+Now: does not fit: minCount (5) cannot be satisfied: 4 scheduled, 0 remaining.
+POD                 RESULT
+huge-1              placed, undone with the group
+huge-2              placed, undone with the group
+huge-3              placed, undone with the group
+huge-4              placed, undone with the group
+huge-0 (this pod)   fits no node: 0/4 nodes are available: 4 Insufficient cpu.
+Preemption would not help: No preemption victims found for incoming preemptor.
+
+huge-0 fits no node:
+NODE   PLUGIN             REASON
+g-0    NodeResourcesFit   Insufficient cpu
+g-1    NodeResourcesFit   Insufficient cpu
+g-2    NodeResourcesFit   Insufficient cpu
+g-3    NodeResourcesFit   Insufficient cpu
+";
+    ensure!(gang == want, "got:\n{gang}\nwanted:\n{want}");
+    for once in [
+        "minCount (5) cannot be satisfied",
+        "No preemption victims found",
+        "pod group preemption",
+    ] {
+        ensure!(
+            text.matches(once).count() <= 1,
+            "{once:?} said more than once:\n{text}"
+        );
+    }
+    ensure!(!text.contains('{'), "raw JSON in the table output:\n{text}");
+    let (_, json) = berthctl_exit(&berthd.addr, &["why", "huge-0", "-o", "json"]).await?;
+    let v: Value = serde_json::from_str(&json)?;
+    ensure!(
+        v["fits"] == false && v["dryRun"]["podGroup"]["minCount"] == 5,
+        "{v}"
+    );
+    berthd.stop().await?;
+    Ok(())
+}

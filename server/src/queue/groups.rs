@@ -279,13 +279,18 @@ impl Inner {
     pub(super) fn add_group_member(
         &mut self,
         key: GroupKey,
-        q: QueuedPodInfo,
+        mut q: QueuedPodInfo,
         now: Instant,
         event: ClusterEvent,
     ) -> bool {
         self.groups.member_of.insert(q.pod.uid.clone(), key.clone());
         let manager = self.groups.manager.clone().expect("groups on");
         let Some(pod_group) = manager.pod_group(&key) else {
+            // Said as GangScheduling's PreEnqueue says it (upstream v1.36
+            // holds such a pod there; v1.37's queue, as berth's, apart).
+            q.last_failure = Some(Arc::from(
+                crate::model::pod_group::waiting_for_pod_group(&key.name).as_str(),
+            ));
             self.groups.incomplete.entry(key).or_default().push(q);
             return false;
         };
@@ -503,7 +508,8 @@ impl Inner {
                 crate::framework::EventResource::PodGroup,
                 crate::framework::ActionType::ADD,
             );
-            for q in pods {
+            for mut q in pods {
+                q.last_failure = None;
                 activated |= self.add_group_member(key.clone(), q, now, event);
             }
         }

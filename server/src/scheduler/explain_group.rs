@@ -76,6 +76,10 @@ pub struct GroupDryRunReport {
     pub scheduled: usize,
     /// When it does not fit and PodGroupPostFilter ran.
     pub preemption: Option<GroupPreemptionReport>,
+    /// When a PreEnqueue plugin holds the group (a gang with fewer than
+    /// `minCount` pods): its status, naming it. The group waits: no cycle
+    /// was tried, and each pod's message is this one.
+    pub pre_enqueue: Option<Status>,
 }
 
 /// A PodGroup's pods as the scheduler knows them.
@@ -174,7 +178,27 @@ impl Scheduler {
             pods: Vec::new(),
             scheduled: info.scheduled.len(),
             preemption: None,
+            pre_enqueue: None,
         };
+        // As the queue would: a gang short of pods waits before any cycle,
+        // counting the pods given and those scheduled already.
+        if let Some(s) = held_by_pre_enqueue(&fw, &info) {
+            report.code = s.code();
+            report.message = s.message();
+            report.pods = info
+                .pods
+                .iter()
+                .map(|p| GroupPodReport {
+                    pod: p.clone(),
+                    node: None,
+                    placed: false,
+                    message: report.message.clone(),
+                    rejections: Vec::new(),
+                })
+                .collect();
+            report.pre_enqueue = Some(s);
+            return Ok(report);
+        }
         if let Err(e) = validate_pod_group(
             &info,
             &self.shared.profiles,
@@ -241,6 +265,23 @@ impl Scheduler {
         report.preemption = preemption;
         Ok(report)
     }
+}
+
+/// The status of the profile's GangScheduling PreEnqueue for the group
+/// with the pods in `info` (queued and scheduled): `Some` when it holds it.
+fn held_by_pre_enqueue(fw: &Framework, info: &PodGroupCycleInfo) -> Option<Status> {
+    let gang = crate::plugins::names::GANG_SCHEDULING;
+    if !fw
+        .plugin_names(crate::config::ExtensionPoint::PreEnqueue)
+        .contains(&gang)
+    {
+        return None;
+    }
+    let s = crate::plugins::gang_scheduling::quorum_status(
+        &info.group,
+        info.pods.len() + info.scheduled.len(),
+    );
+    (!s.is_success()).then(|| s.with_plugin(gang))
 }
 
 pub(super) async fn run_group(
@@ -350,6 +391,19 @@ impl super::Simulation<'_> {
         let record = |this: &mut Self, pod: &PodRef, node: Option<Arc<str>>, reason: String| {
             this.push(pod, node, reason, Some(name.clone()));
         };
+        if let Some(s) = held_by_pre_enqueue(&fw, &info) {
+            let e = s.message();
+            for p in &info.pods {
+                record(self, p, None, e.clone());
+            }
+            self.groups.push(SimulatedGroup {
+                group,
+                fits: false,
+                placed: 0,
+                message: e,
+            });
+            return Ok(());
+        }
         if let Err(e) = validate_pod_group(
             &info,
             &self.scheduler.shared.profiles,
