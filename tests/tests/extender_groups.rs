@@ -181,10 +181,39 @@ async fn python_group_permit_refuses_a_gang_over_its_cpu_cap_as_a_whole() -> Res
         "{pg}"
     );
     // The extender saw the group cycles, and nothing it could not read.
-    ext.wait_for(|l| l.contains("group permit group=default/big pods=3 allowed=False"))
-        .await?;
+    ext.wait_for(|l| {
+        l.contains("group permit group=default/big pods=3 allowed=False dry_run=False")
+    })
+    .await?;
     ext.wait_for(|l| l.contains("group permit group=default/small pods=2 allowed=True"))
         .await?;
+    // Issue 34 item 4: a dry run asks GroupPermit as a what-if (dry_run
+    // set), and a gang it would refuse is not called a fit.
+    let wide: Vec<Value> = (0..3)
+        .map(|i| member(&format!("wide-{i}"), "wide", "2"))
+        .collect();
+    let resp = client.dry_run_group(&gang("wide", 3), &wide, "").await?;
+    let g = resp.pod_group.context("no podGroup in the answer")?;
+    let refused_wide = "pod group default/wide requests 6 CPUs, over the 4 CPUs a gang may take in namespace default";
+    ensure!(!g.fits && g.message.contains(refused_wide), "{g:?}");
+    ensure!(
+        g.pods
+            .iter()
+            .all(|p| p.placed && p.node.is_empty() && p.message.contains(refused_wide)),
+        "{g:?}"
+    );
+    ensure!(
+        g.preemption.is_none(),
+        "no PodGroupPostFilter after a refusal: {g:?}"
+    );
+    ext.wait_for(|l| {
+        l.contains("group permit group=default/wide pods=3 allowed=False dry_run=True")
+    })
+    .await?;
+    ensure!(
+        client.get("pods", "default", "wide-0").await.is_err(),
+        "the dry run created a pod"
+    );
     berthd.stop().await?;
     ext.kill().await?;
     Ok(())

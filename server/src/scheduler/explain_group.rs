@@ -7,8 +7,11 @@
 //! before and after each pod, every placement undone unless the whole group
 //! fits) on a copy of the state, with the cycle marked a dry run; when it
 //! ends `Unschedulable`, PodGroupPostFilter says what workload-aware
-//! preemption would do (it evicts nothing in a dry run). GroupPermit and
-//! the pods' own Reserve and Permit are not run, as a pod's dry run runs no
+//! preemption would do (it evicts nothing in a dry run). When the group
+//! fits, its GroupPermit plugins are asked as a what-if (remote ones with
+//! `dry_run` set): a group one would refuse is not called a fit, and
+//! PodGroupPostFilter does not follow a refusal (as in the loop). The
+//! pods' own Reserve and Permit are not run, as a pod's dry run runs no
 //! Permit. Each pod's message is the one its FailedScheduling event would
 //! carry after a real cycle.
 
@@ -219,10 +222,14 @@ impl Scheduler {
             return Ok(report);
         }
         let mut algorithm = self.algorithm();
-        let mut result = run_group(&fw, &info, &nominated, &mut algorithm, &mut snapshot).await;
+        let (mut result, permit_refused) =
+            run_group(&fw, &info, &nominated, &mut algorithm, &mut snapshot).await;
         let mut preemption = None;
         let mut nominations: Vec<(Arc<str>, Arc<str>)> = Vec::new();
-        if result.status.code() == Code::Unschedulable && fw.has_pod_group_post_filter_plugins() {
+        if result.status.code() == Code::Unschedulable
+            && !permit_refused
+            && fw.has_pod_group_post_filter_plugins()
+        {
             let rerun = ReRun {
                 fw: &fw,
                 info: &info,
@@ -284,14 +291,20 @@ fn held_by_pre_enqueue(fw: &Framework, info: &PodGroupCycleInfo) -> Option<Statu
     (!s.is_success()).then(|| s.with_plugin(gang))
 }
 
+/// The group's algorithm as the loop runs it, as a what-if; when the
+/// group fits, its GroupPermit plugins are asked too (with the cycle state
+/// marked a dry run, so remote ones get `dry_run`): a group one of them
+/// would refuse does not fit (the second value says a GroupPermit refused
+/// it).
 pub(super) async fn run_group(
     fw: &Framework,
     info: &PodGroupCycleInfo,
     nominated: &NominatedPods,
     algorithm: &mut Algorithm,
     snapshot: &mut Arc<Snapshot>,
-) -> GroupResult {
-    let group_state = CycleState::default();
+) -> (GroupResult, bool) {
+    let mut group_state = CycleState::default();
+    group_state.dry_run = true;
     let cycle = GroupCycle {
         fw,
         info,
@@ -301,7 +314,16 @@ pub(super) async fn run_group(
         publish: None,
         sample: &|| false,
     };
-    cycle.run(algorithm, snapshot).await
+    let mut result = cycle.run(algorithm, snapshot).await;
+    if result.status.is_success() && fw.has_group_permit_plugins() {
+        let placement = result.assignments();
+        let s = fw.run_group_permit(&group_state, info, &placement).await;
+        if !s.is_success() {
+            result.status = s;
+            return (result, true);
+        }
+    }
+    (result, false)
 }
 
 /// Each pod's report, worded as the loop's submission words its failure.
@@ -422,7 +444,7 @@ impl super::Simulation<'_> {
         }
         let nominated = self.nominated.clone();
         let mut snapshot = self.snapshot.clone();
-        let result = run_group(&fw, &info, &nominated, &mut self.alg, &mut snapshot).await;
+        let (result, _) = run_group(&fw, &info, &nominated, &mut self.alg, &mut snapshot).await;
         self.snapshot = snapshot;
         let fits = result.status.is_success();
         let message = if fits {
