@@ -57,14 +57,14 @@ enum Command {
     },
     /// Delete an object by kind and name, or the objects in files.
     #[command(
-        override_usage = "berthctl delete KIND NAME [-n NS]\n       berthctl delete -f FILE..."
+        override_usage = "berthctl delete KIND NAME [-n NS]\n       berthctl delete KIND/NAME [-n NS]\n       berthctl delete -f FILE..."
     )]
     Delete {
-        /// The kind (node, pod, pvc, ...).
+        /// The kind (node, pod, pvc, podgroup, ... any kind apply takes),
+        /// or KIND/NAME.
         #[arg(required_unless_present = "files")]
         kind: Option<String>,
-        /// The object's name.
-        #[arg(required_unless_present = "files")]
+        /// The object's name (unless given as KIND/NAME).
         name: Option<String>,
         /// The namespace (default: "default"); with -f, for objects that
         /// name none.
@@ -79,8 +79,9 @@ enum Command {
     },
     /// List objects of a kind, or show one.
     Get {
-        /// nodes (no), pods (po), or any kind the server stores (pvc, sc,
-        /// ns, svc, pdb, rs, sts, rc, pv, csinodes).
+        /// nodes (no), pods (po), or any kind apply takes (pvc, sc, ns,
+        /// svc, pdb, rs, sts, rc, pv, pc, csinodes, podgroups, ...), or
+        /// KIND/NAME for one object.
         kind: String,
         /// Only this object.
         name: Option<String>,
@@ -194,9 +195,14 @@ async fn run(args: Args) -> Result<u8> {
             files,
             ignore_not_found,
         } => {
-            let targets = match (kind, name) {
-                (Some(kind), Some(name)) if files.is_empty() => apply::Targets::One { kind, name },
-                _ => apply::Targets::Files(files::read_all(&files)?),
+            let targets = if files.is_empty() {
+                let (kind, name) = kind_and_name(kind.unwrap_or_default(), name)?;
+                let name = name.ok_or_else(|| {
+                    anyhow::anyhow!("delete: a NAME is required (KIND NAME, or KIND/NAME)")
+                })?;
+                apply::Targets::One { kind, name }
+            } else {
+                apply::Targets::Files(files::read_all(&files)?)
             };
             let c = &mut connect(server).await?;
             apply::delete(c, format, targets, &namespace, ignore_not_found).await?;
@@ -206,6 +212,7 @@ async fn run(args: Args) -> Result<u8> {
             name,
             namespace,
         } => {
+            let (kind, name) = kind_and_name(kind, name)?;
             let c = &mut connect(server).await?;
             get::run(c, format, &kind, name.as_deref(), &namespace).await?;
         }
@@ -250,6 +257,20 @@ async fn run(args: Args) -> Result<u8> {
         }
     }
     Ok(0)
+}
+
+/// `KIND NAME`, or kubectl's `KIND/NAME` (`podgroup/train`).
+fn kind_and_name(kind: String, name: Option<String>) -> Result<(String, Option<String>)> {
+    match (kind.split_once('/'), name) {
+        (Some(_), Some(name)) => anyhow::bail!(
+            "{kind:?} {name:?}: give the kind and name as KIND NAME or as KIND/NAME, not both"
+        ),
+        (Some((k, n)), None) if !k.is_empty() && !n.is_empty() && !n.contains('/') => {
+            Ok((k.to_string(), Some(n.to_string())))
+        }
+        (Some(_), None) => anyhow::bail!("{kind:?}: expected KIND/NAME"),
+        (None, name) => Ok((kind, name)),
+    }
 }
 
 #[tokio::main]
