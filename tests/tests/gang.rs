@@ -640,10 +640,9 @@ async fn a_pod_waiting_for_its_gang_is_said_to_wait_everywhere() -> Result<()> {
             &format!("{pod}.yaml"),
             &[member(
                 pod,
-                &live["spec"]["schedulingGroup"]["podGroupName"]
+                live["spec"]["schedulingGroup"]["podGroupName"]
                     .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
+                    .unwrap_or_default(),
                 "1",
             )],
         )?;

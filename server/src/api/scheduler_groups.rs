@@ -164,12 +164,11 @@ pub fn group_dry_run_response(r: &GroupDryRunReport) -> pb::DryRunResponse {
                 .collect(),
             message: p.message.clone(),
         }),
-        min_count: r
-            .group
-            .policy
-            .is_gang()
-            .then(|| r.group.policy.min_count())
-            .unwrap_or(0),
+        min_count: if r.group.policy.is_gang() {
+            r.group.policy.min_count()
+        } else {
+            0
+        },
         pre_enqueue: r.pre_enqueue.as_ref().map(pre_enqueue_result),
     };
     let message = if r.fits {
