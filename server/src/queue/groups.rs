@@ -407,11 +407,13 @@ impl Inner {
     }
 
     /// Whether `event` may make the entity schedulable. A gated entity:
-    /// the gating plugin's registrations and hints. A rejected one: those
-    /// of the plugins that rejected it (no plugin named: any event may
-    /// help). Hints are asked for each member; the best answer wins (as
-    /// upstream's isEntityWorthRequeuing), `Pending` plugins' `Queue`
-    /// being `Immediately`.
+    /// the gating plugin's registrations and hints, asked for each member
+    /// (the best answer wins, as upstream's isEntityWorthRequeuing). A
+    /// rejected one: the hints of the group point that refused it, asked
+    /// once (of its first member: they judge the group), and those of the
+    /// plugins that rejected each member, asked for that member; a
+    /// `Pending` plugin's `Queue` is `Immediately`. A rejection no plugin
+    /// claimed: any event may help.
     pub(super) fn group_worth_requeuing(
         &self,
         g: &QueuedPodGroupInfo,
@@ -419,9 +421,13 @@ impl Inner {
         old: Option<&EventObject>,
         new: Option<&EventObject>,
     ) -> Strategy {
+        let named = |m: &QueuedPodInfo| {
+            !m.unschedulable_plugins.is_empty() || !m.pending_plugins.is_empty()
+        };
         if g.gating_plugin.is_none()
             && g.unschedulable_plugins.is_empty()
             && g.pending_plugins.is_empty()
+            && !g.pods.iter().any(named)
         {
             return Strategy::AfterBackoff;
         }
@@ -437,33 +443,63 @@ impl Inner {
         let Some(fw) = g.pods.first().and_then(|m| self.framework(&m.pod)) else {
             return Strategy::AfterBackoff;
         };
-        let concerned = |plugin: &str| match g.gating_plugin {
-            Some(gate) => gate == plugin,
-            None => g.unschedulable_plugins.contains(plugin) || g.pending_plugins.contains(plugin),
+        let ask = |pe: &crate::framework::PluginEvents,
+                   f: &Option<crate::framework::QueueingHintFn>,
+                   m: &QueuedPodInfo| match f {
+            None => QueueingHint::Queue,
+            Some(f) => f(&m.pod, old, new).unwrap_or_else(|e| {
+                tracing::warn!(plugin = pe.plugin, pod = %m.pod.key(), error = %e,
+                    "queueing hint failed; requeueing the pod group");
+                QueueingHint::Queue
+            }),
         };
         let mut best = Strategy::Skip;
-        for pe in fw.events().iter().filter(|pe| concerned(pe.plugin)) {
-            let pending = g.gating_plugin.is_none() && g.pending_plugins.contains(pe.plugin);
-            for reg in pe.events.iter().filter(|r| r.event.matches(event)) {
-                for m in &g.pods {
-                    let hint = match &reg.hint {
-                        None => QueueingHint::Queue,
-                        Some(f) => f(&m.pod, old, new).unwrap_or_else(|e| {
-                            tracing::warn!(plugin = pe.plugin, pod = %m.pod.key(), error = %e,
-                                "queueing hint failed; requeueing the pod group");
-                            QueueingHint::Queue
-                        }),
-                    };
-                    if hint == QueueingHint::Queue {
-                        if pending {
-                            return Strategy::Immediately;
-                        }
-                        best = Strategy::AfterBackoff;
-                        if g.pending_plugins.is_empty() {
-                            return best;
-                        }
-                        break;
+        for pe in fw.events() {
+            if let Some(gate) = g.gating_plugin {
+                if pe.plugin != gate {
+                    continue;
+                }
+                for reg in pe.events.iter().filter(|r| r.event.matches(event)) {
+                    if g.pods
+                        .iter()
+                        .any(|m| ask(pe, &reg.hint, m) == QueueingHint::Queue)
+                    {
+                        return Strategy::AfterBackoff;
                     }
+                }
+                continue;
+            }
+            let group_level = g.unschedulable_plugins.contains(pe.plugin);
+            let group_pending = g.pending_plugins.contains(pe.plugin);
+            let members: Vec<&QueuedPodInfo> = if group_level || group_pending {
+                g.pods.iter().take(1).collect()
+            } else {
+                g.pods
+                    .iter()
+                    .filter(|m| {
+                        m.unschedulable_plugins.contains(pe.plugin)
+                            || m.pending_plugins.contains(pe.plugin)
+                    })
+                    .collect()
+            };
+            if members.is_empty() {
+                continue;
+            }
+            for reg in pe.events.iter().filter(|r| r.event.matches(event)) {
+                for m in &members {
+                    if ask(pe, &reg.hint, m) != QueueingHint::Queue {
+                        continue;
+                    }
+                    if group_pending || m.pending_plugins.contains(pe.plugin) {
+                        return Strategy::Immediately;
+                    }
+                    best = Strategy::AfterBackoff;
+                    if g.pending_plugins.is_empty()
+                        && !g.pods.iter().any(|m| !m.pending_plugins.is_empty())
+                    {
+                        return best;
+                    }
+                    break;
                 }
             }
         }
@@ -544,7 +580,11 @@ impl Inner {
     pub(super) fn take_groups_failed_by(&mut self, plugin: &str) -> Vec<QueuedPodGroupInfo> {
         let by = |g: &QueuedPodGroupInfo| {
             !g.gated()
-                && (g.error_plugin == Some(plugin) || g.unschedulable_plugins.contains(plugin))
+                && (g.error_plugin == Some(plugin)
+                    || g.unschedulable_plugins.contains(plugin)
+                    || g.pods
+                        .iter()
+                        .any(|m| m.unschedulable_plugins.contains(plugin)))
         };
         let keys: Vec<Arc<str>> = self
             .groups
@@ -790,16 +830,11 @@ impl SchedulingQueue {
                         g.unschedulable_plugins.clear();
                         g.pending_plugins.clear();
                     } else {
+                        // The group point's rejection was set by the cycle;
+                        // each member keeps its own rejectors.
                         g.unschedulable_count += 1;
                         g.consecutive_errors_count = 0;
                         g.error_plugin = None;
-                        // The group point's rejection (set by the cycle)
-                        // and its pods' rejectors.
-                        for m in &g.pods {
-                            g.unschedulable_plugins
-                                .extend(m.unschedulable_plugins.iter().copied());
-                            g.pending_plugins.extend(m.pending_plugins.iter().copied());
-                        }
                     }
                     g.timestamp = now;
                     g.flush_timestamp = None;

@@ -953,7 +953,25 @@ impl SchedulingQueue {
             let mut inner = self.inner.lock();
             // Members of one group activate its entity once.
             let mut groups_done: Vec<GroupKey> = Vec::new();
+            let mut in_flight_group_seen = false;
             for pod in pods {
+                if inner.in_flight.contains_key(&pod.uid) {
+                    // Being scheduled: the activation is seen when its
+                    // attempt ends; for the group in flight (GangScheduling's
+                    // Permit activating the rest of the gang, pod after pod)
+                    // once is enough.
+                    let of_group_in_flight = inner.groups.in_flight.is_some()
+                        && inner.group_of(pod).as_ref() == inner.groups.in_flight.as_ref();
+                    if of_group_in_flight && std::mem::replace(&mut in_flight_group_seen, true) {
+                        continue;
+                    }
+                    inner.record(Recorded::Event(
+                        ClusterEvent::FORCE_ACTIVATE,
+                        None,
+                        Some(EventObject::Pod(pod.clone())),
+                    ));
+                    continue;
+                }
                 if let Some(key) = inner.groups.member_of.get(&pod.uid) {
                     if !groups_done.contains(key) {
                         let key = key.clone();

@@ -98,6 +98,9 @@ pub struct PodResult {
     pub state: CycleState,
     /// How long its algorithm took.
     pub took: std::time::Duration,
+    /// The pod as placed (its node set), when it was: what the snapshot
+    /// held, and what the real assumption takes over (no copy made twice).
+    pub assumed: Option<PodRef>,
 }
 
 /// The group's outcome.
@@ -170,6 +173,7 @@ pub struct GroupCycle<'a> {
 struct Revert {
     index: usize,
     node: Arc<str>,
+    assumed: PodRef,
 }
 
 /// `code` with upstream's group error before `s`'s reasons; the plugin
@@ -218,8 +222,7 @@ impl GroupCycle<'_> {
     ) {
         while let Some(r) = reverts.pop() {
             let pr = &mut result.pods[r.index];
-            let assumed = pr.pod.assumed_on(&r.node);
-            self.fw.run_unreserve(&pr.state, &assumed, &r.node).await;
+            self.fw.run_unreserve(&pr.state, &r.assumed, &r.node).await;
             self.set_snapshot(snapshot, |s| {
                 s.remove_pod(&r.node, &pr.pod.uid);
             });
@@ -272,6 +275,7 @@ impl GroupCycle<'_> {
                 .schedule_pod(self.fw, &mut state, pod, snapshot, self.nominated)
                 .await;
             state.release_snapshot();
+            let mut placed_as = None;
             let outcome = match r {
                 Ok(found) => {
                     let node = found.suggested_host.clone();
@@ -290,7 +294,9 @@ impl GroupCycle<'_> {
                         reverts.push(Revert {
                             index: out.pods.len(),
                             node,
+                            assumed: assumed.clone(),
                         });
+                        placed_as = Some(assumed);
                         PodOutcome::Placed(found)
                     } else {
                         self.fw.run_unreserve(&state, &assumed, &node).await;
@@ -309,6 +315,7 @@ impl GroupCycle<'_> {
                 outcome,
                 state,
                 took: started.elapsed(),
+                assumed: placed_as,
             });
             if let Some(msg) = error {
                 out.status = Status::error(format!(

@@ -326,6 +326,7 @@ async fn submit(
                     unreachable!("matched above")
                 };
                 let found = found.clone();
+                let placed_as = r.assumed.take();
                 let mut state = std::mem::take(&mut r.state);
                 let pod_span = tracing::info_span!(
                     target: TRACE_TARGET,
@@ -338,7 +339,7 @@ async fn submit(
                 let attempt = async {
                     // `self` is not at hand: the loop's Reserve and Permit,
                     // as a pod alone gets them.
-                    reserve_and_permit(shared, fw, &mut state, &q.pod, &found).await
+                    reserve_and_permit(shared, fw, &mut state, &q.pod, &found, placed_as).await
                 };
                 match attempt.await {
                     Ok(assumed) => {
@@ -487,8 +488,9 @@ async fn reserve_and_permit(
     state: &mut CycleState,
     pod: &PodRef,
     found: &super::ScheduleResult,
+    placed_as: Option<PodRef>,
 ) -> Result<PodRef, Failure> {
-    super::schedule_one::reserve_and_permit(shared, fw, state, pod, found).await
+    super::schedule_one::reserve_and_permit(shared, fw, state, pod, found, placed_as).await
 }
 
 /// Writes the group's condition when it changes (never `True` back to
