@@ -1133,6 +1133,12 @@ async fn every_kind_apply_takes_can_be_got_and_deleted() -> Result<()> {
             "{kind}: {err}"
         );
     }
+    // A malformed KIND/NAME is a usage error (exit 2), before any call.
+    let e = ctl_err(&addr, &["get", "podgroup/"], 2).await?;
+    assert!(e.contains("\"podgroup/\": expected KIND/NAME"), "{e}");
+    let e = ctl_err(&addr, &["delete", "podgroup/a", "b"], 2).await?;
+    assert!(e.contains("not both"), "{e}");
+
     // The case: a PodGroup's minCount given as a word.
     let mut four = objects
         .iter()

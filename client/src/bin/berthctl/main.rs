@@ -195,14 +195,11 @@ async fn run(args: Args) -> Result<u8> {
             files,
             ignore_not_found,
         } => {
-            let targets = if files.is_empty() {
-                let (kind, name) = kind_and_name(kind.unwrap_or_default(), name)?;
-                let name = name.ok_or_else(|| {
-                    anyhow::anyhow!("delete: a NAME is required (KIND NAME, or KIND/NAME)")
-                })?;
-                apply::Targets::One { kind, name }
-            } else {
-                apply::Targets::Files(files::read_all(&files)?)
+            // `kind` and `name` were checked (and KIND/NAME split) by
+            // `split_kind_and_name` while parsing.
+            let targets = match (kind, name) {
+                (Some(kind), Some(name)) if files.is_empty() => apply::Targets::One { kind, name },
+                _ => apply::Targets::Files(files::read_all(&files)?),
             };
             let c = &mut connect(server).await?;
             apply::delete(c, format, targets, &namespace, ignore_not_found).await?;
@@ -212,7 +209,6 @@ async fn run(args: Args) -> Result<u8> {
             name,
             namespace,
         } => {
-            let (kind, name) = kind_and_name(kind, name)?;
             let c = &mut connect(server).await?;
             get::run(c, format, &kind, name.as_deref(), &namespace).await?;
         }
@@ -259,23 +255,64 @@ async fn run(args: Args) -> Result<u8> {
     Ok(0)
 }
 
-/// `KIND NAME`, or kubectl's `KIND/NAME` (`podgroup/train`).
-fn kind_and_name(kind: String, name: Option<String>) -> Result<(String, Option<String>)> {
-    match (kind.split_once('/'), name) {
-        (Some(_), Some(name)) => anyhow::bail!(
-            "{kind:?} {name:?}: give the kind and name as KIND NAME or as KIND/NAME, not both"
-        ),
-        (Some((k, n)), None) if !k.is_empty() && !n.is_empty() && !n.contains('/') => {
-            Ok((k.to_string(), Some(n.to_string())))
+/// `KIND NAME`, or kubectl's `KIND/NAME` (`podgroup/train`), for `get`
+/// and `delete`: splits KIND/NAME into the two arguments, so that `run`
+/// sees them as if given apart. A malformed pair, or `delete` without a
+/// name or files, is a usage error (exit 2), as clap's own are.
+fn split_kind_and_name(args: &mut Args) -> Result<(), clap::Error> {
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
+    let (sub, kind, name, needs_name) = match &mut args.command {
+        Command::Get { kind, name, .. } => ("get", Some(kind), name, false),
+        Command::Delete {
+            kind, name, files, ..
+        } => ("delete", kind.as_mut(), name, files.is_empty()),
+        _ => return Ok(()),
+    };
+    let usage = |kind: ErrorKind, msg: String| {
+        let mut cmd = Args::command();
+        // Built, the subcommand's usage names berthctl.
+        cmd.build();
+        let sub = cmd.find_subcommand_mut(sub).map(|c| c.clone());
+        sub.unwrap_or(cmd).error(kind, msg)
+    };
+    if let Some(kind) = kind
+        && let Some((k, n)) = kind.split_once('/')
+    {
+        if let Some(name) = name {
+            return Err(usage(
+                ErrorKind::ArgumentConflict,
+                format!(
+                    "{kind:?} {name:?}: give the kind and name as KIND NAME or as KIND/NAME, not both"
+                ),
+            ));
         }
-        (Some(_), None) => anyhow::bail!("{kind:?}: expected KIND/NAME"),
-        (None, name) => Ok((kind, name)),
+        if k.is_empty() || n.is_empty() || n.contains('/') {
+            return Err(usage(
+                ErrorKind::InvalidValue,
+                format!("{kind:?}: expected KIND/NAME"),
+            ));
+        }
+        let (k, n) = (k.to_string(), n.to_string());
+        *kind = k;
+        *name = Some(n);
     }
+    if needs_name && name.is_none() {
+        return Err(usage(
+            ErrorKind::MissingRequiredArgument,
+            "the following required argument was not provided: <NAME> (give KIND NAME or KIND/NAME)"
+                .to_string(),
+        ));
+    }
+    Ok(())
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if let Err(e) = split_kind_and_name(&mut args) {
+        e.exit();
+    }
     let target = Target::from_args(&args).ok();
     // `why` answers with its exit code: 1 when the pod would not fit, so
     // its errors are 2.
