@@ -469,24 +469,35 @@ impl Inner {
                 }
                 continue;
             }
-            let group_level = g.unschedulable_plugins.contains(pe.plugin);
-            let group_pending = g.pending_plugins.contains(pe.plugin);
-            let members: Vec<&QueuedPodInfo> = if group_level || group_pending {
-                g.pods.iter().take(1).collect()
-            } else {
-                g.pods
-                    .iter()
-                    .filter(|m| {
-                        m.unschedulable_plugins.contains(pe.plugin)
-                            || m.pending_plugins.contains(pe.plugin)
-                    })
-                    .collect()
-            };
-            if members.is_empty() {
+            // Most plugins registered for other events: they are passed
+            // over before any member is looked at (this runs for every
+            // resting entity on every cluster event).
+            let mut regs = pe
+                .events
+                .iter()
+                .filter(|r| r.event.matches(event))
+                .peekable();
+            if regs.peek().is_none() {
                 continue;
             }
-            for reg in pe.events.iter().filter(|r| r.event.matches(event)) {
-                for m in &members {
+            let group_level = g.unschedulable_plugins.contains(pe.plugin);
+            let group_pending = g.pending_plugins.contains(pe.plugin);
+            // The members to ask: the first, for a group point's verdict;
+            // otherwise those `pe.plugin` rejected. Walked again per
+            // registration, not collected.
+            let members = || {
+                let whole = group_level || group_pending;
+                g.pods
+                    .iter()
+                    .take(if whole { 1 } else { usize::MAX })
+                    .filter(move |m| {
+                        whole
+                            || m.unschedulable_plugins.contains(pe.plugin)
+                            || m.pending_plugins.contains(pe.plugin)
+                    })
+            };
+            for reg in regs {
+                for m in members() {
                     if ask(pe, &reg.hint, m) != QueueingHint::Queue {
                         continue;
                     }
