@@ -42,6 +42,15 @@ impl Conclusion {
         };
         if incomplete {
             Self::incomplete(&r.incomplete, || r.message.clone())
+        } else if let Some(g) = &r.pod_group {
+            // A group's answer: it fits as a whole, or not (a group held
+            // before any cycle, waiting for its PodGroup or its pods, does
+            // not).
+            if g.fits && g.pre_enqueue.is_none() {
+                Self::Fits
+            } else {
+                Self::DoesNotFit
+            }
         } else if r.selected_node.is_empty() {
             Self::DoesNotFit
         } else {

@@ -202,7 +202,16 @@ class Session:
                 ok, why = gang_verdict(group.namespace, group.name, placed, self.limits)
             except ValueError as e:
                 raise RequestError(str(e)) from e
-            log.info("group permit group=%s/%s pods=%d allowed=%s", group.namespace, group.name, len(placed), ok)
+            # A what-if (berthd's DryRun, Simulate) is answered the same;
+            # this extender keeps no state to leave untouched.
+            log.info(
+                "group permit group=%s/%s pods=%d allowed=%s dry_run=%s",
+                group.namespace,
+                group.name,
+                len(placed),
+                ok,
+                request.group_permit.dry_run,
+            )
             status = pb.Status(code=pb.CODE_SUCCESS) if ok else pb.Status(code=pb.CODE_UNSCHEDULABLE, reasons=[why])
             return {"group_permit": pb.GroupPermitResponse(status=status)}
         if kind == "pod_group_post_filter":

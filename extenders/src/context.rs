@@ -52,8 +52,9 @@ impl Context {
     }
 
     /// Whether the request is part of a what-if evaluation (berthd's
-    /// DryRun or Simulate, as PostFilter and PodGroupPostFilter requests
-    /// say): answer what you would do, and change nothing (evict no pod).
+    /// DryRun or Simulate, as PostFilter, PodGroupPostFilter and
+    /// GroupPermit requests say): answer what you would do, and change
+    /// nothing (evict no pod, reserve no quota).
     pub fn dry_run(&self) -> bool {
         self.dry_run
     }

@@ -244,7 +244,8 @@ pub trait PodGroupPostFilter: Send + Sync + 'static {
 pub trait GroupPermit: Send + Sync + 'static {
     /// Success lets every pod go on to its own Reserve and Permit; a
     /// rejection fails the whole group (no pod of it is assumed);
-    /// `CODE_ERROR`.
+    /// `CODE_ERROR`. With `cx.dry_run()` (berthd's DryRun or Simulate), it
+    /// must answer as it would and change nothing.
     async fn group_permit(
         &self,
         cx: &Context,

@@ -557,6 +557,7 @@ impl Reader {
             dry_run: match &kind {
                 Kind::PostFilter(p) => p.dry_run,
                 Kind::PodGroupPostFilter(p) => p.dry_run,
+                Kind::GroupPermit(p) => p.dry_run,
                 _ => false,
             },
         };

@@ -1232,3 +1232,83 @@ async fn shutdown_ends_the_sessions_and_serve_returns() -> Result<()> {
     assert!(s.read().await?.is_none());
     Ok(())
 }
+
+/// A GroupPermit handler that refuses only what-ifs, to show it hears them.
+struct RefusesWhatIfs;
+
+#[async_trait]
+impl GroupPermit for RefusesWhatIfs {
+    async fn group_permit(
+        &self,
+        cx: &Context,
+        _: &CycleGroup,
+        placement: &[Placement],
+    ) -> HandlerResult<Status> {
+        Ok(if cx.dry_run() {
+            Status::unschedulable(format!("dry run of {} pods", placement.len()))
+        } else {
+            Status::success()
+        })
+    }
+}
+
+/// Issue 34 item 4: GroupPermitRequest.dry_run reaches the handler as
+/// `Context::dry_run`, as PostFilter's and PodGroupPostFilter's do.
+#[tokio::test]
+async fn group_permit_hears_a_dry_run() -> Result<()> {
+    let served = Served::start(
+        ExtenderBuilder::new("whatif")
+            .group_permit(RefusesWhatIfs)
+            .build(),
+    )
+    .await?;
+    let mut s = served.session().await?;
+    s.known(&["n1"])?;
+    let member = |name: &str| pb::GroupMember {
+        namespace: "default".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        pod: serde_json::to_vec(&pod(name, &format!("uid-{name}"), json!({}))).unwrap_or_default(),
+        ..Default::default()
+    };
+    s.send(In::GroupCycleStart(pb::GroupCycleStart {
+        cycle_id: 5,
+        pod_group: serde_json::to_vec(&json!({
+            "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "g", "namespace": "default", "uid": "uid-g"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}},
+        }))?,
+        namespace: "default".into(),
+        name: "g".into(),
+        uid: "uid-g".into(),
+        pods: vec![member("a")],
+        scheduled: Vec::new(),
+    }))?;
+    let permit = |dry_run: bool| {
+        Kind::GroupPermit(pb::GroupPermitRequest {
+            placement: vec![pb::Placement {
+                uid: "uid-a".into(),
+                node: "n1".into(),
+                node_id: id("n1"),
+            }],
+            dry_run,
+        })
+    };
+    s.request(1, 5, permit(false))?;
+    s.request(2, 5, permit(true))?;
+    match s.response(1).await? {
+        Reply::GroupPermit(r) => assert_eq!(code(&r.status), Some(pb::Code::Success)),
+        other => bail!("unexpected {other:?}"),
+    }
+    match s.response(2).await? {
+        Reply::GroupPermit(r) => {
+            assert_eq!(code(&r.status), Some(pb::Code::Unschedulable));
+            assert_eq!(
+                r.status.map(|s| s.reasons),
+                Some(names(&["dry run of 1 pods"]))
+            );
+        }
+        other => bail!("unexpected {other:?}"),
+    }
+    Ok(())
+}

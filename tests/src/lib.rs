@@ -401,10 +401,65 @@ impl Berthd {
         Ok((status, std::mem::take(&mut self.seen)))
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Takes in the log lines berthd has written and the reader has
+    /// received so far, without waiting for more; returns how many.
+    pub fn read_available(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(v) = self.backlog.pop_front() {
+            self.seen.push(v);
+            n += 1;
+        }
+        while let Ok(v) = self.logs.try_recv() {
+            self.seen.push(v);
+            n += 1;
+        }
+        n
+    }
+
     /// The log lines read so far that satisfy `pred`.
     pub fn lines_where(&self, pred: impl Fn(&serde_json::Value) -> bool) -> Vec<serde_json::Value> {
         self.seen.iter().filter(|l| pred(l)).cloned().collect()
     }
+}
+
+/// The CPU time process `pid` has used (user and system), in clock ticks
+/// (`CLK_TCK`, 100 a second on Linux), from `/proc/PID/stat`: the
+/// process's own counter, for tests that count what an idle process uses.
+pub fn cpu_ticks(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // After the command name (in parentheses, which may hold spaces):
+    // state is field 3; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').context("no ')' in stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| -> Result<u64> {
+        fields
+            .get(i - 3)
+            .context("short stat")?
+            .parse::<u64>()
+            .context("stat field")
+    };
+    Ok(field(14)? + field(15)?)
+}
+
+/// The sum of a Prometheus text exposition's samples of `family` whose
+/// labels contain every `label="value"` in `with`.
+pub fn metric_sum(text: &str, family: &str, with: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+            (name == family && with.iter().all(|w| labels.contains(w)))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
 }
 
 /// One HTTP/1.1 GET over a fresh connection: (status, body).

@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use berth_client::EventType;
 use berth_e2e::python::PyExtender;
-use berth_e2e::{Berthd, Extender, TempDir, message, workspace_root};
+use berth_e2e::{Berthd, Extender, TempDir, cpu_ticks as berthd_e2e_cpu, message, workspace_root};
 use serde_json::{Value, json};
 
 const GUARD: Duration = Duration::from_secs(120);
@@ -181,10 +181,104 @@ async fn python_group_permit_refuses_a_gang_over_its_cpu_cap_as_a_whole() -> Res
         "{pg}"
     );
     // The extender saw the group cycles, and nothing it could not read.
-    ext.wait_for(|l| l.contains("group permit group=default/big pods=3 allowed=False"))
-        .await?;
+    ext.wait_for(|l| {
+        l.contains("group permit group=default/big pods=3 allowed=False dry_run=False")
+    })
+    .await?;
     ext.wait_for(|l| l.contains("group permit group=default/small pods=2 allowed=True"))
         .await?;
+    // Issue 34 item 4: a dry run asks GroupPermit as a what-if (dry_run
+    // set), and a gang it would refuse is not called a fit.
+    let wide: Vec<Value> = (0..3)
+        .map(|i| member(&format!("wide-{i}"), "wide", "2"))
+        .collect();
+    let resp = client.dry_run_group(&gang("wide", 3), &wide, "").await?;
+    let g = resp.pod_group.context("no podGroup in the answer")?;
+    let refused_wide = "pod group default/wide requests 6 CPUs, over the 4 CPUs a gang may take in namespace default";
+    ensure!(!g.fits && g.message.contains(refused_wide), "{g:?}");
+    ensure!(
+        g.pods
+            .iter()
+            .all(|p| p.placed && p.node.is_empty() && p.message.contains(refused_wide)),
+        "{g:?}"
+    );
+    ensure!(
+        g.preemption.is_none(),
+        "no PodGroupPostFilter after a refusal: {g:?}"
+    );
+    ext.wait_for(|l| {
+        l.contains("group permit group=default/wide pods=3 allowed=False dry_run=True")
+    })
+    .await?;
+    ensure!(
+        client.get("pods", "default", "wide-0").await.is_err(),
+        "the dry run created a pod"
+    );
+    berthd.stop().await?;
+    ext.kill().await?;
+    Ok(())
+}
+
+/// Issue 34 item 1, for a gang a GroupPermit extender refuses: it rests
+/// (over a window, the extender is asked nothing more about it and berthd
+/// logs nothing), until the extender comes back after an outage: then it
+/// is tried once more, and refused again, and rests again.
+#[tokio::test]
+async fn a_gang_refused_at_group_permit_rests_until_its_extender_is_back() -> Result<()> {
+    let mut ext =
+        PyExtender::start_script("gang_quota.py", "127.0.0.1:0", &["--max-gang-cpu", "4"]).await?;
+    let addr = ext.addr.clone();
+    let dir = TempDir::new("xgroups-rest")?;
+    let cfg = config(&[("gang-quota", format!("http://{addr}"), "[groupPermit]")]);
+    let objects = [
+        node("n0", json!({})),
+        node("n1", json!({})),
+        node("n2", json!({})),
+        gang("big", 3),
+    ];
+    let mut berthd = start(&dir, &objects, &cfg, &["gang-quota"]).await?;
+    let pods: Vec<Value> = (0..3)
+        .map(|i| member(&format!("big-{i}"), "big", "2"))
+        .collect();
+    let got = outcomes(&berthd, &pods).await?;
+    ensure!(got.values().all(|(bound, _)| !bound), "{got:?}");
+    berthd.wait_idle().await?;
+    let refusal = "group permit group=default/big pods=3 allowed=False";
+    ext.wait_for(|l| l.contains(refusal)).await?;
+    let asked = |ext: &mut PyExtender| {
+        while let Ok(l) = ext.lines.try_recv() {
+            ext.seen.push(l);
+        }
+        ext.seen.iter().filter(|l| l.contains(refusal)).count()
+    };
+    let before = asked(&mut ext);
+    berthd.read_available();
+    let lines = berthd.seen.len();
+    let pid = berthd.pid().context("berthd exited")?;
+    let ticks = berthd_e2e_cpu(pid)?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let used = berthd_e2e_cpu(pid)? - ticks;
+    berthd.read_available();
+    ensure!(
+        asked(&mut ext) == before,
+        "the refused gang was retried while nothing changed"
+    );
+    ensure!(
+        berthd.seen.len() == lines,
+        "logged while idle: {:#?}",
+        &berthd.seen[lines..]
+    );
+    ensure!(used < 3, "{used} CPU ticks in 3s");
+    // The extender goes away and comes back: the gang it refused is tried
+    // again, at once.
+    ext.kill().await?;
+    let mut ext =
+        PyExtender::start_script("gang_quota.py", &addr, &["--max-gang-cpu", "4"]).await?;
+    let back = berthd
+        .wait_for(|l| message(l).starts_with("extender \"gang-quota\" is back:"))
+        .await?;
+    ensure!(back["fields"]["pods"] == 3, "{back}");
+    ext.wait_for(|l| l.contains(refusal)).await?;
     berthd.stop().await?;
     ext.kill().await?;
     Ok(())

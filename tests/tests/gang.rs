@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use berth_e2e::{Berthd, berthctl_path, berthd_path, message};
+use berth_e2e::{Berthd, berthctl_path, berthd_path, cpu_ticks, http_get, message, metric_sum};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -390,5 +390,340 @@ async fn a_gang_is_explained_before_it_runs() -> Result<()> {
             "{name} created"
         );
     }
+    Ok(())
+}
+
+/// berthd on [`CLUSTER`] plus `extra` objects, with GenericWorkload on,
+/// its HTTP endpoints, and repeated failures summarized every second.
+async fn start_observed(tag: &str, extra: &[Value]) -> Result<(Berthd, TempDir)> {
+    let dir = std::env::temp_dir().join(format!("berth-gang-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let dir = TempDir(dir);
+    let mut text = CLUSTER.to_string();
+    for o in extra {
+        text.push_str(&format!("- {o}\n"));
+    }
+    let file = dir.0.join("cluster.yaml");
+    std::fs::write(&file, text)?;
+    let file = file.display().to_string();
+    let mut berthd = Berthd::start(&[
+        "--cluster",
+        &file,
+        "--seed",
+        "1",
+        "--feature-gates",
+        "GenericWorkload=true",
+        "--http-listen",
+        "127.0.0.1:0",
+        "--failure-summary-interval",
+        "1s",
+    ])
+    .await?;
+    berthd
+        .wait_for(|l| message(l).starts_with("cache synced"))
+        .await?;
+    Ok((berthd, dir))
+}
+
+/// Applies the five pods of `huge` (3.5 CPUs each: four nodes hold four)
+/// and waits until each has failed once.
+async fn huge_fails(berthd: &Berthd) -> Result<()> {
+    let mut client = berthd.client().await?;
+    let mut events = client.watch_events("default").await?;
+    let pods: Vec<Value> = (0..5)
+        .map(|i| member(&format!("huge-{i}"), "huge", "3500m"))
+        .collect();
+    client.apply(&pods, "").await?;
+    let mut failed = std::collections::BTreeSet::new();
+    while failed.len() < 5 {
+        let e = tokio::time::timeout(GUARD, events.message())
+            .await
+            .context("no event")??
+            .context("stream ended")?;
+        if e.r#type() == berth_client::EventType::Failed {
+            failed.insert(e.pod.as_ref().map(|p| p.name.clone()).unwrap_or_default());
+        }
+    }
+    Ok(())
+}
+
+/// What berthd's own counters say at one instant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Counters {
+    /// `scheduler_schedule_attempts_total`, every result.
+    pod_attempts: f64,
+    /// `scheduler_podgroup_schedule_attempts_total`, every result.
+    group_attempts: f64,
+}
+
+async fn counters(berthd: &Berthd) -> Result<Counters> {
+    let (status, text) = http_get(&berthd.http_addr()?, "/metrics").await?;
+    ensure!(status == 200, "/metrics: {status}");
+    Ok(Counters {
+        pod_attempts: metric_sum(&text, "scheduler_schedule_attempts_total", &[]),
+        group_attempts: metric_sum(&text, "scheduler_podgroup_schedule_attempts_total", &[]),
+    })
+}
+
+/// How long the idle window lasts: what is counted over it is the
+/// process's own CPU time, log lines and attempt counters, never how long
+/// anything took.
+const IDLE_WINDOW: Duration = Duration::from_secs(5);
+
+/// Issue 34 item 1, done when: an idle berthd holding a gang that cannot
+/// fit rests. Over a window its own counters say it did nothing: no
+/// scheduling attempt (`scheduler_schedule_attempts_total`,
+/// `scheduler_podgroup_schedule_attempts_total`), no log line, and well
+/// under 1% of a core (`/proc/PID/stat`). Before, it retried the gang
+/// about 1,000 times a second and logged each attempt. A node that fits
+/// the pod that did not fit wakes it, and the gang binds whole.
+#[tokio::test]
+async fn an_idle_berthd_holding_a_gang_that_cannot_fit_rests() -> Result<()> {
+    let (mut berthd, _dir) = start_observed("idle", &[]).await?;
+    huge_fails(&berthd).await?;
+    berthd.wait_idle().await?;
+    let pid = berthd.pid().context("berthd exited")?;
+    let before = counters(&berthd).await?;
+    let ticks = cpu_ticks(pid)?;
+    berthd.read_available();
+    let lines = berthd.seen.len();
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let used = cpu_ticks(pid)? - ticks;
+    berthd.read_available();
+    let logged: Vec<&Value> = berthd.seen[lines..].iter().collect();
+    let after = counters(&berthd).await?;
+    ensure!(
+        after == before,
+        "attempts during the idle window: {before:?} -> {after:?}"
+    );
+    ensure!(logged.is_empty(), "logged while idle: {logged:#?}");
+    // CLK_TCK is 100 on Linux: 1% of the window is `IDLE_WINDOW` in
+    // hundredths of a second, over a hundred.
+    let one_percent = IDLE_WINDOW.as_millis() as u64 / 1000;
+    ensure!(
+        used < one_percent,
+        "{used} CPU ticks in {IDLE_WINDOW:?} ({one_percent} is 1% of a core)"
+    );
+    eprintln!("idle: {used} CPU ticks, 0 log lines, 0 attempts in {IDLE_WINDOW:?}");
+
+    // A fifth node: NodeResourcesFit's hint accepts it for the pod that
+    // fitted nowhere, and the gang is retried and bound whole.
+    let mut client = berthd.client().await?;
+    let mut events = client.watch_events("default").await?;
+    client
+        .apply(
+            &[
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "g-4"},
+                "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}}}),
+            ],
+            "",
+        )
+        .await?;
+    let mut bound = std::collections::BTreeSet::new();
+    while bound.len() < 5 {
+        let e = tokio::time::timeout(GUARD, events.message())
+            .await
+            .context("no event")??
+            .context("stream ended")?;
+        if e.r#type() == berth_client::EventType::Scheduled {
+            bound.insert(e.pod.as_ref().map(|p| p.name.clone()).unwrap_or_default());
+        }
+    }
+    berthd.stop().await?;
+    Ok(())
+}
+
+/// Issue 34, logs proportional to changes: a gang retried after an event
+/// that did not help (a small bound pod deleted) fails as before; berthd
+/// logs no new INFO line per pod or for the group, and the repeats are
+/// summarized once, with what still waits and why.
+#[tokio::test]
+async fn a_failure_repeating_itself_is_summarized_not_logged_again() -> Result<()> {
+    let small = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "small", "namespace": "default"},
+        "spec": {"nodeName": "g-0", "containers": [{"name": "c", "image": "x",
+            "resources": {"requests": {"cpu": "100m"}}}]}});
+    let (mut berthd, _dir) = start_observed("repeat", &[small]).await?;
+    huge_fails(&berthd).await?;
+    berthd.wait_idle().await?;
+    let first = counters(&berthd).await?;
+    berthd.read_available();
+    let lines = berthd.seen.len();
+    berthctl(&berthd.addr, &["delete", "pod", "small"]).await?;
+    let summary = berthd
+        .wait_for(|l| message(l).starts_with("still unschedulable"))
+        .await?;
+    let again = counters(&berthd).await?;
+    ensure!(
+        again.group_attempts == first.group_attempts + 1.0,
+        "one more group cycle: {first:?} -> {again:?}"
+    );
+    let text = message(&summary);
+    ensure!(
+        text == "still unschedulable: 6 attempts repeated their last failure in the last 1s: 5 pods wait: 4 for \"pod group is unschedulable, minCount (5) cannot be satisfied: 4 scheduled, 0 remaining, pod group preemption: No preemption victims found for incoming preemptor\", 1 for \"0/4 nodes are available: 4 Insufficient cpu.\"",
+        "{summary}"
+    );
+    let info: Vec<&Value> = berthd.seen[lines..]
+        .iter()
+        .filter(|l| {
+            let m = message(l);
+            m.starts_with("unschedulable:") || m.starts_with("Unable to schedule a pod group")
+        })
+        .collect();
+    ensure!(info.is_empty(), "failures logged again: {info:#?}");
+    berthd.stop().await?;
+    Ok(())
+}
+
+/// berthctl with `args`: its exit code and stdout.
+async fn berthctl_exit(addr: &str, args: &[&str]) -> Result<(i32, String)> {
+    let out = tokio::time::timeout(
+        GUARD,
+        Command::new(berthctl_path()?)
+            .arg("--server")
+            .arg(addr)
+            .args(args)
+            .env_remove("BERTH_SERVER")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .context("berthctl hung")??;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout)?,
+    ))
+}
+
+/// Issue 34 item 2: a pod whose PodGroup does not exist, and a pod of a
+/// gang that lacks members, wait with GangScheduling's PreEnqueue message
+/// everywhere berth answers about them: DryRun (grpcurl), Simulate
+/// (berthctl), GetQueue, and `berthctl why` (exit 1), never as a fit.
+#[tokio::test]
+async fn a_pod_waiting_for_its_gang_is_said_to_wait_everywhere() -> Result<()> {
+    let (berthd, dir) = start("waits", "GenericWorkload=true").await?;
+    let addr = berthd.addr.clone();
+    let mut client = berthd.client().await?;
+    let mut pods = vec![member("ghost-0", "ghost", "1")];
+    pods.extend((0..3).map(|i| member(&format!("train-{i}"), "train", "1")));
+    client.apply(&pods, "").await?;
+    let ghost = "waiting for pods's pod group \"ghost\" to appear in scheduling queue";
+    let short = "waiting for minCount pods from a gang to appear in scheduling queue";
+    let queue = client.get_queue("default").await?;
+    for (pod, want) in [("ghost-0", ghost), ("train-0", short)] {
+        let q = queue
+            .iter()
+            .find(|q| q.name == pod)
+            .with_context(|| format!("{pod} not queued: {queue:?}"))?;
+        ensure!(q.last_failure == want, "GetQueue {pod}: {q:?}");
+
+        let live = client.get("pods", "default", pod).await?;
+        let out = grpcurl(&addr, "berth.v1.Scheduler/DryRun", &json!({"pod": live})).await?;
+        ensure!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let resp: Value = serde_json::from_slice(&out.stdout)?;
+        let g = &resp["podGroup"];
+        ensure!(
+            resp["message"] == want
+                && g["fits"] != true
+                && g["preEnqueue"]["plugin"] == "GangScheduling"
+                && g["preEnqueue"]["reasons"] == json!([want])
+                && resp["selectedNode"].is_null(),
+            "DryRun {pod}: {resp}"
+        );
+
+        let file = yaml_file(
+            &dir,
+            &format!("{pod}.yaml"),
+            &[member(
+                pod,
+                live["spec"]["schedulingGroup"]["podGroupName"]
+                    .as_str()
+                    .unwrap_or_default(),
+                "1",
+            )],
+        )?;
+        let sim: Value = serde_json::from_str(
+            &berthctl(&addr, &["simulate", "-f", &file, "-o", "json"]).await?,
+        )?;
+        let placed = &sim["pods"][0];
+        ensure!(
+            placed["node"].is_null() && placed["reason"] == want,
+            "Simulate {pod}: {sim}"
+        );
+
+        let (code, text) = berthctl_exit(&addr, &["why", pod]).await?;
+        ensure!(code == 1, "why {pod} exit {code}:\n{text}");
+        ensure!(
+            text.contains(&format!("Now: waits: GangScheduling holds it, {want}")),
+            "why {pod}:\n{text}"
+        );
+        ensure!(
+            !text.contains("fits") && !text.contains("Successfully"),
+            "why {pod}:\n{text}"
+        );
+    }
+    let (_, text) = berthctl_exit(&addr, &["why", "train-0"]).await?;
+    ensure!(
+        text.contains("Gang default/train needs 4 pods (minCount): 3 exist, 0 placed.\n")
+            && text.contains("(1 more pod needed)"),
+        "{text}"
+    );
+    Ok(())
+}
+
+/// Issue 34 item 3: `why` for a gang in plain words: the gang, its
+/// minCount, how many pods exist and are placed, which pod fails where and
+/// why, what preemption would do, each once; raw JSON only with `-o json`.
+#[tokio::test]
+async fn why_explains_a_gang_in_plain_words() -> Result<()> {
+    let (berthd, _dir) = start_observed("why", &[]).await?;
+    huge_fails(&berthd).await?;
+    let (code, text) = berthctl_exit(&berthd.addr, &["why", "huge-0"]).await?;
+    ensure!(code == 1, "exit {code}:\n{text}");
+    let gang = text
+        .split_once("\n\n")
+        .map(|(_, g)| g)
+        .context("no blank line before the gang")?;
+    let want = "\
+Gang default/huge needs 5 pods (minCount): 5 exist, 0 placed.
+Now: does not fit: minCount (5) cannot be satisfied: 4 scheduled, 0 remaining.
+POD                 RESULT
+huge-1              placed, undone with the group
+huge-2              placed, undone with the group
+huge-3              placed, undone with the group
+huge-4              placed, undone with the group
+huge-0 (this pod)   fits no node: 0/4 nodes are available: 4 Insufficient cpu.
+Preemption would not help: No preemption victims found for incoming preemptor.
+
+huge-0 fits no node:
+NODE   PLUGIN             REASON
+g-0    NodeResourcesFit   Insufficient cpu
+g-1    NodeResourcesFit   Insufficient cpu
+g-2    NodeResourcesFit   Insufficient cpu
+g-3    NodeResourcesFit   Insufficient cpu
+";
+    ensure!(gang == want, "got:\n{gang}\nwanted:\n{want}");
+    for once in [
+        "minCount (5) cannot be satisfied",
+        "No preemption victims found",
+        "pod group preemption",
+    ] {
+        ensure!(
+            text.matches(once).count() <= 1,
+            "{once:?} said more than once:\n{text}"
+        );
+    }
+    ensure!(!text.contains('{'), "raw JSON in the table output:\n{text}");
+    let (_, json) = berthctl_exit(&berthd.addr, &["why", "huge-0", "-o", "json"]).await?;
+    let v: Value = serde_json::from_str(&json)?;
+    ensure!(
+        v["fits"] == false && v["dryRun"]["podGroup"]["minCount"] == 5,
+        "{v}"
+    );
+    berthd.stop().await?;
     Ok(())
 }

@@ -461,3 +461,60 @@ async fn a_gang_in_the_cluster_is_explained_before_it_runs() -> Result<()> {
     berthd.stop().await?;
     Ok(())
 }
+
+/// Issue 34 item 2, through `kubectl berth why` (the operator's face of
+/// the same client, reading the pod from the API server): a pod whose
+/// PodGroup does not exist, and a pod of a gang short of members, wait
+/// with GangScheduling's PreEnqueue message, exit 1, never "fits".
+#[tokio::test]
+async fn kubectl_berth_why_says_a_pod_waits_for_its_gang() -> Result<()> {
+    let mut pods: Vec<Value> = (0..3)
+        .map(|i| member(&format!("train-{i}"), "train", "1"))
+        .collect();
+    pods.push(member("ghost-0", "ghost", "1"));
+    let (_fake, berthd, dir) =
+        start("why", &[gang("train", 4)], &pods, "GenericWorkload=true").await?;
+    let kubeconfig = dir.0.join("kubeconfig").display().to_string();
+    for (pod, want) in [
+        (
+            "ghost-0",
+            "waiting for pods's pod group \"ghost\" to appear in scheduling queue",
+        ),
+        (
+            "train-0",
+            "waiting for minCount pods from a gang to appear in scheduling queue",
+        ),
+    ] {
+        let out = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            tokio::process::Command::new(berth_e2e::kubectl_berth_path()?)
+                .args([
+                    "--kubeconfig",
+                    &kubeconfig,
+                    "--berth",
+                    &berthd.addr,
+                    "why",
+                    pod,
+                ])
+                .env_remove("KUBECONFIG")
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .context("kubectl-berth hung")??;
+        let text = String::from_utf8(out.stdout)?;
+        ensure!(
+            out.status.code() == Some(1),
+            "kubectl berth why {pod}: {}\n{text}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ensure!(
+            text.contains(&format!("Now: waits: GangScheduling holds it, {want}"))
+                && !text.contains("fits"),
+            "kubectl berth why {pod}:\n{text}"
+        );
+    }
+    berthd.stop().await?;
+    Ok(())
+}

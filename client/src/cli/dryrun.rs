@@ -291,7 +291,15 @@ pub fn claim_lines(resp: &DryRunResponse) -> String {
 /// node or message, and per node why the pods that fit nowhere did not.
 pub fn render_group(profile: &str, g: &pb::PodGroupDryRun) -> String {
     let placed = g.pods.iter().filter(|p| !p.node.is_empty()).count();
-    let mut out = if g.fits {
+    let mut out = if let Some(pre) = &g.pre_enqueue {
+        format!(
+            "PodGroup {}/{}, profile {profile}: waits ({}): {}",
+            g.namespace,
+            g.name,
+            pre.plugin,
+            pre.reasons.join(", ")
+        )
+    } else if g.fits {
         format!(
             "PodGroup {}/{}, profile {profile}: fits, {placed} of {} pods placed",
             g.namespace,

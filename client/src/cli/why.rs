@@ -10,7 +10,9 @@
 //! this module does not know are shown as they come.
 
 use anyhow::{Result, bail};
-use berth_client::pb::{DryRunResponse, NodeResult, NodeVerdict, QueueName, QueuedPod};
+use berth_client::pb::{
+    DryRunResponse, NodeResult, NodeVerdict, PodGroupDryRun, QueueName, QueuedPod,
+};
 use berth_client::{Client, Conclusion};
 use serde_json::{Value, json};
 
@@ -47,7 +49,26 @@ impl Why {
             Some(d) => Conclusion::of_dry_run(d) == Conclusion::Fits && gates(&self.pod).is_empty(),
         }
     }
+
+    /// The messages the dry run's answer says itself (a group's, its
+    /// pods'): a pod's condition or queue entry repeating one of them is
+    /// not said again.
+    fn said_by_dry_run(&self) -> Vec<String> {
+        let Some(g) = self.dry_run.as_ref().and_then(|d| d.pod_group.as_ref()) else {
+            return Vec::new();
+        };
+        let mut said = vec![
+            g.message.clone(),
+            format!("{POD_GROUP_UNSCHEDULABLE}, {}", g.message),
+        ];
+        said.extend(g.pods.iter().map(|p| p.message.clone()));
+        said.retain(|m| !m.is_empty());
+        said
+    }
 }
+
+/// The error upstream puts before a gang's reason on the pods it placed.
+const POD_GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
     path.iter()
@@ -243,12 +264,14 @@ pub fn render(why: &Why, wide: bool) -> Result<String> {
         return Ok(out);
     }
 
+    let said = why.said_by_dry_run();
+    let new_to_say = |m: &str| !m.is_empty() && !said.iter().any(|s| s == m);
     if let Some(c) = scheduled_condition(pod) {
         let mut line = format!("PodScheduled: {}", str_at(c, &["status"]));
         if let Some(r) = c["reason"].as_str() {
             line.push_str(&format!(" ({r})"));
         }
-        if let Some(m) = c["message"].as_str() {
+        if let Some(m) = c["message"].as_str().filter(|m| new_to_say(m)) {
             line.push_str(&format!(": {m}"));
         }
         out.push_str(&line);
@@ -276,7 +299,8 @@ pub fn render(why: &Why, wide: bool) -> Result<String> {
                 q.attempts,
                 if q.attempts == 1 { "" } else { "s" }
             ));
-            if !q.last_failure.is_empty() {
+            let condition = scheduled_condition(pod).and_then(|c| c["message"].as_str());
+            if new_to_say(&q.last_failure) && condition != Some(q.last_failure.as_str()) {
                 out.push_str(&format!("  last failure: {}\n", q.last_failure));
             }
             if !q.unschedulable_plugins.is_empty() {
@@ -311,6 +335,10 @@ pub fn render(why: &Why, wide: bool) -> Result<String> {
         return Ok(out);
     };
     out.push('\n');
+    if let Some(g) = &d.pod_group {
+        out.push_str(&render_group(g, name));
+        return Ok(out);
+    }
     if let Conclusion::Incomplete(lines) = Conclusion::of_dry_run(d) {
         out.push_str(&format!(
             "Now: cannot tell: the answer is incomplete ({}). {}\n",
@@ -401,6 +429,153 @@ pub fn render(why: &Why, wide: bool) -> Result<String> {
     Ok(out)
 }
 
+/// A group's answer in plain words, each thing once: the group (its
+/// minCount, how many of its pods exist and how many are placed), what it
+/// waits for, or whether it fits and where each pod would go or why it
+/// would not, what preemption would do, and per node why the pods that fit
+/// nowhere do not. `pod` is the name of the pod asked about.
+pub fn render_group(g: &PodGroupDryRun, pod: &str) -> String {
+    let exist = g.pods.len() + g.scheduled_pods as usize;
+    let placed = g.scheduled_pods;
+    let plural = |n: usize, one: &str, many: &str| {
+        if n == 1 {
+            format!("{n} {one}")
+        } else {
+            format!("{n} {many}")
+        }
+    };
+    let unknown = g.min_count == 0 && g.pre_enqueue.is_some();
+    let mut out = if unknown {
+        format!(
+            "PodGroup {}/{}: not known to berth; {} it.\n",
+            g.namespace,
+            g.name,
+            plural(exist, "pod names", "pods name")
+        )
+    } else if g.min_count > 0 {
+        format!(
+            "Gang {}/{} needs {} (minCount): {} exist, {placed} placed.\n",
+            g.namespace,
+            g.name,
+            plural(g.min_count as usize, "pod", "pods"),
+            exist
+        )
+    } else {
+        format!(
+            "PodGroup {}/{} (basic policy): {} exist, {placed} placed.\n",
+            g.namespace,
+            g.name,
+            plural(exist, "pod", "pods")
+        )
+    };
+    if let Some(pre) = &g.pre_enqueue {
+        let mut line = String::from("Now: waits: ");
+        if !pre.plugin.is_empty() {
+            line.push_str(&format!("{} holds it, ", pre.plugin));
+        }
+        line.push_str(&pre.reasons.join(", "));
+        if g.min_count as usize > exist {
+            let more = g.min_count as usize - exist;
+            line.push_str(&format!(
+                " ({more} more {} needed)",
+                if more == 1 { "pod" } else { "pods" }
+            ));
+        }
+        out.push_str(&line);
+        out.push_str(".\n");
+        return out;
+    }
+    let preemption = g.preemption.as_ref();
+    // The group's message carries PodGroupPostFilter's after its own; each
+    // is said once, in its place.
+    let mut reason = g.message.as_str();
+    if let Some(p) = preemption
+        && let Some(r) = reason.strip_suffix(p.message.as_str())
+    {
+        reason = r.trim_end_matches(", ");
+    }
+    if g.fits {
+        out.push_str("Now: fits: the whole group would be scheduled.\n");
+    } else if g.code == "Unschedulable" || g.code == "UnschedulableAndUnresolvable" {
+        out.push_str(&format!("Now: does not fit: {reason}.\n"));
+    } else {
+        out.push_str(&format!(
+            "Now: cannot be scheduled ({}): {reason}.\n",
+            g.code
+        ));
+    }
+    // Nodes only where some pod has one (the group fits, or preemption
+    // would nominate): a placement undone has none.
+    let nodes = g.pods.iter().any(|p| !p.node.is_empty());
+    let mut t = if nodes {
+        Table::new(["POD", "NODE", "RESULT"])
+    } else {
+        Table::new(["POD", "RESULT"])
+    };
+    for p in &g.pods {
+        let name = if p.name == pod {
+            format!("{} (this pod)", p.name)
+        } else {
+            p.name.clone()
+        };
+        let node = if p.node.is_empty() {
+            "-".to_string()
+        } else {
+            p.node.clone()
+        };
+        let result = if g.fits && !p.node.is_empty() {
+            "would be bound".to_string()
+        } else if p.placed {
+            "placed, undone with the group".to_string()
+        } else if !p.rejections.is_empty() {
+            format!("fits no node: {}", p.message)
+        } else if p.message == g.message || p.message.is_empty() {
+            "not tried".to_string()
+        } else {
+            p.message.clone()
+        };
+        if nodes {
+            t.row([name, node, result]);
+        } else {
+            t.row([name, result]);
+        }
+    }
+    out.push_str(&t.render());
+    if let Some(p) = preemption.filter(|_| !g.fits) {
+        let said = p
+            .message
+            .strip_prefix("pod group preemption: ")
+            .unwrap_or(&p.message);
+        if p.found {
+            let victims: Vec<String> = p
+                .victims
+                .iter()
+                .map(|v| format!("{}/{}", v.namespace, v.name))
+                .collect();
+            out.push_str(&format!(
+                "Preemption would make room, evicting {}: {said}\n",
+                victims.join(", ")
+            ));
+        } else {
+            out.push_str(&format!("Preemption would not help: {said}.\n"));
+        }
+    }
+    for p in g.pods.iter().filter(|p| !p.rejections.is_empty()) {
+        out.push_str(&format!("\n{} fits no node:\n", p.name));
+        let mut t = Table::new(["NODE", "PLUGIN", "REASON"]);
+        for r in &p.rejections {
+            let reason = if r.reasons.is_empty() {
+                r.code.clone()
+            } else {
+                r.reasons.join(", ")
+            };
+            t.row([r.node.clone(), r.plugin.clone(), reason]);
+        }
+        out.push_str(&t.render());
+    }
+    out
+}
+
 /// The answer as one JSON object (for `-o json` and `-o yaml`): the pod's
 /// identity and state, the profile, whether it fits, and berth's queue
 /// entry and dry run as proto3 JSON (so fields a newer berthd adds appear).
@@ -447,7 +622,7 @@ pub fn print(why: &Why, format: Output, wide: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use berth_client::pb::{FilterResult, Preemption};
+    use berth_client::pb::{self, FilterResult, Preemption};
 
     fn pod(extra: Value) -> Value {
         let mut p = json!({
@@ -684,6 +859,87 @@ mod tests {
         d.completeness = 0;
         d.selected_node = "a".into();
         assert!(!older.fits());
+    }
+
+    fn group_pod(name: &str, node: &str, placed: bool, message: &str) -> pb::PodGroupPodResult {
+        pb::PodGroupPodResult {
+            namespace: "ml".into(),
+            name: name.into(),
+            node: node.into(),
+            placed,
+            message: message.into(),
+            ..Default::default()
+        }
+    }
+
+    fn group_why(g: PodGroupDryRun) -> Why {
+        Why {
+            pod: pod(json!({"metadata": {"name": "w-0", "namespace": "ml"}})),
+            profile: "default-scheduler".into(),
+            queue: None,
+            dry_run: Some(DryRunResponse {
+                profile: "default-scheduler".into(),
+                message: g.message.clone(),
+                pod_group: Some(g),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_gang_that_fits_says_where_each_pod_would_go() {
+        let why = group_why(PodGroupDryRun {
+            namespace: "ml".into(),
+            name: "train".into(),
+            fits: true,
+            code: "Success".into(),
+            min_count: 2,
+            scheduled_pods: 1,
+            pods: vec![
+                group_pod("w-1", "n2", true, ""),
+                group_pod("w-0", "n1", true, ""),
+            ],
+            ..Default::default()
+        });
+        assert!(why.fits());
+        let text = render(&why, false).unwrap();
+        let gang = text.split_once("\n\n").unwrap().1;
+        assert_eq!(
+            gang,
+            "Gang ml/train needs 2 pods (minCount): 3 exist, 1 placed.\n\
+             Now: fits: the whole group would be scheduled.\n\
+             POD              NODE   RESULT\n\
+             w-1              n2     would be bound\n\
+             w-0 (this pod)   n1     would be bound\n"
+        );
+    }
+
+    #[test]
+    fn a_pod_whose_pod_group_is_unknown_waits_and_does_not_fit() {
+        let msg = "waiting for pods's pod group \"ghost\" to appear in scheduling queue";
+        let why = group_why(PodGroupDryRun {
+            namespace: "ml".into(),
+            name: "ghost".into(),
+            code: "UnschedulableAndUnresolvable".into(),
+            message: msg.into(),
+            pods: vec![group_pod("w-0", "", false, msg)],
+            pre_enqueue: Some(pb::PluginResult {
+                plugin: "GangScheduling".into(),
+                code: "UnschedulableAndUnresolvable".into(),
+                reasons: vec![msg.into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert!(!why.fits());
+        let text = render(&why, false).unwrap();
+        assert!(
+            text.ends_with(&format!(
+                "\n\nPodGroup ml/ghost: not known to berth; 1 pod names it.\n\
+                 Now: waits: GangScheduling holds it, {msg}.\n"
+            )),
+            "{text}"
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::paging::{Page, page};
 use super::{ApiError, Closing};
 use crate::cache::{KubeObject, ObjectKind};
 use crate::cluster::embedded::{
-    Applied, ApplyError, EmbeddedCluster, Kind, SUPPORTED_KINDS, parse_objects,
+    Applied, ApplyError, EmbeddedCluster, Kind, parse_objects, supported_kinds,
 };
 use crate::cluster::kube::KubeCluster;
 use crate::cluster::{ClusterChange, ClusterSource, WatchEvent};
@@ -137,7 +137,8 @@ impl ClusterApi {
 fn kind(s: &str) -> Result<Kind, ApiError> {
     Kind::parse(s).ok_or_else(|| {
         ApiError::InvalidArgument(format!(
-            "kind: unsupported kind {s:?}: supported kinds: {SUPPORTED_KINDS}"
+            "kind: unsupported kind {s:?}: supported kinds: {}",
+            supported_kinds()
         ))
     })
 }

@@ -15,7 +15,8 @@ pub use super::convert::MAX_SIMULATED_PODS;
 use super::convert::{object, pod_from_json_with_priority, simulation_plan};
 use super::paging::{MAX_PAGE_BYTES, Page, page};
 use super::scheduler_groups::{
-    GATE_OFF, group_dry_run_response, group_pods, pod_group_from_json, scheduled_members,
+    GATE_OFF, group_dry_run_response, group_missing_response, group_pods, pod_group_from_json,
+    scheduled_members,
 };
 use super::simulations::{Simulations, check_limit};
 use super::{ApiError, Closing};
@@ -430,6 +431,21 @@ impl SchedulerService for SchedulerApi {
                 .map_err(ApiError::from)?;
             return Ok(Response::new(group_dry_run_response(&report)));
         }
+        // One whose PodGroup it does not know waits for it, as the queue
+        // holds it: never a fit alone.
+        if self.scheduler.schedules_pod_groups()
+            && let Some(key) = crate::cache::group_key_of(&pod)
+        {
+            let fw = self
+                .scheduler
+                .profile_for(profile, &pod)
+                .map_err(ApiError::from)?;
+            return Ok(Response::new(group_missing_response(
+                fw.profile_name(),
+                &key,
+                &pod,
+            )));
+        }
         let report = self
             .scheduler
             .dry_run(pod, profile, req.all_nodes)
@@ -542,12 +558,7 @@ impl SchedulerService for SchedulerApi {
                     let name = crate::cache::group_key_of(&pod)
                         .map(|k| k.name)
                         .unwrap_or_default();
-                    sim.refuse(
-                        &pod,
-                        format!(
-                            "waiting for pods's pod group {name:?} to appear in scheduling queue"
-                        ),
-                    );
+                    sim.refuse(&pod, crate::model::pod_group::waiting_for_pod_group(&name));
                 }
                 Step::Group(key) => {
                     let (group, pods) = gangs.members.remove(&key).expect("gathered");

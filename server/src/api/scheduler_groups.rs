@@ -164,6 +164,12 @@ pub fn group_dry_run_response(r: &GroupDryRunReport) -> pb::DryRunResponse {
                 .collect(),
             message: p.message.clone(),
         }),
+        min_count: if r.group.policy.is_gang() {
+            r.group.policy.min_count()
+        } else {
+            0
+        },
+        pre_enqueue: r.pre_enqueue.as_ref().map(pre_enqueue_result),
     };
     let message = if r.fits {
         format!(
@@ -180,6 +186,44 @@ pub fn group_dry_run_response(r: &GroupDryRunReport) -> pb::DryRunResponse {
         profile: r.profile.to_string(),
         message,
         pod_group: Some(group),
+        ..Default::default()
+    }
+}
+
+fn pre_enqueue_result(s: &crate::framework::Status) -> pb::PluginResult {
+    pb::PluginResult {
+        plugin: s.plugin().unwrap_or("").to_string(),
+        code: s.code().as_str().to_string(),
+        reasons: s.reasons().iter().map(|r| r.to_string()).collect(),
+        node_names: Vec::new(),
+    }
+}
+
+/// The dry run of `pod`, which names the PodGroup `key` the scheduler has
+/// not seen: it waits for it, as GangScheduling's PreEnqueue holds it (and
+/// as the queue lists it), whatever nodes would take it alone.
+pub fn group_missing_response(profile: &str, key: &GroupKey, pod: &PodInfo) -> pb::DryRunResponse {
+    let message = crate::model::pod_group::waiting_for_pod_group(&key.name);
+    let s = crate::framework::Status::unresolvable(message.clone())
+        .with_plugin(crate::plugins::names::GANG_SCHEDULING);
+    pb::DryRunResponse {
+        profile: profile.to_string(),
+        message: message.clone(),
+        pod_group: Some(pb::PodGroupDryRun {
+            namespace: key.namespace.to_string(),
+            name: key.name.to_string(),
+            fits: false,
+            code: s.code().as_str().to_string(),
+            message: message.clone(),
+            pods: vec![pb::PodGroupPodResult {
+                namespace: pod.namespace.to_string(),
+                name: pod.name.to_string(),
+                message,
+                ..Default::default()
+            }],
+            pre_enqueue: Some(pre_enqueue_result(&s)),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }

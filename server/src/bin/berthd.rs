@@ -207,6 +207,13 @@ struct Args {
     #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration)]
     outage_summary_interval: Duration,
 
+    /// While pods or PodGroups keep failing for the reason they failed
+    /// before (each such attempt is logged at DEBUG only), how often berthd
+    /// logs one line counting those attempts and what still waits, and why
+    /// (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration)]
+    failure_summary_interval: Duration,
+
     /// On SIGTERM/SIGINT, how long in-flight binding cycles get to bind or
     /// Unreserve before berthd exits anyway (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
@@ -357,6 +364,10 @@ async fn run(args: Args) -> Result<()> {
         anyhow::bail!("--outage-summary-interval: must be greater than zero");
     }
     berth_server::outage::set_summary_every(args.outage_summary_interval);
+    if args.failure_summary_interval.is_zero() {
+        anyhow::bail!("--failure-summary-interval: must be greater than zero");
+    }
+    berth_server::scheduler::repeats::set_summary_every(args.failure_summary_interval);
 
     berth_server::cluster::kube::refusals::set_grace(args.forbidden_grace);
 

@@ -43,7 +43,7 @@ use tokio::time::Instant;
 
 pub use node_info::{DEFAULT_BIND_ALL_HOST_IP, HostPortInfo, NodeInfo, pvc_key};
 pub use node_tree::NodeTree;
-pub use objects::{KubeObject, ObjectKind, ObjectStore};
+pub use objects::{KubeObject, ObjectDecodeError, ObjectKind, ObjectStore};
 pub use pod_groups::{MemberState, PodGroupManager, PodGroupState, group_key_of};
 pub use snapshot::Snapshot;
 

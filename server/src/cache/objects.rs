@@ -398,56 +398,73 @@ impl KubeObject {
         each_object!(self, o => serde_json::to_value(&**o).unwrap_or_default())
     }
 
-    /// Parses an object of `kind` from its JSON.
+    /// Parses an object of `kind` from its JSON; an error names the field
+    /// at fault (`spec.schedulingPolicy.gang.minCount`).
     pub fn from_json(
         kind: ObjectKind,
         value: serde_json::Value,
-    ) -> Result<Self, serde_json::Error> {
+    ) -> Result<Self, ObjectDecodeError> {
+        let value = &value;
         Ok(match kind {
-            ObjectKind::Namespace => Self::Namespace(Arc::new(serde_json::from_value(value)?)),
-            ObjectKind::PersistentVolume => {
-                Self::PersistentVolume(Arc::new(serde_json::from_value(value)?))
-            }
+            ObjectKind::Namespace => Self::Namespace(Arc::new(decode(value)?)),
+            ObjectKind::PersistentVolume => Self::PersistentVolume(Arc::new(decode(value)?)),
             ObjectKind::PersistentVolumeClaim => {
-                Self::PersistentVolumeClaim(Arc::new(serde_json::from_value(value)?))
+                Self::PersistentVolumeClaim(Arc::new(decode(value)?))
             }
-            ObjectKind::StorageClass => {
-                Self::StorageClass(Arc::new(serde_json::from_value(value)?))
-            }
-            ObjectKind::CsiNode => Self::CsiNode(Arc::new(serde_json::from_value(value)?)),
-            ObjectKind::PodDisruptionBudget => {
-                Self::PodDisruptionBudget(Arc::new(serde_json::from_value(value)?))
-            }
-            ObjectKind::Service => Self::Service(Arc::new(serde_json::from_value(value)?)),
-            ObjectKind::ReplicaSet => Self::ReplicaSet(Arc::new(serde_json::from_value(value)?)),
-            ObjectKind::StatefulSet => Self::StatefulSet(Arc::new(serde_json::from_value(value)?)),
+            ObjectKind::StorageClass => Self::StorageClass(Arc::new(decode(value)?)),
+            ObjectKind::CsiNode => Self::CsiNode(Arc::new(decode(value)?)),
+            ObjectKind::PodDisruptionBudget => Self::PodDisruptionBudget(Arc::new(decode(value)?)),
+            ObjectKind::Service => Self::Service(Arc::new(decode(value)?)),
+            ObjectKind::ReplicaSet => Self::ReplicaSet(Arc::new(decode(value)?)),
+            ObjectKind::StatefulSet => Self::StatefulSet(Arc::new(decode(value)?)),
             ObjectKind::ReplicationController => {
-                Self::ReplicationController(Arc::new(serde_json::from_value(value)?))
+                Self::ReplicationController(Arc::new(decode(value)?))
             }
-            ObjectKind::DeviceClass => Self::DeviceClass(Arc::new(serde_json::from_value(value)?)),
-            ObjectKind::ResourceClaim => {
-                Self::ResourceClaim(Arc::new(serde_json::from_value(value)?))
-            }
+            ObjectKind::DeviceClass => Self::DeviceClass(Arc::new(decode(value)?)),
+            ObjectKind::ResourceClaim => Self::ResourceClaim(Arc::new(decode(value)?)),
             ObjectKind::ResourceClaimTemplate => {
-                Self::ResourceClaimTemplate(Arc::new(serde_json::from_value(value)?))
+                Self::ResourceClaimTemplate(Arc::new(decode(value)?))
             }
-            ObjectKind::ResourceSlice => {
-                Self::ResourceSlice(Arc::new(serde_json::from_value(value)?))
-            }
-            ObjectKind::PodGroup => Self::PodGroup(Arc::new(serde_json::from_value(value)?)),
-            ObjectKind::Workload => Self::Workload(Arc::new(serde_json::from_value(value)?)),
-            ObjectKind::DeviceTaintRule => {
-                Self::DeviceTaintRule(Arc::new(serde_json::from_value(value)?))
-            }
-            ObjectKind::CsiDriver => Self::CsiDriver(Arc::new(serde_json::from_value(value)?)),
-            ObjectKind::CsiStorageCapacity => {
-                Self::CsiStorageCapacity(Arc::new(serde_json::from_value(value)?))
-            }
-            ObjectKind::PriorityClass => {
-                Self::PriorityClass(Arc::new(serde_json::from_value(value)?))
-            }
+            ObjectKind::ResourceSlice => Self::ResourceSlice(Arc::new(decode(value)?)),
+            ObjectKind::PodGroup => Self::PodGroup(Arc::new(decode(value)?)),
+            ObjectKind::Workload => Self::Workload(Arc::new(decode(value)?)),
+            ObjectKind::DeviceTaintRule => Self::DeviceTaintRule(Arc::new(decode(value)?)),
+            ObjectKind::CsiDriver => Self::CsiDriver(Arc::new(decode(value)?)),
+            ObjectKind::CsiStorageCapacity => Self::CsiStorageCapacity(Arc::new(decode(value)?)),
+            ObjectKind::PriorityClass => Self::PriorityClass(Arc::new(decode(value)?)),
         })
     }
+}
+
+/// An object that did not decode: where, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{message}", if path.is_empty() { String::new() } else { format!("{path}: ") })]
+pub struct ObjectDecodeError {
+    /// The field's path (`spec.schedulingPolicy.gang.minCount`); empty
+    /// for the object itself.
+    pub path: String,
+    /// serde's words (`invalid type: string "four", expected i32`).
+    pub message: String,
+}
+
+/// Decodes `T`; on an error, decodes again tracking the path, so that the
+/// valid (common) case pays nothing for paths.
+fn decode<T: serde::de::DeserializeOwned>(
+    value: &serde_json::Value,
+) -> Result<T, ObjectDecodeError> {
+    T::deserialize(value).map_err(|first| {
+        let mut track = serde_path_to_error::Track::new();
+        let message =
+            match T::deserialize(serde_path_to_error::Deserializer::new(value, &mut track)) {
+                Err(e) => e.to_string(),
+                Ok(_) => first.to_string(),
+            };
+        let path = track.path().to_string();
+        ObjectDecodeError {
+            path: if path == "." { String::new() } else { path },
+            message,
+        }
+    })
 }
 
 type Key = (ObjectKind, String, String);

@@ -103,6 +103,21 @@ pub struct QueuedPodGroupInfo {
     pub initial_attempt_timestamp: Option<Instant>,
     /// The PreEnqueue plugin holding the group out of activeQ, if any.
     pub gating_plugin: Option<&'static str>,
+    /// The plugins that rejected the group at its last cycle: the group
+    /// point that refused it (PlacementFeasible, GroupPermit) and the
+    /// plugins that rejected its pods. Their queueing hints say which
+    /// events may make the group schedulable (empty after a rejection no
+    /// plugin claimed: any event may).
+    pub unschedulable_plugins: BTreeSet<&'static str>,
+    /// Plugins that answered `Pending` for one of its pods at its last
+    /// cycle: an event they accept moves the group straight to activeQ.
+    pub pending_plugins: BTreeSet<&'static str>,
+    /// The plugin whose error ended the last cycle (a remote extender that
+    /// was down: the group is retried at once when it is back).
+    pub error_plugin: Option<&'static str>,
+    /// The group's message at its last failed cycle (its condition's), so
+    /// that a failure repeating itself is not logged again.
+    pub last_failure: Option<Arc<str>>,
     /// When the entity's backoff ends.
     pub backoff_expiration: Option<Instant>,
     /// When the entity last entered the unschedulable entities by a flush.
@@ -123,6 +138,10 @@ impl QueuedPodGroupInfo {
             consecutive_errors_count: 0,
             initial_attempt_timestamp: None,
             gating_plugin: None,
+            unschedulable_plugins: BTreeSet::new(),
+            pending_plugins: BTreeSet::new(),
+            error_plugin: None,
+            last_failure: None,
             backoff_expiration: None,
             flush_timestamp: None,
         }

@@ -161,6 +161,42 @@ impl PodInfo {
         }
     }
 
+    /// The `PodInfo` of `new`, a later version of this pod's object. When
+    /// `new` differs from the object this was built from only in its status
+    /// (a status write: a condition, `nominatedNodeName`) and in its
+    /// resourceVersion or managed fields, nothing of it is parsed again:
+    /// this one's fields are kept and the one field read from the status
+    /// that can change (`nominatedNodeName`) is read again. Otherwise it is
+    /// built anew, as [`PodInfo::new`] does.
+    pub fn updated(&self, new: Arc<Pod>) -> Result<Self, InvalidObject> {
+        let status_only = self.pod.as_shared().is_some_and(|old| {
+            meta_equal_but_version(&old.metadata, &new.metadata)
+                && old.spec == new.spec
+                && old
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.resource_claim_statuses.as_ref())
+                    == new
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.resource_claim_statuses.as_ref())
+        });
+        if !status_only {
+            return Self::new(new);
+        }
+        let nominated_node_name = new
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .filter(|s| !s.is_empty())
+            .map(Arc::from);
+        Ok(Self {
+            pod: PodObject::shared(new),
+            nominated_node_name,
+            ..self.clone()
+        })
+    }
+
     fn build(pod: &Pod, object: PodObject) -> Result<Self, InvalidObject> {
         let meta = &pod.metadata;
         let name = meta
@@ -394,6 +430,45 @@ impl PodInfo {
             ..self.clone()
         }
     }
+}
+
+/// Whether two versions of an object's metadata are the same but for
+/// their resourceVersion and managed fields (every other field compared).
+fn meta_equal_but_version(
+    a: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    b: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    // Destructured, so that a field added to ObjectMeta is not missed.
+    let k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        annotations,
+        creation_timestamp,
+        deletion_grace_period_seconds,
+        deletion_timestamp,
+        finalizers,
+        generate_name,
+        generation,
+        labels,
+        managed_fields: _,
+        name,
+        namespace,
+        owner_references,
+        resource_version: _,
+        self_link,
+        uid,
+    } = a;
+    *annotations == b.annotations
+        && *creation_timestamp == b.creation_timestamp
+        && *deletion_grace_period_seconds == b.deletion_grace_period_seconds
+        && *deletion_timestamp == b.deletion_timestamp
+        && *finalizers == b.finalizers
+        && *generate_name == b.generate_name
+        && *generation == b.generation
+        && *labels == b.labels
+        && *name == b.name
+        && *namespace == b.namespace
+        && *owner_references == b.owner_references
+        && *self_link == b.self_link
+        && *uid == b.uid
 }
 
 /// `image` as a node's status would list it: with `:latest` when it has

@@ -34,6 +34,18 @@ pub const REASON_SCHEDULER_ERROR: &str = "SchedulerError";
 /// The finalizer the API server adds to every PodGroup (KEP-5832).
 pub const FINALIZER_PROTECTION: &str = "scheduling.k8s.io/podgroup-protection";
 
+/// Why a member whose PodGroup the scheduler has not seen waits, in
+/// GangScheduling's PreEnqueue words (sic: upstream's "pods's"). Every
+/// answer about such a pod says this: the queue, dry runs, simulations.
+pub fn waiting_for_pod_group(name: &str) -> String {
+    format!("waiting for pods's pod group {name:?} to appear in scheduling queue")
+}
+
+/// Why a member of a gang with fewer than `minCount` pods known waits, in
+/// GangScheduling's PreEnqueue words.
+pub const WAITING_FOR_MIN_COUNT_PODS: &str =
+    "waiting for minCount pods from a gang to appear in scheduling queue";
+
 /// How the group's pods are scheduled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupPolicy {

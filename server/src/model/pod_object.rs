@@ -138,6 +138,14 @@ impl PodObject {
         }
     }
 
+    /// The shared object, when it is not packed.
+    pub fn as_shared(&self) -> Option<&Arc<Pod>> {
+        match &self.0 {
+            Repr::Shared(p) => Some(p),
+            Repr::Packed(_) => None,
+        }
+    }
+
     /// `metadata.resourceVersion`.
     pub fn resource_version(&self) -> Option<&str> {
         match &self.0 {

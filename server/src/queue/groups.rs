@@ -25,10 +25,28 @@
 //!   the entity again: after a success straight into activeQ with the
 //!   entity's old timestamp; after a failure with its counters moved (an
 //!   error: consecutive errors; otherwise unschedulable attempts), a new
-//!   timestamp and its backoff, into backoffQ (activeQ once backed off).
-//!   Failed groups never wait among the unschedulable entities on the
-//!   strength of queueing hints (v1.37 relies on backoff alone); only
-//!   PreEnqueue parks them. With no member left the entity is gone.
+//!   timestamp and its backoff. With no member left the entity is gone.
+//! * A group that failed with an error waits out its backoff in backoffQ.
+//!   A group that was rejected rests as an unschedulable pod does: among
+//!   the unschedulable entities, unless something that may help happened
+//!   during its cycle (a member arrived, or an event that one of the
+//!   plugins that rejected it registered for and whose hint accepts), in
+//!   which case it goes to backoffQ. The plugins that rejected it are the
+//!   group point that refused it (GangScheduling's PlacementFeasible, a
+//!   GroupPermit) and those that rejected its pods; each event is judged
+//!   by their hints for each member, the best answer winning. Here
+//!   berth parts from upstream v1.37, which sends every failed group to
+//!   backoffQ and pops it again whenever activeQ is empty: a gang that
+//!   cannot fit was retried thousands of times a second on an idle
+//!   scheduler.
+//! * A resting group moves on such an event, when a member is added or
+//!   changes in a way its rejectors watch, when its PodGroup changes as
+//!   they watch for (GangScheduling: a lower `minCount`), when a remote
+//!   extender that rejected it or failed it comes back, or after 5
+//!   minutes; to backoffQ while its backoff lasts, else to activeQ.
+//! * Groups are popped from backoffQ only once their backoff is over,
+//!   never early because activeQ is empty (pods still are, as upstream's
+//!   SchedulerPopFromBackoffQ does: they get there only after an event).
 //! * Activating a member activates its group; deleting the last member
 //!   drops the entity.
 
@@ -82,6 +100,12 @@ pub(super) struct Groups {
     pub incomplete: HashMap<GroupKey, Vec<QueuedPodInfo>>,
     /// The group being scheduled, if any.
     pub in_flight: Option<GroupKey>,
+    /// The sequence number of the in-flight group's marker in the
+    /// queue's recorded events: the events after it happened during its
+    /// cycle. The members themselves carry no marker of their own, so
+    /// that the first of them to end its tracking does not drop the
+    /// events the group still needs.
+    pub marker: Option<u64>,
     /// Members of the group being scheduled that came, or came back,
     /// during its cycle.
     pub pending: Vec<QueuedPodInfo>,
@@ -224,7 +248,7 @@ impl Inner {
 
     /// Requeues an entity: backoffQ while it backs off (unless
     /// `Immediately`), activeQ otherwise, through PreEnqueue either way.
-    fn requeue_group(
+    pub(super) fn requeue_group(
         &mut self,
         g: QueuedPodGroupInfo,
         strategy: Strategy,
@@ -255,13 +279,18 @@ impl Inner {
     pub(super) fn add_group_member(
         &mut self,
         key: GroupKey,
-        q: QueuedPodInfo,
+        mut q: QueuedPodInfo,
         now: Instant,
         event: ClusterEvent,
     ) -> bool {
         self.groups.member_of.insert(q.pod.uid.clone(), key.clone());
         let manager = self.groups.manager.clone().expect("groups on");
         let Some(pod_group) = manager.pod_group(&key) else {
+            // Said as GangScheduling's PreEnqueue says it (upstream v1.36
+            // holds such a pod there; v1.37's queue, as berth's, apart).
+            q.last_failure = Some(Arc::from(
+                crate::model::pod_group::waiting_for_pod_group(&key.name).as_str(),
+            ));
             self.groups.incomplete.entry(key).or_default().push(q);
             return false;
         };
@@ -377,9 +406,14 @@ impl Inner {
         }
     }
 
-    /// Whether `event` may release a gated entity: the gating plugin's
-    /// registrations and hints, evaluated for each member (the best
-    /// answer wins, as upstream's isEntityWorthRequeuing).
+    /// Whether `event` may make the entity schedulable. A gated entity:
+    /// the gating plugin's registrations and hints, asked for each member
+    /// (the best answer wins, as upstream's isEntityWorthRequeuing). A
+    /// rejected one: the hints of the group point that refused it, asked
+    /// once (of its first member: they judge the group), and those of the
+    /// plugins that rejected each member, asked for that member; a
+    /// `Pending` plugin's `Queue` is `Immediately`. A rejection no plugin
+    /// claimed: any event may help.
     pub(super) fn group_worth_requeuing(
         &self,
         g: &QueuedPodGroupInfo,
@@ -387,9 +421,16 @@ impl Inner {
         old: Option<&EventObject>,
         new: Option<&EventObject>,
     ) -> Strategy {
-        let Some(gate) = g.gating_plugin else {
-            return Strategy::AfterBackoff;
+        let named = |m: &QueuedPodInfo| {
+            !m.unschedulable_plugins.is_empty() || !m.pending_plugins.is_empty()
         };
+        if g.gating_plugin.is_none()
+            && g.unschedulable_plugins.is_empty()
+            && g.pending_plugins.is_empty()
+            && !g.pods.iter().any(named)
+        {
+            return Strategy::AfterBackoff;
+        }
         if event.is_wildcard() {
             return match new {
                 Some(EventObject::Pod(p)) if !g.pods.iter().any(|m| m.pod.uid == p.uid) => {
@@ -402,27 +443,81 @@ impl Inner {
         let Some(fw) = g.pods.first().and_then(|m| self.framework(&m.pod)) else {
             return Strategy::AfterBackoff;
         };
-        for pe in fw.events().iter().filter(|pe| pe.plugin == gate) {
-            for reg in pe.events.iter().filter(|r| r.event.matches(event)) {
-                for m in &g.pods {
-                    let hint = match &reg.hint {
-                        None => QueueingHint::Queue,
-                        Some(f) => f(&m.pod, old, new).unwrap_or_else(|e| {
-                            tracing::warn!(plugin = pe.plugin, pod = %m.pod.key(), error = %e,
-                                "queueing hint failed; requeueing the pod group");
-                            QueueingHint::Queue
-                        }),
-                    };
-                    if hint == QueueingHint::Queue {
+        let ask = |pe: &crate::framework::PluginEvents,
+                   f: &Option<crate::framework::QueueingHintFn>,
+                   m: &QueuedPodInfo| match f {
+            None => QueueingHint::Queue,
+            Some(f) => f(&m.pod, old, new).unwrap_or_else(|e| {
+                tracing::warn!(plugin = pe.plugin, pod = %m.pod.key(), error = %e,
+                    "queueing hint failed; requeueing the pod group");
+                QueueingHint::Queue
+            }),
+        };
+        let mut best = Strategy::Skip;
+        for pe in fw.events() {
+            if let Some(gate) = g.gating_plugin {
+                if pe.plugin != gate {
+                    continue;
+                }
+                for reg in pe.events.iter().filter(|r| r.event.matches(event)) {
+                    if g.pods
+                        .iter()
+                        .any(|m| ask(pe, &reg.hint, m) == QueueingHint::Queue)
+                    {
                         return Strategy::AfterBackoff;
                     }
                 }
+                continue;
+            }
+            // Most plugins registered for other events: they are passed
+            // over before any member is looked at (this runs for every
+            // resting entity on every cluster event).
+            let mut regs = pe
+                .events
+                .iter()
+                .filter(|r| r.event.matches(event))
+                .peekable();
+            if regs.peek().is_none() {
+                continue;
+            }
+            let group_level = g.unschedulable_plugins.contains(pe.plugin);
+            let group_pending = g.pending_plugins.contains(pe.plugin);
+            // The members to ask: the first, for a group point's verdict;
+            // otherwise those `pe.plugin` rejected. Walked again per
+            // registration, not collected.
+            let members = || {
+                let whole = group_level || group_pending;
+                g.pods
+                    .iter()
+                    .take(if whole { 1 } else { usize::MAX })
+                    .filter(move |m| {
+                        whole
+                            || m.unschedulable_plugins.contains(pe.plugin)
+                            || m.pending_plugins.contains(pe.plugin)
+                    })
+            };
+            for reg in regs {
+                for m in members() {
+                    if ask(pe, &reg.hint, m) != QueueingHint::Queue {
+                        continue;
+                    }
+                    if group_pending || m.pending_plugins.contains(pe.plugin) {
+                        return Strategy::Immediately;
+                    }
+                    best = Strategy::AfterBackoff;
+                    if g.pending_plugins.is_empty()
+                        && !g.pods.iter().any(|m| !m.pending_plugins.is_empty())
+                    {
+                        return best;
+                    }
+                    break;
+                }
             }
         }
-        Strategy::Skip
+        best
     }
 
-    /// Moves the gated entities `event` may release.
+    /// Moves the resting entities (gated or rejected) `event` may help.
     pub(super) fn move_all_groups(
         &mut self,
         event: &ClusterEvent,
@@ -460,7 +555,8 @@ impl Inner {
                 crate::framework::EventResource::PodGroup,
                 crate::framework::ActionType::ADD,
             );
-            for q in pods {
+            for mut q in pods {
+                q.last_failure = None;
                 activated |= self.add_group_member(key.clone(), q, now, event);
             }
         }
@@ -468,8 +564,14 @@ impl Inner {
     }
 
     /// Activates the entity of the group `key` (a member was activated).
-    pub(super) fn activate_group(&mut self, key: &GroupKey, now: Instant) -> bool {
+    pub(super) fn activate_group(&mut self, key: &GroupKey, pod: &PodRef, now: Instant) -> bool {
         if self.groups.in_flight.as_ref() == Some(key) {
+            // Seen when its cycle ends.
+            self.record(super::Recorded::Event(
+                ClusterEvent::FORCE_ACTIVATE,
+                None,
+                Some(EventObject::Pod(pod.clone())),
+            ));
             return false;
         }
         let entity_key = format!("podgroup/{key}");
@@ -482,6 +584,31 @@ impl Inner {
             Some((g, _)) => self.move_group_to_active(g, now, ClusterEvent::FORCE_ACTIVATE),
             None => false,
         }
+    }
+
+    /// Takes out the entities waiting (not gated) whose last cycle
+    /// `plugin` failed or rejected.
+    pub(super) fn take_groups_failed_by(&mut self, plugin: &str) -> Vec<QueuedPodGroupInfo> {
+        let by = |g: &QueuedPodGroupInfo| {
+            !g.gated()
+                && (g.error_plugin == Some(plugin)
+                    || g.unschedulable_plugins.contains(plugin)
+                    || g.pods
+                        .iter()
+                        .any(|m| m.unschedulable_plugins.contains(plugin)))
+        };
+        let keys: Vec<Arc<str>> = self
+            .groups
+            .backoff
+            .iter()
+            .chain(self.groups.error_backoff.iter())
+            .chain(self.groups.unschedulable.values())
+            .filter(|g| by(g))
+            .map(|g| g.entity_key.clone())
+            .collect();
+        keys.iter()
+            .filter_map(|k| self.take_group(k).map(|(g, _)| g))
+            .collect()
     }
 
     /// Backoff expiries and 5-minute stays of group entities.
@@ -541,21 +668,16 @@ impl Inner {
     /// does not serve).
     pub(super) fn group_ahead(&self) -> bool {
         match (self.active.peek(), self.groups.active.peek()) {
-            (_, None) => {
-                self.active.is_empty()
-                    && self.groups.backoff.peek().is_some_and(|g| {
-                        self.backoff
-                            .peek()
-                            .is_none_or(|p| g.backoff_expiration < p.backoff_expiration)
-                    })
-            }
+            (_, None) => false,
             (None, Some(_)) => true,
             (Some(p), Some(g)) => self.sort.less(QueuedEntity::Group(g), QueuedEntity::Pod(p)),
         }
     }
 
     /// Takes the next entity: the head of activeQ (pods and groups compared
-    /// by QueueSort), else of backoffQ (earliest expiry first).
+    /// by QueueSort), else of the pods' backoffQ (earliest expiry first).
+    /// Groups leave backoffQ only when their backoff is over (see the
+    /// module doc).
     pub(super) fn pop_next(&mut self) -> Option<Popped> {
         let sort = self.sort.clone();
         let pod_first = match (self.active.peek(), self.groups.active.peek()) {
@@ -567,33 +689,18 @@ impl Inner {
         match pod_first {
             Some(true) => {
                 let less = |a: &QueuedPodInfo, b: &QueuedPodInfo| sort.less_pods(a, b);
-                return self.active.pop(&less).map(Popped::Pod);
+                self.active.pop(&less).map(Popped::Pod)
             }
             Some(false) => {
                 let less = self.group_less();
-                return self.groups.active.pop(&less).map(Popped::Group);
+                self.groups.active.pop(&less).map(Popped::Group)
             }
-            None => {}
-        }
-        // Nothing else to do: no point waiting out a backoff (errors are
-        // never popped early).
-        let pod_first = match (self.backoff.peek(), self.groups.backoff.peek()) {
-            (None, None) => return None,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (Some(p), Some(g)) => {
-                p.backoff_expiration < g.backoff_expiration
-                    || (p.backoff_expiration == g.backoff_expiration
-                        && !sort.less(QueuedEntity::Group(g), QueuedEntity::Pod(p)))
-            }
-        };
-        if pod_first {
-            self.backoff
+            // Nothing else to do: no point waiting out a pod's backoff
+            // (errors are never popped early).
+            None => self
+                .backoff
                 .pop(&super::backoff_order(&self.sort))
-                .map(Popped::Pod)
-        } else {
-            let less = self.group_backoff_less();
-            self.groups.backoff.pop(&less).map(Popped::Group)
+                .map(Popped::Pod),
         }
     }
 
@@ -603,12 +710,34 @@ impl Inner {
     pub(super) fn group_popped(&mut self, g: &mut QueuedPodGroupInfo) {
         g.attempts += 1;
         self.groups.in_flight = Some(g.key.clone());
-        let seq = self.record(super::Recorded::Marker);
+        self.groups.marker = Some(self.record(super::Recorded::Marker));
         for m in &mut g.pods {
             m.attempts += 1;
             self.groups.member_of.remove(&m.pod.uid);
-            self.in_flight.insert(m.pod.uid.clone(), (m.clone(), seq));
+            // No marker of its own (see `Groups::marker`).
+            self.in_flight
+                .insert(m.pod.uid.clone(), (m.clone(), super::NO_MARKER));
         }
+    }
+
+    /// Ends the in-flight group's tracking of events: how the events seen
+    /// during its cycle bear on `g` (the best strategy; `Skip` if none may
+    /// help), its marker then done.
+    fn group_cycle_events(&mut self, g: &QueuedPodGroupInfo) -> Strategy {
+        let Some(marker) = self.groups.marker.take() else {
+            return Strategy::Skip;
+        };
+        let mut best = Strategy::Skip;
+        for (_, rec) in self.recorded.iter().filter(|(s, _)| *s > marker) {
+            if let super::Recorded::Event(e, old, new) = rec {
+                best = best.max(self.group_worth_requeuing(g, e, old.as_ref(), new.as_ref()));
+                if best == Strategy::Immediately {
+                    break;
+                }
+            }
+        }
+        self.end_marker(marker);
+        best
     }
 
     /// A member that failed returns: while its group is in flight it waits
@@ -673,7 +802,12 @@ impl SchedulingQueue {
             // Members assumed end their tracking in their binding cycles,
             // the others as they were handed back or dropped.
             let pending = std::mem::take(&mut inner.groups.pending);
+            let tried: std::collections::HashSet<Arc<str>> =
+                g.pods.iter().map(|m| m.pod.uid.clone()).collect();
             if pending.is_empty() {
+                if let Some(m) = inner.groups.marker.take() {
+                    inner.end_marker(m);
+                }
                 false
             } else {
                 for m in &pending {
@@ -689,6 +823,9 @@ impl SchedulingQueue {
                     g.pod_group = Some(pg);
                 }
                 if status.is_success() {
+                    if let Some(m) = inner.groups.marker.take() {
+                        inner.end_marker(m);
+                    }
                     // The rest of the group is tried at once, keeping its
                     // place (#139613).
                     inner.requeue_group(
@@ -698,11 +835,17 @@ impl SchedulingQueue {
                         ClusterEvent::SCHEDULE_ATTEMPT_FAILURE,
                     )
                 } else {
-                    if status.is_rejected() {
+                    let error = !status.is_rejected();
+                    if error {
+                        g.consecutive_errors_count += 1;
+                        g.unschedulable_plugins.clear();
+                        g.pending_plugins.clear();
+                    } else {
+                        // The group point's rejection was set by the cycle;
+                        // each member keeps its own rejectors.
                         g.unschedulable_count += 1;
                         g.consecutive_errors_count = 0;
-                    } else {
-                        g.consecutive_errors_count += 1;
+                        g.error_plugin = None;
                     }
                     g.timestamp = now;
                     g.flush_timestamp = None;
@@ -712,12 +855,16 @@ impl SchedulingQueue {
                         g.unschedulable_count
                     };
                     g.backoff_expiration = Some(now + super::backoff_for(&inner.cfg, count));
-                    inner.requeue_group(
-                        g,
-                        Strategy::AfterBackoff,
-                        now,
-                        ClusterEvent::SCHEDULE_ATTEMPT_FAILURE,
-                    )
+                    // A member that arrived during the cycle is news the
+                    // cycle did not see.
+                    let arrived = g.pods.iter().any(|m| !tried.contains(&m.pod.uid));
+                    let seen = inner.group_cycle_events(&g);
+                    let strategy = if error || arrived {
+                        Strategy::AfterBackoff
+                    } else {
+                        seen
+                    };
+                    inner.requeue_group(g, strategy, now, ClusterEvent::SCHEDULE_ATTEMPT_FAILURE)
                 }
             }
         };

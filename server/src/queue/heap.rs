@@ -54,10 +54,6 @@ impl<T: Keyed> KeyedHeap<T> {
         self.items.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
     pub fn contains(&self, uid: &str) -> bool {
         self.index.contains_key(uid)
     }

@@ -213,6 +213,10 @@ const INCOMING_BACKOFF: u8 = 1;
 const INCOMING_UNSCHEDULABLE: u8 = 2;
 const INCOMING_QUEUES: [&str; 3] = ["active", "backoff", "unschedulable"];
 
+/// The marker of a pod in flight with its group: never recorded (the
+/// group's marker stands for it; sequence numbers start at 1).
+const NO_MARKER: u64 = 0;
+
 /// A new pending pod (upstream's `PodAdd` label).
 const POD_ADD: ClusterEvent = ClusterEvent {
     resource: EventResource::WildCard,
@@ -519,7 +523,7 @@ impl Inner {
         if !self.groups.unschedulable.is_empty() {
             activated |= self.move_all_groups(event, old, new, pre_check, now);
         }
-        if !self.in_flight.is_empty() {
+        if self.recording() {
             self.record(Recorded::Event(*event, old.cloned(), new.cloned()));
         }
         activated
@@ -528,17 +532,27 @@ impl Inner {
     fn done(&mut self, uid: &str) -> Option<QueuedPodInfo> {
         self.binding.remove(uid);
         let (q, seq) = self.in_flight.remove(uid)?;
+        self.end_marker(seq);
+        Some(q)
+    }
+
+    /// Marks the marker `seq` done and drops the events nobody needs any
+    /// more: those before the oldest marker still in use.
+    fn end_marker(&mut self, seq: u64) {
         if let Ok(i) = self.recorded.binary_search_by_key(&seq, |(s, _)| *s) {
             self.recorded[i].1 = Recorded::Done;
         }
-        // Nobody needs what precedes the oldest pod still in flight.
         while matches!(
             self.recorded.front(),
             Some((_, Recorded::Done | Recorded::Event(..)))
         ) {
             self.recorded.pop_front();
         }
-        Some(q)
+    }
+
+    /// Whether events are to be recorded: a pod or a group is in flight.
+    fn recording(&self) -> bool {
+        !self.in_flight.is_empty() || self.groups.marker.is_some()
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -939,11 +953,29 @@ impl SchedulingQueue {
             let mut inner = self.inner.lock();
             // Members of one group activate its entity once.
             let mut groups_done: Vec<GroupKey> = Vec::new();
+            let mut in_flight_group_seen = false;
             for pod in pods {
+                if inner.in_flight.contains_key(&pod.uid) {
+                    // Being scheduled: the activation is seen when its
+                    // attempt ends; for the group in flight (GangScheduling's
+                    // Permit activating the rest of the gang, pod after pod)
+                    // once is enough.
+                    let of_group_in_flight = inner.groups.in_flight.is_some()
+                        && inner.group_of(pod).as_ref() == inner.groups.in_flight.as_ref();
+                    if of_group_in_flight && std::mem::replace(&mut in_flight_group_seen, true) {
+                        continue;
+                    }
+                    inner.record(Recorded::Event(
+                        ClusterEvent::FORCE_ACTIVATE,
+                        None,
+                        Some(EventObject::Pod(pod.clone())),
+                    ));
+                    continue;
+                }
                 if let Some(key) = inner.groups.member_of.get(&pod.uid) {
                     if !groups_done.contains(key) {
                         let key = key.clone();
-                        activated |= inner.activate_group(&key, now);
+                        activated |= inner.activate_group(&key, pod, now);
                         groups_done.push(key);
                     }
                     continue;
@@ -971,24 +1003,45 @@ impl SchedulingQueue {
 
     /// Moves the pods whose last attempt failed with an error of `plugin`
     /// (an extender that is back) to activeQ at once, out of their backoff
-    /// or the unschedulable pods, as a queueing hint for that plugin would.
-    /// Returns how many moved.
+    /// or the unschedulable pods, as a queueing hint for that plugin would;
+    /// and the PodGroups it failed or rejected (a GroupPermit extender
+    /// coming back is the change a group it refused waits for). Returns
+    /// how many pods moved.
     pub fn activate_failed_by(&self, plugin: &str) -> usize {
-        let pods: Vec<PodRef> = {
-            let inner = self.inner.lock();
-            inner
+        let (pods, groups): (Vec<PodRef>, Vec<QueuedPodGroupInfo>) = {
+            let mut inner = self.inner.lock();
+            let pods = inner
                 .backoff
                 .iter()
                 .chain(inner.error_backoff.iter())
                 .chain(inner.unschedulable.values())
                 .filter(|q| q.error_plugin == Some(plugin))
                 .map(|q| q.pod.clone())
-                .collect()
+                .collect();
+            (pods, inner.take_groups_failed_by(plugin))
         };
+        let moved = pods.len() + groups.iter().map(|g| g.pods.len()).sum::<usize>();
+        if !groups.is_empty() {
+            let now = Instant::now();
+            let activated = {
+                let mut inner = self.inner.lock();
+                let mut activated = false;
+                for g in groups {
+                    activated |= inner.requeue_group(
+                        g,
+                        Strategy::Immediately,
+                        now,
+                        ClusterEvent::FORCE_ACTIVATE,
+                    );
+                }
+                activated
+            };
+            self.wake(activated);
+        }
         if !pods.is_empty() {
             self.activate(&pods);
         }
-        pods.len()
+        moved
     }
 
     /// Records the node a pod is nominated to (after preemption, or to

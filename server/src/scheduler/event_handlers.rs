@@ -28,6 +28,7 @@ pub(crate) async fn run(
     mut changes: mpsc::UnboundedReceiver<ClusterChange>,
     synced: watch::Sender<bool>,
 ) {
+    let mut parsed = Parsed::default();
     while let Some(change) = changes.recv().await {
         let started = std::time::Instant::now();
         let event = event_label(&change);
@@ -41,11 +42,11 @@ pub(crate) async fn run(
             ClusterChange::Pod(e) => {
                 // Both sides of a change must parse, or it is ignored.
                 let e = match e {
-                    WatchEvent::Added(p) => pod_info(&p).map(WatchEvent::Added),
-                    WatchEvent::Modified { old, new } => pod_info(&old)
-                        .zip(pod_info(&new))
+                    WatchEvent::Added(p) => parsed.added(&p).map(WatchEvent::Added),
+                    WatchEvent::Modified { old, new } => parsed
+                        .modified(&old, &new)
                         .map(|(old, new)| WatchEvent::Modified { old, new }),
-                    WatchEvent::Deleted(p) => pod_info(&p).map(WatchEvent::Deleted),
+                    WatchEvent::Deleted(p) => parsed.deleted(&p).map(WatchEvent::Deleted),
                 };
                 if let Some(e) = e {
                     on_pod(&shared, e);
@@ -174,13 +175,71 @@ fn node_spec(node: &Arc<Node>, feed_id: u32) -> Option<Arc<NodeSpec>> {
     }
 }
 
+/// The pods of object events as last parsed, by UID, so that a change is
+/// parsed once: its old side is the version parsed before, and a new side
+/// that differs only in its status (a status write: a condition, a
+/// nomination) is derived from it without parsing (see
+/// [`PodInfo::updated`]). Every `PodRef` here is the one handed to the
+/// cache and the queue, so the map costs an entry per pod, not a copy.
+#[derive(Default)]
+struct Parsed {
+    by_uid: std::collections::HashMap<String, PodRef>,
+}
+
+impl Parsed {
+    fn uid(pod: &Pod) -> &str {
+        pod.metadata.uid.as_deref().unwrap_or("")
+    }
+
+    /// The parsed version of `pod`, if it is the one kept.
+    fn kept(&self, pod: &Pod) -> Option<PodRef> {
+        self.by_uid
+            .get(Self::uid(pod))
+            .filter(|p| p.pod.resource_version() == pod.metadata.resource_version.as_deref())
+            .cloned()
+    }
+
+    fn keep(&mut self, p: &PodRef) {
+        self.by_uid.insert(p.uid.to_string(), p.clone());
+    }
+
+    fn added(&mut self, pod: &Arc<Pod>) -> Option<PodRef> {
+        let p = pod_info(pod)?;
+        self.keep(&p);
+        Some(p)
+    }
+
+    fn modified(&mut self, old: &Arc<Pod>, new: &Arc<Pod>) -> Option<(PodRef, PodRef)> {
+        let old = self.kept(old).or_else(|| pod_info(old))?;
+        let new = match old.updated(new.clone()) {
+            Ok(p) => Arc::new(p),
+            Err(e) => {
+                invalid(new, &e);
+                return None;
+            }
+        };
+        self.keep(&new);
+        Some((old, new))
+    }
+
+    fn deleted(&mut self, pod: &Arc<Pod>) -> Option<PodRef> {
+        let kept = self.kept(pod);
+        self.by_uid.remove(Self::uid(pod));
+        kept.or_else(|| pod_info(pod))
+    }
+}
+
+fn invalid(pod: &Pod, e: &crate::model::InvalidObject) {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
+    tracing::error!(pod = %format!("{ns}/{name}"), error = %e, "ignoring invalid pod");
+}
+
 fn pod_info(pod: &Arc<Pod>) -> Option<PodRef> {
     match PodInfo::new(pod.clone()) {
         Ok(p) => Some(Arc::new(p)),
         Err(e) => {
-            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-            let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
-            tracing::error!(pod = %format!("{ns}/{name}"), error = %e, "ignoring invalid pod");
+            invalid(pod, &e);
             None
         }
     }

@@ -273,7 +273,9 @@ fn skipped_notes(state: &CycleState, nodes_of: impl Fn(&str) -> usize) -> Vec<Pl
 }
 
 impl Scheduler {
-    pub(super) fn profile_for(
+    /// The profile a what-if of `pod` runs with: `requested`, else the
+    /// pod's schedulerName.
+    pub fn profile_for(
         &self,
         requested: Option<&str>,
         pod: &PodInfo,

@@ -7,8 +7,11 @@
 //! before and after each pod, every placement undone unless the whole group
 //! fits) on a copy of the state, with the cycle marked a dry run; when it
 //! ends `Unschedulable`, PodGroupPostFilter says what workload-aware
-//! preemption would do (it evicts nothing in a dry run). GroupPermit and
-//! the pods' own Reserve and Permit are not run, as a pod's dry run runs no
+//! preemption would do (it evicts nothing in a dry run). When the group
+//! fits, its GroupPermit plugins are asked as a what-if (remote ones with
+//! `dry_run` set): a group one would refuse is not called a fit, and
+//! PodGroupPostFilter does not follow a refusal (as in the loop). The
+//! pods' own Reserve and Permit are not run, as a pod's dry run runs no
 //! Permit. Each pod's message is the one its FailedScheduling event would
 //! carry after a real cycle.
 
@@ -76,6 +79,10 @@ pub struct GroupDryRunReport {
     pub scheduled: usize,
     /// When it does not fit and PodGroupPostFilter ran.
     pub preemption: Option<GroupPreemptionReport>,
+    /// When a PreEnqueue plugin holds the group (a gang with fewer than
+    /// `minCount` pods): its status, naming it. The group waits: no cycle
+    /// was tried, and each pod's message is this one.
+    pub pre_enqueue: Option<Status>,
 }
 
 /// A PodGroup's pods as the scheduler knows them.
@@ -174,7 +181,27 @@ impl Scheduler {
             pods: Vec::new(),
             scheduled: info.scheduled.len(),
             preemption: None,
+            pre_enqueue: None,
         };
+        // As the queue would: a gang short of pods waits before any cycle,
+        // counting the pods given and those scheduled already.
+        if let Some(s) = held_by_pre_enqueue(&fw, &info) {
+            report.code = s.code();
+            report.message = s.message();
+            report.pods = info
+                .pods
+                .iter()
+                .map(|p| GroupPodReport {
+                    pod: p.clone(),
+                    node: None,
+                    placed: false,
+                    message: report.message.clone(),
+                    rejections: Vec::new(),
+                })
+                .collect();
+            report.pre_enqueue = Some(s);
+            return Ok(report);
+        }
         if let Err(e) = validate_pod_group(
             &info,
             &self.shared.profiles,
@@ -195,10 +222,14 @@ impl Scheduler {
             return Ok(report);
         }
         let mut algorithm = self.algorithm();
-        let mut result = run_group(&fw, &info, &nominated, &mut algorithm, &mut snapshot).await;
+        let (mut result, permit_refused) =
+            run_group(&fw, &info, &nominated, &mut algorithm, &mut snapshot).await;
         let mut preemption = None;
         let mut nominations: Vec<(Arc<str>, Arc<str>)> = Vec::new();
-        if result.status.code() == Code::Unschedulable && fw.has_pod_group_post_filter_plugins() {
+        if result.status.code() == Code::Unschedulable
+            && !permit_refused
+            && fw.has_pod_group_post_filter_plugins()
+        {
             let rerun = ReRun {
                 fw: &fw,
                 info: &info,
@@ -243,14 +274,37 @@ impl Scheduler {
     }
 }
 
+/// The status of the profile's GangScheduling PreEnqueue for the group
+/// with the pods in `info` (queued and scheduled): `Some` when it holds it.
+fn held_by_pre_enqueue(fw: &Framework, info: &PodGroupCycleInfo) -> Option<Status> {
+    let gang = crate::plugins::names::GANG_SCHEDULING;
+    if !fw
+        .plugin_names(crate::config::ExtensionPoint::PreEnqueue)
+        .contains(&gang)
+    {
+        return None;
+    }
+    let s = crate::plugins::gang_scheduling::quorum_status(
+        &info.group,
+        info.pods.len() + info.scheduled.len(),
+    );
+    (!s.is_success()).then(|| s.with_plugin(gang))
+}
+
+/// The group's algorithm as the loop runs it, as a what-if; when the
+/// group fits, its GroupPermit plugins are asked too (with the cycle state
+/// marked a dry run, so remote ones get `dry_run`): a group one of them
+/// would refuse does not fit (the second value says a GroupPermit refused
+/// it).
 pub(super) async fn run_group(
     fw: &Framework,
     info: &PodGroupCycleInfo,
     nominated: &NominatedPods,
     algorithm: &mut Algorithm,
     snapshot: &mut Arc<Snapshot>,
-) -> GroupResult {
-    let group_state = CycleState::default();
+) -> (GroupResult, bool) {
+    let mut group_state = CycleState::default();
+    group_state.dry_run = true;
     let cycle = GroupCycle {
         fw,
         info,
@@ -260,7 +314,16 @@ pub(super) async fn run_group(
         publish: None,
         sample: &|| false,
     };
-    cycle.run(algorithm, snapshot).await
+    let mut result = cycle.run(algorithm, snapshot).await;
+    if result.status.is_success() && fw.has_group_permit_plugins() {
+        let placement = result.assignments();
+        let s = fw.run_group_permit(&group_state, info, &placement).await;
+        if !s.is_success() {
+            result.status = s;
+            return (result, true);
+        }
+    }
+    (result, false)
 }
 
 /// Each pod's report, worded as the loop's submission words its failure.
@@ -350,6 +413,19 @@ impl super::Simulation<'_> {
         let record = |this: &mut Self, pod: &PodRef, node: Option<Arc<str>>, reason: String| {
             this.push(pod, node, reason, Some(name.clone()));
         };
+        if let Some(s) = held_by_pre_enqueue(&fw, &info) {
+            let e = s.message();
+            for p in &info.pods {
+                record(self, p, None, e.clone());
+            }
+            self.groups.push(SimulatedGroup {
+                group,
+                fits: false,
+                placed: 0,
+                message: e,
+            });
+            return Ok(());
+        }
         if let Err(e) = validate_pod_group(
             &info,
             &self.scheduler.shared.profiles,
@@ -368,7 +444,7 @@ impl super::Simulation<'_> {
         }
         let nominated = self.nominated.clone();
         let mut snapshot = self.snapshot.clone();
-        let result = run_group(&fw, &info, &nominated, &mut self.alg, &mut snapshot).await;
+        let (result, _) = run_group(&fw, &info, &nominated, &mut self.alg, &mut snapshot).await;
         self.snapshot = snapshot;
         let fits = result.status.is_success();
         let message = if fits {

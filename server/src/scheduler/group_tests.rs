@@ -4,6 +4,7 @@
 //! tests that need the whole scheduler.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -217,6 +218,69 @@ async fn a_gang_that_cannot_fit_leaves_every_pod_unbound() {
             break;
         }
     }
+}
+
+/// Group cycles of `default-scheduler` that ended unschedulable.
+fn unschedulable_cycles(env: &Env) -> u64 {
+    env.scheduler.prometheus().pod_groups().unwrap().attempts(
+        "default-scheduler",
+        crate::metrics::GroupResult::Unschedulable,
+    )
+}
+
+/// Issue 34 item 1: a gang that cannot fit rests among the unschedulable
+/// entities (no retry however long nothing changes, short of the 5-minute
+/// flush) until an event its rejectors' hints accept: here a node that
+/// fits the pod that did not fit.
+#[tokio::test(start_paused = true)]
+async fn a_gang_that_cannot_fit_rests_until_a_node_is_added() {
+    let pods = (0..5)
+        .map(|i| member(&format!("huge-{i}"), "huge", "3500m"))
+        .collect();
+    let mut env = start(true, vec![gang("huge", 5)], pods).await;
+    env.decisions(5).await;
+    env.until("resting", |s| s.queue_counts().unschedulable == 5)
+        .await;
+    tokio::time::sleep(Duration::from_secs(240)).await;
+    assert_eq!(unschedulable_cycles(&env), 1, "never retried meanwhile");
+    assert_eq!(env.scheduler.queue_counts().unschedulable, 5);
+    env.cluster
+        .apply_node(make_node("g-4").cpu("4").memory("16Gi").object())
+        .unwrap();
+    let got = env.decisions(5).await;
+    assert!(got.iter().all(scheduled), "{got:?}");
+    assert_eq!(unschedulable_cycles(&env), 1);
+}
+
+/// A resting gang moves when its PodGroup's minCount is lowered
+/// (GangScheduling's hint), not when it changes otherwise.
+#[tokio::test(start_paused = true)]
+async fn a_resting_gang_moves_when_its_min_count_is_lowered() {
+    let pods = (0..5)
+        .map(|i| member(&format!("huge-{i}"), "huge", "3500m"))
+        .collect();
+    let mut env = start(true, vec![gang("huge", 5)], pods).await;
+    env.decisions(5).await;
+    env.until("resting", |s| s.queue_counts().unschedulable == 5)
+        .await;
+    // Labels only: GangScheduling's hint skips it.
+    let mut labelled = gang("huge", 5);
+    labelled["metadata"]["labels"] = json!({"team": "ml"});
+    env.cluster.apply(labelled).unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(unschedulable_cycles(&env), 1);
+    env.cluster.apply(gang("huge", 4)).unwrap();
+    let got = env.decisions(5).await;
+    assert_eq!(got.iter().filter(|d| scheduled(d)).count(), 4, "{got:?}");
+    env.until("the fifth resting", |s| s.queue_counts().unschedulable == 1)
+        .await;
+    let cycles = unschedulable_cycles(&env);
+    tokio::time::sleep(Duration::from_secs(240)).await;
+    assert_eq!(
+        unschedulable_cycles(&env),
+        cycles,
+        "the fifth pod rests too"
+    );
 }
 
 #[tokio::test(start_paused = true)]

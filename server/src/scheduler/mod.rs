@@ -19,6 +19,7 @@ pub mod metrics;
 mod pod_group_cycle;
 #[cfg(test)]
 mod release_tests;
+pub mod repeats;
 mod schedule_one;
 mod schedule_one_podgroup;
 #[cfg(test)]
@@ -289,6 +290,8 @@ pub(crate) struct Shared {
     pub last_summary: AtomicU64,
     /// Wakes the idle summary's reporter.
     pub idle: tokio::sync::Notify,
+    /// Failures that repeated themselves since their last summary.
+    pub repeats: repeats::Repeats,
     /// Where the loop's next node search starts, for dry runs to match it.
     pub next_start_node_index: AtomicUsize,
     /// The global percentageOfNodesToScore.
@@ -422,6 +425,7 @@ impl Scheduler {
             decided: AtomicU64::new(0),
             last_summary: AtomicU64::new(0),
             idle: tokio::sync::Notify::new(),
+            repeats: repeats::Repeats::default(),
             next_start_node_index: AtomicUsize::new(0),
             percentage_of_nodes_to_score: config.percentage_of_nodes_to_score,
             node_feed: extenders.feed(),
@@ -439,6 +443,7 @@ impl Scheduler {
         ));
         tokio::spawn(queue.clone().run());
         tokio::spawn(idle::report(shared.clone()));
+        tokio::spawn(repeats::report(shared.clone()));
         if !options.assumed_pod_ttl.is_zero() {
             tokio::spawn(cleanup_assumed_pods(shared.clone()));
         }

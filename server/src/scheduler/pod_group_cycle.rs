@@ -98,6 +98,9 @@ pub struct PodResult {
     pub state: CycleState,
     /// How long its algorithm took.
     pub took: std::time::Duration,
+    /// The pod as placed (its node set), when it was: what the snapshot
+    /// held, and what the real assumption takes over (no copy made twice).
+    pub assumed: Option<PodRef>,
 }
 
 /// The group's outcome.
@@ -170,13 +173,20 @@ pub struct GroupCycle<'a> {
 struct Revert {
     index: usize,
     node: Arc<str>,
+    assumed: PodRef,
 }
 
-fn with_error_first(code: Code, reasons: &[crate::framework::Reason]) -> Status {
-    Status::with_reasons(
+/// `code` with upstream's group error before `s`'s reasons; the plugin
+/// that gave `s` stays named (the queue's hints for the group are its).
+fn with_error_first(code: Code, s: &Status) -> Status {
+    let out = Status::with_reasons(
         code,
-        std::iter::once(POD_GROUP_UNSCHEDULABLE.into()).chain(reasons.iter().cloned()),
-    )
+        std::iter::once(POD_GROUP_UNSCHEDULABLE.into()).chain(s.reasons().iter().cloned()),
+    );
+    match s.plugin() {
+        Some(p) => out.with_plugin(p),
+        None => out,
+    }
 }
 
 impl GroupCycle<'_> {
@@ -212,8 +222,7 @@ impl GroupCycle<'_> {
     ) {
         while let Some(r) = reverts.pop() {
             let pr = &mut result.pods[r.index];
-            let assumed = pr.pod.assumed_on(&r.node);
-            self.fw.run_unreserve(&pr.state, &assumed, &r.node).await;
+            self.fw.run_unreserve(&pr.state, &r.assumed, &r.node).await;
             self.set_snapshot(snapshot, |s| {
                 s.remove_pod(&r.node, &pr.pod.uid);
             });
@@ -245,7 +254,7 @@ impl GroupCycle<'_> {
         match s.code() {
             Code::Success | Code::Wait => out.status = s,
             Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
-                out.status = with_error_first(Code::Unschedulable, s.reasons());
+                out.status = with_error_first(Code::Unschedulable, &s);
                 return out;
             }
             _ => {
@@ -266,6 +275,7 @@ impl GroupCycle<'_> {
                 .schedule_pod(self.fw, &mut state, pod, snapshot, self.nominated)
                 .await;
             state.release_snapshot();
+            let mut placed_as = None;
             let outcome = match r {
                 Ok(found) => {
                     let node = found.suggested_host.clone();
@@ -284,7 +294,9 @@ impl GroupCycle<'_> {
                         reverts.push(Revert {
                             index: out.pods.len(),
                             node,
+                            assumed: assumed.clone(),
                         });
+                        placed_as = Some(assumed);
                         PodOutcome::Placed(found)
                     } else {
                         self.fw.run_unreserve(&state, &assumed, &node).await;
@@ -303,6 +315,7 @@ impl GroupCycle<'_> {
                 outcome,
                 state,
                 took: started.elapsed(),
+                assumed: placed_as,
             });
             if let Some(msg) = error {
                 out.status = Status::error(format!(
@@ -336,7 +349,7 @@ impl GroupCycle<'_> {
             any_scheduled |= placed;
         }
         if out.status.is_wait() {
-            out.status = with_error_first(Code::Unschedulable, out.status.reasons());
+            out.status = with_error_first(Code::Unschedulable, &out.status);
         }
         if !out.status.is_success() {
             let mut result = GroupResult {

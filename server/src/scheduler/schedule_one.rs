@@ -342,21 +342,26 @@ impl Loop {
         pod: &PodRef,
         result: &ScheduleResult,
     ) -> Result<PodRef, Failure> {
-        reserve_and_permit(&self.shared, fw, state, pod, result).await
+        reserve_and_permit(&self.shared, fw, state, pod, result, None).await
     }
 }
 
 /// Assume, Reserve, Permit. On success the pod counts against its node
-/// and its binding may start.
+/// and its binding may start. `assumed`: the pod with its node set, when
+/// the caller has it already (a group cycle's placement).
 pub(super) async fn reserve_and_permit(
     shared: &Arc<Shared>,
     fw: &Framework,
     state: &mut CycleState,
     pod: &PodRef,
     result: &ScheduleResult,
+    assumed: Option<PodRef>,
 ) -> Result<PodRef, Failure> {
     let host = &result.suggested_host;
-    let assumed = Arc::new(pod.assumed_on(host));
+    let assumed = match assumed {
+        Some(a) if a.node_name.as_deref() == Some(&**host) => a,
+        _ => Arc::new(pod.assumed_on(host)),
+    };
     if let Err(e) = shared.cache.lock().assume_pod(assumed.clone()) {
         return Err(Failure::from_status(Status::error(e.to_string())));
     }
@@ -626,10 +631,22 @@ pub(super) async fn failure_handler(
         None => {
             q.unschedulable_plugins.clear();
             q.pending_plugins.clear();
+            // A rejection that names its plugin without a diagnosis (a pod
+            // of a group a group point refused): the plugin's hints decide.
+            if let Some(p) = f.status.plugin().filter(|_| f.status.is_rejected()) {
+                q.unschedulable_plugins.insert(p);
+            }
         }
     }
     if f.status.is_rejected() {
-        tracing::info!(pod = %pod.key(), attempts = q.attempts, "unschedulable: {}", f.message);
+        if q.last_failure.as_deref() == Some(f.message.as_str()) {
+            // The same failure again: counted, summarized now and then
+            // (see `repeats`).
+            shared.repeats.pod();
+            tracing::debug!(pod = %pod.key(), attempts = q.attempts, "unschedulable: {}", f.message);
+        } else {
+            tracing::info!(pod = %pod.key(), attempts = q.attempts, "unschedulable: {}", f.message);
+        }
     } else if !f.status.is_skip() {
         let outage = shared.cluster.unreachable()
             || shared.cluster.refusal_reported(&f.message)

@@ -162,7 +162,7 @@ impl Loop {
             }
         }
         if queued.is_empty() {
-            shared.queue.add_attempted_pod_group(g, &Status::success());
+            end_attempt(&shared, g, &Status::success());
             return;
         }
         info.pods = queued.iter().map(|q| q.pod.clone()).collect();
@@ -274,7 +274,7 @@ async fn fail_before(
     if let Some(group) = group {
         write_condition(shared, &group, false, REASON_SCHEDULER_ERROR, &err).await;
     }
-    shared.queue.add_attempted_pod_group(g, &Status::error(err));
+    end_attempt(shared, g, &Status::error(err));
 }
 
 /// Steps 6 and 7 of the module doc.
@@ -291,6 +291,9 @@ async fn submit(
 ) {
     let group_status = result.status.clone();
     let group_message = group_status.message();
+    // The group point that refused the group, if one did: the queue's
+    // hints for the group (with its pods' rejectors) are its.
+    let group_plugin = group_status.plugin();
     let mut scheduled = 0usize;
     for q in queued {
         let at = result.pods.iter().position(|r| r.pod.uid == q.pod.uid);
@@ -323,6 +326,7 @@ async fn submit(
                     unreachable!("matched above")
                 };
                 let found = found.clone();
+                let placed_as = r.assumed.take();
                 let mut state = std::mem::take(&mut r.state);
                 let pod_span = tracing::info_span!(
                     target: TRACE_TARGET,
@@ -335,7 +339,7 @@ async fn submit(
                 let attempt = async {
                     // `self` is not at hand: the loop's Reserve and Permit,
                     // as a pod alone gets them.
-                    reserve_and_permit(shared, fw, &mut state, &q.pod, &found).await
+                    reserve_and_permit(shared, fw, &mut state, &q.pod, &found, placed_as).await
                 };
                 match attempt.await {
                     Ok(assumed) => {
@@ -362,10 +366,13 @@ async fn submit(
                     f.nominating = post.nomination(&q.pod).or(f.nominating);
                     f
                 } else {
-                    let s = Status::with_reasons(
+                    let mut s = Status::with_reasons(
                         Code::Unschedulable,
                         [POD_GROUP_UNSCHEDULABLE.into(), group_message.clone().into()],
                     );
+                    if let Some(p) = group_plugin {
+                        s = s.with_plugin(p);
+                    }
                     Failure::from_status(s)
                 }
             }
@@ -399,9 +406,17 @@ async fn submit(
     } else {
         (false, REASON_SCHEDULER_ERROR, GroupMetricResult::Error)
     };
+    // Logged when it changes; the same failure again is counted and
+    // summarized (see `repeats`).
+    let repeated =
+        !group_status.is_success() && g.last_failure.as_deref() == Some(group_message.as_str());
     match metric {
         GroupMetricResult::Scheduled => {
             tracing::info!(group = %g.key, scheduled_pods = scheduled, unschedulable_pods = g.pods.len() - scheduled, "Successfully scheduled a pod group")
+        }
+        _ if repeated => {
+            shared.repeats.group();
+            tracing::debug!(group = %g.key, attempts = g.attempts, "pod group failed as before: {group_message}");
         }
         GroupMetricResult::WaitingOnPreemption => {
             tracing::info!(group = %g.key, "Pod group is waiting for preemption: {group_message}")
@@ -417,7 +432,29 @@ async fn submit(
     if let Some(m) = shared.prom.pod_groups() {
         m.attempt(fw.profile_name(), metric, start.elapsed());
     }
-    shared.queue.add_attempted_pod_group(g, &group_status);
+    end_attempt(shared, g, &group_status);
+}
+
+/// Tells the queue the group's attempt is over, with what the queue needs
+/// from it: the group point that refused it (its hints), the plugin whose
+/// error ended it, its message.
+fn end_attempt(shared: &Shared, mut g: QueuedPodGroupInfo, status: &Status) {
+    g.unschedulable_plugins.clear();
+    g.pending_plugins.clear();
+    g.error_plugin = None;
+    if status.is_success() {
+        g.last_failure = None;
+    } else {
+        g.last_failure = Some(Arc::from(status.message()));
+        if let Some(p) = status.plugin() {
+            if status.is_rejected() {
+                g.unschedulable_plugins.insert(p);
+            } else {
+                g.error_plugin = Some(p);
+            }
+        }
+    }
+    shared.queue.add_attempted_pod_group(g, status);
 }
 
 /// A pod's own failure in the group cycle, worded as for a pod alone
@@ -451,8 +488,9 @@ async fn reserve_and_permit(
     state: &mut CycleState,
     pod: &PodRef,
     found: &super::ScheduleResult,
+    placed_as: Option<PodRef>,
 ) -> Result<PodRef, Failure> {
-    super::schedule_one::reserve_and_permit(shared, fw, state, pod, found).await
+    super::schedule_one::reserve_and_permit(shared, fw, state, pod, found, placed_as).await
 }
 
 /// Writes the group's condition when it changes (never `True` back to

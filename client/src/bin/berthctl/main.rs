@@ -57,14 +57,14 @@ enum Command {
     },
     /// Delete an object by kind and name, or the objects in files.
     #[command(
-        override_usage = "berthctl delete KIND NAME [-n NS]\n       berthctl delete -f FILE..."
+        override_usage = "berthctl delete KIND NAME [-n NS]\n       berthctl delete KIND/NAME [-n NS]\n       berthctl delete -f FILE..."
     )]
     Delete {
-        /// The kind (node, pod, pvc, ...).
+        /// The kind (node, pod, pvc, podgroup, ... any kind apply takes),
+        /// or KIND/NAME.
         #[arg(required_unless_present = "files")]
         kind: Option<String>,
-        /// The object's name.
-        #[arg(required_unless_present = "files")]
+        /// The object's name (unless given as KIND/NAME).
         name: Option<String>,
         /// The namespace (default: "default"); with -f, for objects that
         /// name none.
@@ -79,8 +79,9 @@ enum Command {
     },
     /// List objects of a kind, or show one.
     Get {
-        /// nodes (no), pods (po), or any kind the server stores (pvc, sc,
-        /// ns, svc, pdb, rs, sts, rc, pv, csinodes).
+        /// nodes (no), pods (po), or any kind apply takes (pvc, sc, ns,
+        /// svc, pdb, rs, sts, rc, pv, pc, csinodes, podgroups, ...), or
+        /// KIND/NAME for one object.
         kind: String,
         /// Only this object.
         name: Option<String>,
@@ -194,6 +195,8 @@ async fn run(args: Args) -> Result<u8> {
             files,
             ignore_not_found,
         } => {
+            // `kind` and `name` were checked (and KIND/NAME split) by
+            // `split_kind_and_name` while parsing.
             let targets = match (kind, name) {
                 (Some(kind), Some(name)) if files.is_empty() => apply::Targets::One { kind, name },
                 _ => apply::Targets::Files(files::read_all(&files)?),
@@ -252,9 +255,64 @@ async fn run(args: Args) -> Result<u8> {
     Ok(0)
 }
 
+/// `KIND NAME`, or kubectl's `KIND/NAME` (`podgroup/train`), for `get`
+/// and `delete`: splits KIND/NAME into the two arguments, so that `run`
+/// sees them as if given apart. A malformed pair, or `delete` without a
+/// name or files, is a usage error (exit 2), as clap's own are.
+fn split_kind_and_name(args: &mut Args) -> Result<(), clap::Error> {
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
+    let (sub, kind, name, needs_name) = match &mut args.command {
+        Command::Get { kind, name, .. } => ("get", Some(kind), name, false),
+        Command::Delete {
+            kind, name, files, ..
+        } => ("delete", kind.as_mut(), name, files.is_empty()),
+        _ => return Ok(()),
+    };
+    let usage = |kind: ErrorKind, msg: String| {
+        let mut cmd = Args::command();
+        // Built, the subcommand's usage names berthctl.
+        cmd.build();
+        let sub = cmd.find_subcommand_mut(sub).map(|c| c.clone());
+        sub.unwrap_or(cmd).error(kind, msg)
+    };
+    if let Some(kind) = kind
+        && let Some((k, n)) = kind.split_once('/')
+    {
+        if let Some(name) = name {
+            return Err(usage(
+                ErrorKind::ArgumentConflict,
+                format!(
+                    "{kind:?} {name:?}: give the kind and name as KIND NAME or as KIND/NAME, not both"
+                ),
+            ));
+        }
+        if k.is_empty() || n.is_empty() || n.contains('/') {
+            return Err(usage(
+                ErrorKind::InvalidValue,
+                format!("{kind:?}: expected KIND/NAME"),
+            ));
+        }
+        let (k, n) = (k.to_string(), n.to_string());
+        *kind = k;
+        *name = Some(n);
+    }
+    if needs_name && name.is_none() {
+        return Err(usage(
+            ErrorKind::MissingRequiredArgument,
+            "the following required argument was not provided: <NAME> (give KIND NAME or KIND/NAME)"
+                .to_string(),
+        ));
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if let Err(e) = split_kind_and_name(&mut args) {
+        e.exit();
+    }
     let target = Target::from_args(&args).ok();
     // `why` answers with its exit code: 1 when the pod would not fit, so
     // its errors are 2.

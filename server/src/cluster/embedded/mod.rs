@@ -36,7 +36,13 @@ use crate::model::{InvalidObject, NodeSpec, PodInfo, admission};
 pub const SAMPLE_CLUSTER: &str = include_str!("../../../sample/cluster.yaml");
 
 /// The kinds the embedded cluster stores, for messages.
-pub const SUPPORTED_KINDS: &str = "Node, Pod, Namespace, PersistentVolume, PersistentVolumeClaim, StorageClass, CSINode, PodDisruptionBudget, Service, ReplicaSet, StatefulSet, ReplicationController, DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice, DeviceTaintRule, CSIDriver, CSIStorageCapacity, PriorityClass";
+pub fn supported_kinds() -> String {
+    ["Node", "Pod"]
+        .into_iter()
+        .chain(ObjectKind::ALL.iter().map(|k| k.type_meta().1))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// How many events the store keeps (oldest dropped first).
 const MAX_EVENTS: usize = 10_000;
@@ -45,7 +51,7 @@ const MAX_EVENTS: usize = 10_000;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApplyError {
     /// The object is not one the store holds.
-    #[error("kind {0:?} is not supported by the embedded cluster (supported: {SUPPORTED_KINDS})")]
+    #[error("kind {kind:?} is not supported by the embedded cluster (supported: {supported})", kind = .0, supported = supported_kinds())]
     UnsupportedKind(String),
     /// The object does not parse as its kind.
     #[error("{0}")]
@@ -496,7 +502,7 @@ pub fn admit(value: serde_json::Value) -> Result<Admitted, ApplyError> {
             // field of the input missing from the result is one the kind
             // does not have.
             let obj = KubeObject::from_json(kind, value.clone())
-                .map_err(|e| ApplyError::Malformed(e.to_string()))?;
+                .map_err(|e| InvalidObject::new(e.path, e.message))?;
             if let Some(path) = crate::model::decode::unknown_field(&value, &obj.to_json()) {
                 let name = path
                     .rsplit(['.', '['])

@@ -199,6 +199,7 @@ impl GroupPermitPlugin for RemotePlugin {
                 .iter()
                 .map(|a| self.placement(&a.pod, &a.node))
                 .collect(),
+            dry_run: state.dry_run,
         };
         let r = self
             .call_group(state, group, request::Kind::GroupPermit(req))

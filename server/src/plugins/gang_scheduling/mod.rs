@@ -42,13 +42,7 @@ use crate::plugins::names::GANG_SCHEDULING;
 /// How long a gang member waits at Permit for the rest of its gang.
 pub const PERMIT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
-/// Waiting for the PodGroup (sic: upstream's wording, "pods's").
-fn waiting_for_pod_group(name: &str) -> String {
-    format!("waiting for pods's pod group {name:?} to appear in scheduling queue")
-}
-/// Waiting for enough pods of the gang to exist.
-pub const WAITING_FOR_MIN_COUNT_PODS: &str =
-    "waiting for minCount pods from a gang to appear in scheduling queue";
+pub use crate::model::pod_group::{WAITING_FOR_MIN_COUNT_PODS, waiting_for_pod_group};
 /// Waiting at Permit for enough pods of the gang to be scheduled.
 pub const WAITING_FOR_MIN_COUNT_SCHEDULED: &str =
     "waiting for minCount pods from a gang to be scheduled";
@@ -178,15 +172,20 @@ impl PreEnqueuePlugin for GangScheduling {
             let Some(pg) = state.and_then(|s| s.pod_group.as_ref()) else {
                 return Status::unresolvable(waiting_for_pod_group(&key.name));
             };
-            let GroupPolicy::Gang { min_count } = pg.policy else {
-                return Status::success();
-            };
-            let all = state.map_or(0, |s| s.all_pods_count());
-            if all < min_count as usize {
-                return Status::unresolvable(WAITING_FOR_MIN_COUNT_PODS);
-            }
-            Status::success()
+            quorum_status(pg, state.map_or(0, |s| s.all_pods_count()))
         })
+    }
+}
+
+/// PreEnqueue's verdict on a gang of which `known` pods exist (queued,
+/// assumed or bound): it waits below `minCount`; a basic group passes.
+/// Dry runs and simulations ask it of the pods they are given.
+pub fn quorum_status(group: &PodGroupInfo, known: usize) -> Status {
+    match group.policy {
+        GroupPolicy::Gang { min_count } if known < min_count as usize => {
+            Status::unresolvable(WAITING_FOR_MIN_COUNT_PODS)
+        }
+        _ => Status::success(),
     }
 }
 

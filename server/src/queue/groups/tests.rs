@@ -135,12 +135,39 @@ fn fail_group(e: &Env, g: QueuedPodGroupInfo, plugin: Option<&'static str>, stat
     e.q.add_attempted_pod_group(g, &status);
 }
 
+fn big_member(name: &str, group: &str) -> PodRef {
+    Arc::new(make_pod(name).req_cpu("3").group(group).build())
+}
+
+/// A node of `cpu` CPUs added: the event NodeResourcesFit's hint judges.
+fn node_added(e: &Env, cpu: &str) {
+    let n = Arc::new(crate::testing::make_node("new").cpu(cpu).build());
+    e.q.move_all_to_active_or_backoff(
+        ClusterEvent::NODE_ADD,
+        None,
+        Some(EventObject::Node(n)),
+        None,
+    );
+}
+
+/// What the next pop brings within `wait` (paused time runs ahead to
+/// the queue's timers): `None` if nothing.
+async fn pop_within(e: &Env, wait: Duration) -> Option<Popped> {
+    tokio::time::timeout(wait, e.q.pop_entity())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Issue 34 item 1: a group whose cycle was rejected rests among the
+/// unschedulable entities, as an unschedulable pod does; an event its
+/// rejectors' hints refuse leaves it there; one they accept moves it.
 #[tokio::test(start_paused = true)]
-async fn failed_groups_back_off_and_errors_count_apart() {
+async fn a_rejected_group_rests_until_an_event_its_rejectors_accept() {
     let e = env();
     e.observe("train", 0);
-    e.q.add(member("a", "train"));
-    e.q.add(member("b", "train"));
+    e.q.add(big_member("a", "train"));
+    e.q.add(big_member("b", "train"));
     let g = e.pop_group().await;
     fail_group(
         &e,
@@ -148,32 +175,117 @@ async fn failed_groups_back_off_and_errors_count_apart() {
         Some("NodeResourcesFit"),
         Status::unschedulable("no fit"),
     );
-    assert_eq!(
-        e.q.counts().backoff,
-        2,
-        "backoffQ, never the unschedulable entities"
-    );
-    // Popped early from backoffQ (nothing else to do), counters moved.
-    let start = Instant::now();
+    let c = e.q.counts();
+    assert_eq!((c.unschedulable, c.backoff, c.active), (2, 0, 0), "rests");
+    assert_eq!(e.q.entity_counts().unschedulable, (0, 1));
+    // Nothing else queued: still not retried, however long.
+    assert!(pop_within(&e, Duration::from_secs(120)).await.is_none());
+    // A node too small for any member: NodeResourcesFit's hint says skip.
+    node_added(&e, "2");
+    assert_eq!(e.q.counts().unschedulable, 2);
+    // One that fits a member: its backoff (1 s) is long over, so activeQ.
+    node_added(&e, "4");
+    assert_eq!(e.q.counts().active, 2);
     let g = e.pop_group().await;
-    assert_eq!(start.elapsed(), Duration::ZERO);
-    assert_eq!((g.unschedulable_count, g.consecutive_errors_count), (1, 0));
     assert_eq!(Env::names(&g), ["a", "b"]);
+    assert_eq!((g.unschedulable_count, g.consecutive_errors_count), (1, 0));
     assert_eq!(
         g.pods[0].unschedulable_count, 1,
         "each member keeps its history"
     );
-    // An error: consecutive errors, and it waits its backoff out.
+}
+
+/// An event that may help, seen while the group was being tried, sends it
+/// to backoffQ; a group leaves backoffQ only when its backoff is over, even
+/// with nothing else to do (pods may be popped early; groups never).
+#[tokio::test(start_paused = true)]
+async fn an_event_during_the_cycle_backs_the_group_off_and_its_backoff_is_waited_out() {
+    let e = env();
+    e.observe("train", 0);
+    e.q.add(big_member("a", "train"));
+    let g = e.pop_group().await;
+    node_added(&e, "4");
+    fail_group(
+        &e,
+        g,
+        Some("NodeResourcesFit"),
+        Status::unschedulable("no fit"),
+    );
+    assert_eq!(e.q.counts().backoff, 1);
+    let start = Instant::now();
+    let g = e.pop_group().await;
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(1),
+        "backoff waited out"
+    );
+    // A member that came during the cycle is news too: backoffQ, 2 s.
+    e.q.add(big_member("late", "train"));
+    fail_group(
+        &e,
+        g,
+        Some("NodeResourcesFit"),
+        Status::unschedulable("no fit"),
+    );
+    assert_eq!(e.q.counts().backoff, 2);
+    let start = Instant::now();
+    let g = e.pop_group().await;
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    assert_eq!(Env::names(&g), ["late", "a"], "in the order they came back");
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_groups_errors_back_off_and_count_apart() {
+    let e = env();
+    e.observe("train", 0);
+    e.q.add(member("a", "train"));
+    let g = e.pop_group().await;
     fail_group(&e, g, None, Status::error("boom"));
     let start = Instant::now();
     let g = e.pop_group().await;
-    assert_eq!((g.unschedulable_count, g.consecutive_errors_count), (1, 1));
+    assert_eq!((g.unschedulable_count, g.consecutive_errors_count), (0, 1));
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     fail_group(&e, g, None, Status::error("boom"));
     let start = Instant::now();
     let g = e.pop_group().await;
     assert_eq!(g.consecutive_errors_count, 2);
     assert_eq!(start.elapsed(), Duration::from_secs(2));
+    // A rejection after errors: the error count resets, and it rests.
+    fail_group(
+        &e,
+        g,
+        Some("NodeResourcesFit"),
+        Status::unschedulable("no fit"),
+    );
+    assert_eq!(e.q.counts().unschedulable, 1);
+}
+
+/// A group refused by a remote extender (a GroupPermit) moves when that
+/// extender comes back; and any resting group after the 5-minute stay.
+#[tokio::test(start_paused = true)]
+async fn a_group_rests_until_its_extender_is_back_or_five_minutes_pass() {
+    let e = env();
+    e.observe("train", 0);
+    e.observe("other", 0);
+    e.q.add(member("a", "train"));
+    let g = e.pop_group().await;
+    let mut g2 = g.clone();
+    g2.unschedulable_plugins.insert("quota-ext");
+    fail_group(&e, g2, None, Status::unschedulable("over quota"));
+    assert_eq!(e.q.entity_counts().unschedulable, (0, 1));
+    assert_eq!(e.q.activate_failed_by("another-ext"), 0);
+    assert_eq!(e.q.activate_failed_by("quota-ext"), 1);
+    let g = e.pop_group().await;
+    fail_group(
+        &e,
+        g,
+        Some("NodeResourcesFit"),
+        Status::unschedulable("no fit"),
+    );
+    let start = Instant::now();
+    let g = e.pop_group().await;
+    assert_eq!(start.elapsed(), DEFAULT_MAX_IN_UNSCHEDULABLE, "flushed");
+    assert_eq!(Env::names(&g), ["a"]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -214,7 +326,7 @@ async fn deleting_members_and_activating_one() {
         Some("NodeResourcesFit"),
         Status::unschedulable("no fit"),
     );
-    // Something else is in activeQ: the group waits its backoff.
+    // Resting among the unschedulable entities.
     e.q.add(Arc::new(make_pod("solo").build()));
     let b = member("b", "train");
     e.q.activate(std::slice::from_ref(&b));
