@@ -387,6 +387,14 @@ impl NodeFeed {
         self.inner.lock().nodes.get(name).map(|e| e.id)
     }
 
+    /// The feed ids of the pods with uids `uids` (0 for a pod the feed
+    /// does not hold), in order.
+    pub fn pod_ids<'a>(&self, uids: impl Iterator<Item = &'a str>) -> Vec<u32> {
+        let inner = self.inner.lock();
+        uids.map(|u| inner.pods.get(u).map_or(0, |e| e.id))
+            .collect()
+    }
+
     /// How many nodes the feed holds.
     pub fn len(&self) -> usize {
         self.inner.lock().nodes.len()

@@ -578,7 +578,7 @@ impl Metrics {
 }
 
 /// The `point` label values of remote extender calls.
-pub const EXTENDER_POINTS: [&str; 15] = [
+pub const EXTENDER_POINTS: [&str; 16] = [
     "PreFilter",
     "Filter",
     "PostFilter",
@@ -594,6 +594,7 @@ pub const EXTENDER_POINTS: [&str; 15] = [
     "PlacementFeasible",
     "PodGroupPostFilter",
     "GroupPermit",
+    "PreemptionFilter",
 ];
 
 /// The `result` label values of remote extender calls: answered; failed

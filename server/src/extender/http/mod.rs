@@ -399,9 +399,7 @@ impl Plugin for HttpExtender {
 
 impl FilterPlugin for HttpExtender {
     fn filter(&self, _: &CycleState, _: &PodInfo, _: &NodeInfo) -> Status {
-        // Never called in a cycle: the runtime uses the batch below. Where
-        // nodes are judged one by one (preemption's dry runs), extenders are
-        // not consulted, as upstream.
+        // Never called: the runtime uses the batch below.
         Status::success()
     }
 
@@ -426,6 +424,12 @@ impl BatchFilter for HttpExtender {
             Ok(v) => Ok(v),
             Err(e) => self.failed(state, "Filter", pod, &e, pass()),
         }
+    }
+
+    /// Not asked at preemption's what-if, as upstream: its `preemptVerb`
+    /// is its say in preemption (and one without it has none).
+    fn judges_preemption(&self) -> bool {
+        false
     }
 }
 
