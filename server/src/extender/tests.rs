@@ -28,6 +28,7 @@ use crate::testing::{NodeBuilder, PodBuilder, make_node, make_pod};
 mod dry_run;
 mod groups;
 mod pod_feed;
+mod preemption;
 
 /// What the scripted extender does.
 #[derive(Clone, Default)]

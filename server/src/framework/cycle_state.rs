@@ -210,6 +210,10 @@ pub struct CycleState {
     /// Batch Filter plugins' answers about the candidates their calls went
     /// with (see `Framework::finish_batch_filters`).
     pub(super) window_verdicts: Option<Arc<Vec<WindowVerdicts>>>,
+    /// Batch Filter calls sent ahead whose answers the cycle did not need
+    /// (the per-node plugins rejected every node): kept, unawaited, for
+    /// preemption to read instead of asking again.
+    pub(super) unsettled: Option<Arc<Mutex<Option<super::runtime::BatchFiltersAhead>>>>,
     token: Arc<CycleToken>,
 }
 
@@ -248,6 +252,7 @@ impl Default for CycleState {
             record_plugin_metrics: false,
             prefetched_scores: None,
             window_verdicts: None,
+            unsettled: None,
             token: CycleToken::new(),
         }
     }
@@ -269,6 +274,7 @@ impl Clone for CycleState {
             record_plugin_metrics: self.record_plugin_metrics,
             prefetched_scores: self.prefetched_scores.clone(),
             window_verdicts: self.window_verdicts.clone(),
+            unsettled: self.unsettled.clone(),
             token: self.token.clone(),
         }
     }

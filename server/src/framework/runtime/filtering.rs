@@ -333,6 +333,7 @@ impl Framework {
     ) -> Result<(), Status> {
         state.prefetched_scores = None;
         state.window_verdicts = None;
+        state.unsettled = None;
         let Some(mut ahead) = ahead else {
             return self.run_batch_filters(state, pod, nodes, reject).await;
         };
@@ -505,6 +506,11 @@ impl Framework {
         if !windows.is_empty() {
             state.window_verdicts = Some(Arc::new(windows));
         }
+        if !ahead.calls.is_empty() && ahead.origin.is_some() {
+            // Not needed by the cycle (no node left for them to judge):
+            // preemption may read them instead of asking again.
+            state.unsettled = Some(Arc::new(parking_lot::Mutex::new(Some(ahead))));
+        }
         if !fused.is_empty() && !nodes.is_empty() {
             state.prefetched_scores = Some(Arc::new(PrefetchedScores {
                 nodes: nodes.iter().map(|n| Arc::as_ptr(n) as usize).collect(),
@@ -611,6 +617,7 @@ impl Framework {
         candidates: &[PreemptionCandidate<'_>],
         filtered: &NodeToStatus,
     ) -> Vec<PreemptionVerdict> {
+        let settled = self.settle_batch_filters(state).await;
         // Per candidate: rejected, or the union of what the plugins need
         // (and whether one needs the victims).
         let mut rejected: Vec<Option<Status>> = vec![None; candidates.len()];
@@ -631,10 +638,10 @@ impl Framework {
             }
             let sent: Vec<PreemptionCandidate<'_>> = asked.iter().map(|k| candidates[*k]).collect();
             let name = p.name();
-            let window = state
-                .window_verdicts
-                .as_deref()
-                .and_then(|w| w.iter().find(|w| w.filter_index == i));
+            let window = settled
+                .iter()
+                .chain(state.window_verdicts.as_deref().into_iter().flatten())
+                .find(|w| w.filter_index == i);
             let known = KnownVerdicts {
                 plugin: name,
                 filtered: Some(filtered),
@@ -684,6 +691,35 @@ impl Framework {
                 }
             })
             .collect()
+    }
+
+    /// The answers of the batch Filter calls this cycle sent ahead and did
+    /// not need (see `CycleState::unsettled`), awaited now.
+    async fn settle_batch_filters(&self, state: &CycleState) -> Vec<WindowVerdicts> {
+        let ahead = state.unsettled.as_ref().and_then(|u| u.lock().take());
+        let Some(ahead) = ahead else {
+            return Vec::new();
+        };
+        let Some((start, nodes)) = ahead.origin else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(ahead.calls.len());
+        for c in ahead.calls {
+            // A call that failed tells nothing: the plugin is asked again.
+            if let Ok(mut answer) = c.call.await
+                && answer.nodes == ahead.sent
+            {
+                answer.rejected.sort_by_key(|(at, _)| *at);
+                out.push(WindowVerdicts {
+                    filter_index: c.filter_index,
+                    start,
+                    len: ahead.sent,
+                    nodes,
+                    rejected: answer.rejected,
+                });
+            }
+        }
+        out
     }
 
     /// Runs PostFilter plugins (when no node fits).
