@@ -307,6 +307,9 @@ impl DefaultPreemption {
     /// per-node Filter plugins, and units are given back (reprieved) in
     /// order as long as it still does; the units holding a pod of `pinned`
     /// (uids the batch Filter plugins need gone) are never given back.
+    /// With `listing`, the result also lists every pod it may evict (for
+    /// the batch Filter plugins to be asked).
+    #[allow(clippy::too_many_arguments)]
     fn select_victims(
         &self,
         profile: &Framework,
@@ -315,6 +318,7 @@ impl DefaultPreemption {
         node: &Arc<NodeInfo>,
         budgets: &[Budget],
         pinned: &[Arc<str>],
+        listing: bool,
     ) -> Result<Found, Status> {
         let mut units = self.units_on(pod, node);
         if units.is_empty() {
@@ -394,16 +398,24 @@ impl DefaultPreemption {
             .map(|i| &units[i])
             .collect();
         chosen.sort_by(|a, b| victims::more_important(a, b, now));
+        let (pods, marked) = if listing {
+            (
+                units.iter().flat_map(|u| u.pods.iter().cloned()).collect(),
+                units
+                    .iter()
+                    .zip(&victim)
+                    .flat_map(|(u, v)| std::iter::repeat_n(*v, u.pods.len()))
+                    .collect(),
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
         Ok(Found {
             node: node.clone(),
             victims: chosen.iter().flat_map(|u| u.pods.iter().cloned()).collect(),
             pdb_violations,
-            pods: units.iter().flat_map(|u| u.pods.iter().cloned()).collect(),
-            marked: units
-                .iter()
-                .zip(&victim)
-                .flat_map(|(u, v)| std::iter::repeat_n(*v, u.pods.len()))
-                .collect(),
+            pods,
+            marked,
         })
     }
 
@@ -449,7 +461,15 @@ impl DefaultPreemption {
                     .parallelizer()
                     .for_each_mut(&mut results, |i, slot| {
                         let node = &potential[(offset + done + i) % n];
-                        *slot = Some(self.select_victims(profile, state, pod, node, budgets, &[]));
+                        *slot = Some(self.select_victims(
+                            profile,
+                            state,
+                            pod,
+                            node,
+                            budgets,
+                            &[],
+                            remote,
+                        ));
                     });
                 for (i, r) in results.drain(..).enumerate() {
                     let node = &potential[(offset + done + i) % n];
@@ -545,7 +565,8 @@ impl DefaultPreemption {
                         .filter_map(|&k| f.pods.get(k))
                         .map(|p| p.uid.clone())
                         .collect();
-                    match self.select_victims(profile, state, pod, &f.node, budgets, &pinned) {
+                    match self.select_victims(profile, state, pod, &f.node, budgets, &pinned, false)
+                    {
                         Ok(again) => kept.push(again),
                         Err(s) => statuses.set(Arc::from(f.node.name()), s),
                     }

@@ -19,6 +19,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use smallvec::{SmallVec, smallvec};
+
 use super::{Budget, now_nanos, split_by_budget, start_time};
 use crate::cache::{PodGroupManager, group_key_of};
 use crate::framework::{EventType, Handle, PodEvent};
@@ -31,7 +33,8 @@ pub(super) struct Unit {
     pub(super) priority: i32,
     /// The group, for a group unit.
     pub(super) group: Option<GroupKey>,
-    pub(super) pods: Vec<PodRef>,
+    /// Its pods (one, inline, for a single pod).
+    pub(super) pods: SmallVec<[PodRef; 1]>,
 }
 
 impl Unit {
@@ -93,7 +96,7 @@ impl<'a> Units<'a> {
                 self.list.push(Unit {
                     priority: p.priority,
                     group: None,
-                    pods: vec![p.clone()],
+                    pods: smallvec![p.clone()],
                 });
             }
             return;
@@ -113,9 +116,9 @@ impl<'a> Units<'a> {
         }
         match group.filter(|g| g.disrupt_all) {
             Some(g) => {
-                let mut pods = groups
+                let mut pods: SmallVec<[PodRef; 1]> = groups
                     .get(&g.key)
-                    .map(|s| s.scheduled_pods())
+                    .map(|s| s.scheduled_pods().into())
                     .unwrap_or_default();
                 if !pods.iter().any(|q| q.uid == p.uid) {
                     pods.push(p.clone());
@@ -130,7 +133,7 @@ impl<'a> Units<'a> {
             None => self.list.push(Unit {
                 priority,
                 group: None,
-                pods: vec![p.clone()],
+                pods: smallvec![p.clone()],
             }),
         }
     }
@@ -148,6 +151,9 @@ impl<'a> Units<'a> {
 pub(super) fn reprieve_order(units: &mut Vec<Unit>, budgets: &[Budget]) -> (usize, Vec<usize>) {
     let now = now_nanos();
     units.sort_by(|a, b| more_important(a, b, now));
+    if budgets.is_empty() {
+        return (0, vec![0; units.len()]);
+    }
     let all: Vec<PodRef> = units.iter().flat_map(|u| u.pods.iter().cloned()).collect();
     let (violating, _) = split_by_budget(&all, budgets);
     let violating: HashSet<&str> = violating.iter().map(|p| &*p.uid).collect();
