@@ -22,7 +22,11 @@
 //!   the binding in its cluster (the `pods/binding` the extender would have
 //!   made against the API server the embedded cluster stands in for).
 //! * **preempt**: DefaultPreemption sends its candidates (victims in full,
-//!   or by UID when `nodeCacheCapable`) and keeps what the extender returns.
+//!   or by UID when `nodeCacheCapable`) and keeps what the extender returns;
+//!   as v1.38 (kubernetes#135486), a candidate may come without victims (a
+//!   node the per-node Filter plugins need none on) for the extender to name
+//!   some. The filter verb is not asked at preemption's what-if (upstream
+//!   asks its extenders only through this verb there).
 //! * `managedResources`: pods requesting none of them never reach the
 //!   extender.
 
