@@ -282,3 +282,32 @@ async fn an_extender_failing_the_what_if_leaves_its_candidates_out_unless_ignora
         );
     }
 }
+
+/// The cycle's verdicts come from the Filter answer about the whole window
+/// sent: here n2 fits berthd's own plugins and the extender rejects it, n1
+/// is full; preemption on n1 reads the extender's verdict on n1 from that
+/// same answer, and asks nothing more.
+#[tokio::test]
+async fn the_cycles_answer_about_the_window_is_reused_for_a_pod_independent_extender() {
+    let fake = Fake::default();
+    *fake.script.lock() = Script {
+        points: vec![pb::ExtensionPoint::Filter],
+        reject: vec!["n2"],
+        filter_ignores_pods: true,
+        preemption_filter: true,
+        ..Default::default()
+    };
+    let (endpoint, _stop) = serve(fake.clone()).await;
+    let bound = vec![make_pod("low").node("n1").req_cpu("2").priority(1)];
+    let mut env = started(&filter_only(&endpoint, ""), bound).await;
+    env.cluster
+        .apply_pod(make_pod("p").req_cpu("2").priority(10).object())
+        .unwrap();
+    let m = failed_message(env.next().await);
+    assert!(
+        m.ends_with("preempting 1 victims"),
+        "the victim on n1 is chosen: {m}"
+    );
+    assert_eq!(fake.received("Filter"), 1, "{:?}", fake.log.lock());
+    assert_eq!(fake.received("PreemptionFilter"), 0);
+}
