@@ -1390,10 +1390,10 @@ impl Connection {
         self.inner.feed.id_of(name)
     }
 
-    /// The feed ids of the pods with uids `uids` (0 for one the feed does
+    /// The feed ids of `pods` and of their nodes (0 for one the feed does
     /// not hold), in order.
-    pub fn pod_ids<'a>(&self, uids: impl Iterator<Item = &'a str>) -> Vec<u32> {
-        self.inner.feed.pod_ids(uids)
+    pub fn pod_and_node_ids(&self, pods: &[crate::model::PodRef]) -> Vec<(u32, u32)> {
+        self.inner.feed.pod_and_node_ids(pods)
     }
 
     /// Whether a stream is open.

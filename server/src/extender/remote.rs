@@ -539,7 +539,7 @@ impl BatchFilter for RemotePlugin {
             candidates: candidates
                 .iter()
                 .map(|c| {
-                    let ids = self.conn.pod_ids(c.pods.iter().map(|p| &*p.uid));
+                    let ids = self.conn.pod_and_node_ids(c.pods);
                     pb::PreemptionCandidate {
                         node_id: c.node.node().map_or(0, |n| n.feed_id),
                         pods: c
@@ -547,17 +547,13 @@ impl BatchFilter for RemotePlugin {
                             .iter()
                             .zip(ids)
                             .zip(c.victims)
-                            .map(|((p, id), victim)| pb::CandidatePod {
+                            .map(|((p, (id, node_id)), victim)| pb::CandidatePod {
                                 id,
                                 uid: p.uid.to_string(),
                                 namespace: p.namespace.to_string(),
                                 name: p.name.to_string(),
                                 victim: *victim,
-                                node_id: p
-                                    .node_name
-                                    .as_deref()
-                                    .and_then(|n| self.conn.node_id(n))
-                                    .unwrap_or(0),
+                                node_id,
                             })
                             .collect(),
                     }
@@ -595,6 +591,12 @@ impl BatchFilter for RemotePlugin {
             Ok(other) => failure.handle(point, mismatch(&other), pass()),
             Err(e) => failure.handle(point, e, pass()),
         }
+    }
+
+    /// An extender whose Filter ignores the pods (its Hello says so) is not
+    /// asked at preemption: the cycle's verdicts are read instead.
+    fn reuses_cycle_verdicts(&self) -> bool {
+        self.conn.hello().is_some_and(|h| h.filter_ignores_pods)
     }
 
     /// An extender's Filter may be asked for the next pod before its cycle

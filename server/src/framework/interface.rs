@@ -336,6 +336,14 @@ pub trait BatchFilter: Send + Sync {
             .collect())
     }
 
+    /// Whether [`BatchFilter::filter_preemption`] reads the verdicts this
+    /// plugin gave earlier in the cycle ([`KnownVerdicts`]): its calls the
+    /// cycle did not need are then kept for preemption to read instead of
+    /// being cancelled. Default: `false`.
+    fn reuses_cycle_verdicts(&self) -> bool {
+        false
+    }
+
     /// Whether preemption's what-if asks this plugin at all (the default).
     /// kube-scheduler's HTTP extenders say no: their `preemptVerb` is their
     /// say in preemption, as upstream.

@@ -506,9 +506,16 @@ impl Framework {
         if !windows.is_empty() {
             state.window_verdicts = Some(Arc::new(windows));
         }
+        // Calls the cycle did not need (no node left for them to judge):
+        // those of plugins that reuse their cycle's verdicts are kept for
+        // preemption to read instead of asking again; the others are
+        // cancelled now, as they always were.
+        ahead.calls.retain(|c| {
+            self.filter[c.filter_index]
+                .as_batch()
+                .is_some_and(|b| b.reuses_cycle_verdicts())
+        });
         if !ahead.calls.is_empty() && ahead.origin.is_some() {
-            // Not needed by the cycle (no node left for them to judge):
-            // preemption may read them instead of asking again.
             state.unsettled = Some(Arc::new(parking_lot::Mutex::new(Some(ahead))));
         }
         if !fused.is_empty() && !nodes.is_empty() {
