@@ -311,3 +311,38 @@ async fn the_cycles_answer_about_the_window_is_reused_for_a_pod_independent_exte
     assert_eq!(fake.received("Filter"), 1, "{:?}", fake.log.lock());
     assert_eq!(fake.received("PreemptionFilter"), 0);
 }
+
+/// The cycle's Filter call that no node left needs is cancelled at once
+/// for an extender whose verdicts depend on the pods: preemption asks its
+/// what-if instead and never waits for that call (here the extender never
+/// answers it; waiting would take the 1s timeout and report a failure).
+#[tokio::test(start_paused = true)]
+async fn an_unneeded_cycle_call_of_a_pod_dependent_extender_is_cancelled_not_awaited() {
+    let fake = scripted(&[], true);
+    fake.script.lock().hang = vec!["Filter"];
+    let endpoint = in_memory::serve(fake.clone());
+    let mut env = started(&filter_only(&endpoint, ""), bound()).await;
+    let t = tokio::time::Instant::now();
+    env.cluster
+        .apply_pod(make_pod("p").req_cpu("2").priority(10).object())
+        .unwrap();
+    let m = failed_message(env.next().await);
+    assert!(
+        m.ends_with("preempting 1 victims"),
+        "the victim on n1 is chosen: {m}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "preemption waited for the cycle's call: {:?}",
+        t.elapsed()
+    );
+    let log = fake.log.lock().clone();
+    let cancel = log.iter().position(|l| l == "cancel");
+    let what_if = log.iter().position(|l| l.starts_with("PreemptionFilter"));
+    assert!(
+        cancel.is_some() && cancel < what_if,
+        "the Filter call is cancelled before the what-if: {log:?}"
+    );
+    assert_eq!(fake.received("Filter"), 1, "{log:?}");
+    assert_eq!(fake.received("PreemptionFilter"), 1, "{log:?}");
+}
