@@ -306,14 +306,27 @@ pub fn all(quick: bool) -> Vec<Workload> {
         basic,
         Profile::Default,
     );
+    let preemption = pick(size(500, 2000, 500), size(20, 80, 20));
     add(
         "PreemptionBasic",
-        pick(size(500, 2000, 500), size(20, 80, 20)),
+        preemption,
         ZONES,
         (T::LowPriority, d),
         (T::HighPriority, d),
         Profile::Default,
     );
+    // PreemptionBasic with the gRPC extender's Filter and Score in the
+    // profile: every preemption attempt asks it the what-if too, one
+    // PreemptionFilterRequest with all its candidates.
+    out.push(workload(
+        "PreemptionWithExtender",
+        &format!("grpc/{}", label(preemption)),
+        preemption,
+        ZONES,
+        (T::LowPriority, d),
+        (T::HighPriority, d),
+        Profile::Extender(ExtenderVariant::Grpc),
+    ));
     // scheduler_perf's SchedulingWithMixedChurn: nodes, pods that never
     // fit, Services and claims created and deleted while the measured pods
     // are scheduled (every 20 ms here, against upstream's 1 s: a run lasts

@@ -13,6 +13,13 @@ file at start-up (see protogen.py).
   every node. An annotation with an empty key rejects every node, saying so.
 * **Score** (0..100, used as is): the node's ``example.com/tier`` label:
   ``gold`` 100, ``silver`` 50, anything else or none 0.
+* **Preemption's what-if** (``PreemptionFilterRequest``): a node's labels
+  do not change when pods are evicted, so a candidate is rejected exactly
+  when Filter rejects the node, and otherwise needs nothing more evicted.
+  Its Hello says so (``filter_ignores_pods``): berthd then reuses the
+  cycle's verdicts and does not even ask. Generated from a protocol file
+  older than the what-if (``--proto-dir``), it declares neither and
+  berthd asks it a plain Filter instead, which it answers as ever.
 
 Labels come from the node cache: the extender asks for nodes
 (``wants_nodes``) and keeps each ``NodeUpsert``'s JSON, parsed with ``json``,
@@ -265,6 +272,12 @@ class PodTable:
                 del self._on_node[pod.node]
 
 
+def knows_preemption_filter(pb: Any) -> bool:
+    """Whether the generated code has preemption's what-if (a protocol file
+    older than it has not: the extender then declares none of it)."""
+    return "preemption_filter" in pb.Hello.DESCRIPTOR.fields_by_name
+
+
 def parse_json_object(raw: bytes) -> Mapping[str, Any] | None:
     """A JSON object, or None if ``raw`` is not one."""
     try:
@@ -337,16 +350,19 @@ class Session:
     def hello(self) -> Any:
         """The declaration sent in answer to Open."""
         pb = self.pb
-        return pb.ExtenderMessage(
-            hello=pb.Hello(
-                name=self.name,
-                protocol_version=pb.PROTOCOL_VERSION_2,
-                points=[pb.EXTENSION_POINT_FILTER, pb.EXTENSION_POINT_SCORE],
-                score_normalization=pb.SCORE_NORMALIZATION_NONE,
-                wants_nodes=True,
-                wants_pods=self.wants_pods,
-            )
+        hello = pb.Hello(
+            name=self.name,
+            protocol_version=pb.PROTOCOL_VERSION_2,
+            points=[pb.EXTENSION_POINT_FILTER, pb.EXTENSION_POINT_SCORE],
+            score_normalization=pb.SCORE_NORMALIZATION_NONE,
+            wants_nodes=True,
+            wants_pods=self.wants_pods,
         )
+        if knows_preemption_filter(pb):
+            # Labels do not move when pods are evicted.
+            hello.preemption_filter = True
+            hello.filter_ignores_pods = True
+        return pb.ExtenderMessage(hello=hello)
 
     def handle(self, message: Any) -> list[Any]:
         """Applies one SchedulerMessage; returns the ExtenderMessages to send.
@@ -443,7 +459,7 @@ class Session:
         """The result field of the Response, by name; RequestError if none."""
         pb = self.pb
         kind = request.WhichOneof("kind")
-        if kind not in ("filter", "score"):
+        if kind not in ("filter", "score", "preemption_filter"):
             raise RequestError(f"{self.name} serves Filter and Score only, not {kind or 'a request without a kind'}")
         if not self.synced:
             raise RequestError("a request before NodesSynced")
@@ -471,6 +487,22 @@ class Session:
                 log.info("score pod=%s scores=%s", pod.key, ",".join(f"{n}:{s}" for n, s in zip(nodes, scores)))
                 answer.scores.extend(scores)
             return {"filter": answer}
+        if kind == "preemption_filter":
+            # A label verdict holds whatever is evicted: the candidates
+            # Filter rejects are rejected, the others need nothing more.
+            ids = [c.node_id for c in request.preemption_filter.candidates]
+            nodes = [self.nodes.name_of(i) for i in ids]
+            id_of = dict(zip(nodes, ids))
+            rejected = filter_nodes(pod.obj, nodes, self.nodes.labels)
+            log.info("preemption_filter pod=%s candidates=%d rejected=%d", pod.key, len(nodes), len(rejected))
+            return {
+                "preemption_filter": pb.PreemptionFilterResponse(
+                    rejected=[
+                        pb.NodeStatus(node_id=id_of[node], code=pb.CODE_UNSCHEDULABLE_AND_UNRESOLVABLE, reasons=[reason])
+                        for node, reason in rejected
+                    ]
+                )
+            }
         nodes = [self.nodes.name_of(i) for i in request.score.node_ids]
         scores = score_nodes(nodes, self.nodes.labels)
         log.info("score pod=%s scores=%s", pod.key, ",".join(f"{n}:{s}" for n, s in zip(nodes, scores)))

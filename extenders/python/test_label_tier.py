@@ -287,6 +287,24 @@ class SessionTest(unittest.TestCase):
         self.assertEqual([x.node_id for x in r.filter.rejected], ids(["gold-hdd"]))
         self.assertEqual(list(r.filter.scores), [50, 100, 0])
 
+    def test_preemption_filter_answers_as_filter_and_hello_says_so(self) -> None:
+        hello = Session(pb).handle(open_msg())[0].hello
+        self.assertTrue(hello.preemption_filter)
+        self.assertTrue(hello.filter_ignores_pods)
+        s = synced_session()
+        s.handle(cycle(7, pod("web", "disk=ssd")))
+        candidates = [
+            pb.PreemptionCandidate(node_id=IDS[n], pods=[pb.CandidatePod(id=1, uid="uid-v", victim=True)])
+            for n in ("gold-hdd", "silver-ssd")
+        ]
+        req = msg(request=pb.Request(id=1, cycle_id=7, preemption_filter=pb.PreemptionFilterRequest(candidates=candidates)))
+        r = only_response(s.handle(req))
+        self.assertEqual(r.WhichOneof("result"), "preemption_filter")
+        # Evicting pods adds no label: gold-hdd stays rejected, silver-ssd
+        # needs nothing more than the victims.
+        self.assertEqual([x.node_id for x in r.preemption_filter.rejected], ids(["gold-hdd"]))
+        self.assertEqual(list(r.preemption_filter.needed), [])
+
     def test_node_changes_are_followed(self) -> None:
         s = synced_session()
         s.handle(cycle(1, pod("p")))

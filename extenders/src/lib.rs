@@ -31,6 +31,9 @@
 //!   with an error;
 //! - batched Filter and Score with per-node defaults, answers checked
 //!   (no node that was not asked about, scores in range) before they go out;
+//! - preemption's what-if (`PreemptionFilterRequest`) answered from the
+//!   Filter handler's per-node verdict on a pod table without the evicted
+//!   pods (see [`preemption`]);
 //! - Unreserve idempotence and ordering by reservation id (see [`Reserve`]);
 //! - Permit waits decided later through a [`PermitDecider`];
 //! - gRPC health (`grpc.health.v1`) and server reflection beside the
@@ -117,6 +120,7 @@ mod context;
 mod groups;
 mod pods;
 mod points;
+pub mod preemption;
 mod reservations;
 pub mod resources;
 mod server;
@@ -134,6 +138,7 @@ pub use points::{
     Bind, CycleHooks, Filter, Permit, PostBind, PostFilter, PreBind, PreFilter, PreScore, Reserve,
     Score,
 };
+pub use preemption::{CandidatePod, PreemptionCandidate, PreemptionVerdict};
 pub use server::{
     DEFAULT_RESERVATION_MEMORY, Extender, ExtenderBuilder, MAX_MESSAGE_BYTES, ServeError,
     SessionService, shutdown_signal,

@@ -1,7 +1,7 @@
 //! [`Pods`]: a session's pod table, for extenders that ask for the pod feed
 //! ([`ExtenderBuilder::wants_pods`](crate::ExtenderBuilder::wants_pods)).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use berth_proto::extender::v1 as pb;
@@ -54,9 +54,15 @@ impl PlacedPod {
 /// complete once [`Nodes::is_synced`](crate::Nodes::is_synced) is true.
 ///
 /// Cheap to clone (a shared handle).
+///
+/// In a preemption what-if the table handlers see is a view without the
+/// pods berthd asks about as gone ([`Pods::without`]): every method below
+/// leaves them out.
 #[derive(Debug, Clone, Default)]
 pub struct Pods {
     inner: Arc<RwLock<PodsInner>>,
+    /// Pods (by feed id) this view leaves out.
+    gone: Option<Arc<HashSet<u32>>>,
 }
 
 #[derive(Debug, Default)]
@@ -87,6 +93,22 @@ impl Pods {
         this
     }
 
+    /// Whether this view leaves the pod with feed id `id` out.
+    fn is_gone(&self, id: u32) -> bool {
+        self.gone.as_ref().is_some_and(|g| g.contains(&id))
+    }
+
+    /// This table without the pods with feed ids `ids` (what a preemption
+    /// what-if asks about as gone); the view shares the table.
+    pub fn without(&self, ids: impl IntoIterator<Item = u32>) -> Self {
+        let mut gone: HashSet<u32> = self.gone.as_deref().cloned().unwrap_or_default();
+        gone.extend(ids.into_iter().filter(|id| *id != 0));
+        Self {
+            inner: self.inner.clone(),
+            gone: Some(Arc::new(gone)),
+        }
+    }
+
     /// The pods on the node named `node` (bound and assumed), by id.
     pub fn on_node(&self, node: &str) -> Vec<Arc<PlacedPod>> {
         let inner = self.inner.read();
@@ -95,36 +117,56 @@ impl Pods {
             .get(node)
             .into_iter()
             .flatten()
+            .filter(|id| !self.is_gone(**id))
             .filter_map(|id| inner.by_id.get(id).cloned())
             .collect()
     }
 
     /// How many pods are on the node named `node`.
     pub fn count_on(&self, node: &str) -> usize {
-        self.inner.read().on_node.get(node).map_or(0, BTreeSet::len)
+        let inner = self.inner.read();
+        let Some(ids) = inner.on_node.get(node) else {
+            return 0;
+        };
+        match &self.gone {
+            None => ids.len(),
+            Some(g) => ids.iter().filter(|id| !g.contains(id)).count(),
+        }
     }
 
     /// The pod with feed id `id`.
     pub fn get(&self, id: u32) -> Option<Arc<PlacedPod>> {
+        if self.is_gone(id) {
+            return None;
+        }
         self.inner.read().by_id.get(&id).cloned()
     }
 
     /// Every pod, by id.
     pub fn all(&self) -> Vec<Arc<PlacedPod>> {
         let inner = self.inner.read();
-        let mut out: Vec<_> = inner.by_id.values().cloned().collect();
+        let mut out: Vec<_> = inner
+            .by_id
+            .values()
+            .filter(|p| !self.is_gone(p.id))
+            .cloned()
+            .collect();
         out.sort_unstable_by_key(|p| p.id);
         out
     }
 
     /// How many pods the table has.
     pub fn len(&self) -> usize {
-        self.inner.read().by_id.len()
+        let inner = self.inner.read();
+        match &self.gone {
+            None => inner.by_id.len(),
+            Some(g) => inner.by_id.keys().filter(|id| !g.contains(id)).count(),
+        }
     }
 
     /// Whether the table is empty.
     pub fn is_empty(&self) -> bool {
-        self.inner.read().by_id.is_empty()
+        self.len() == 0
     }
 
     /// A pod placed or changed; returns the pod it replaced.

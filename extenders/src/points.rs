@@ -16,6 +16,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::context::Context;
+use crate::preemption::{PreemptionCandidate, PreemptionVerdict, judge};
 use crate::types::{
     CyclePod, HandlerResult, NodeRef, NodeStatus, PermitOutcome, PostFilterResult, PreFilterResult,
     Reservation, ScoreNormalization, Status, Unreservation,
@@ -67,6 +68,33 @@ pub trait Filter: Send + Sync + 'static {
             }
         }
         Ok(rejected)
+    }
+
+    /// Whether this Filter's verdict for a node depends on the node alone
+    /// (its labels, taints, conditions), never on the pods on it. Declared
+    /// in the handshake (`Hello.filter_ignores_pods`): when a pod preempts,
+    /// berthd then reuses this cycle's verdicts instead of asking, since
+    /// evicting pods cannot change them. Default: `false`.
+    fn ignores_pods(&self) -> bool {
+        false
+    }
+
+    /// Preemption's what-if: one verdict per candidate, in order (see the
+    /// [`preemption`](crate::preemption) module). The default judges each
+    /// candidate with [`Filter::filter`] on a pod table without the pods
+    /// asked about as gone ([`judge`]): right for a handler that reads the
+    /// node's pods from [`Context::pods`]; a handler that keeps its own
+    /// account of them answers for the node as it is, which can only
+    /// refuse a candidate. Override to answer from your own account. An
+    /// error fails the whole request (berthd then treats every candidate
+    /// as not judged); a `CODE_ERROR` verdict is one node's.
+    async fn filter_preemption(
+        &self,
+        cx: &Context,
+        pod: &CyclePod,
+        candidates: &[PreemptionCandidate<'_>],
+    ) -> HandlerResult<Vec<PreemptionVerdict>> {
+        Ok(candidates.iter().map(|c| judge(self, cx, pod, c)).collect())
     }
 }
 

@@ -28,6 +28,7 @@ use crate::points::{
     Bind, CycleHooks, Filter, Permit, PostBind, PostFilter, PreBind, PreFilter, PreScore, Reserve,
     Score,
 };
+use crate::preemption::{CandidatePod, PreemptionCandidate, PreemptionVerdict};
 use crate::reservations::{ReservationBook, UnreserveStart};
 use crate::types::check_code;
 use crate::types::{
@@ -76,6 +77,12 @@ impl Shared {
             score_normalization: self.normalization as i32,
             wants_nodes: self.wants_nodes,
             wants_pods: self.wants_pods,
+            preemption_filter: self.handlers.filter.is_some(),
+            filter_ignores_pods: self
+                .handlers
+                .filter
+                .as_ref()
+                .is_some_and(|f| f.ignores_pods()),
         }
     }
 }
@@ -558,6 +565,7 @@ impl Reader {
                 Kind::PostFilter(p) => p.dry_run,
                 Kind::PodGroupPostFilter(p) => p.dry_run,
                 Kind::GroupPermit(p) => p.dry_run,
+                Kind::PreemptionFilter(p) => p.dry_run,
                 _ => false,
             },
         };
@@ -678,6 +686,47 @@ impl Reader {
                         rejected: rejected.into_iter().map(|(_, r)| r).collect(),
                         scores,
                     }))
+                }
+                .boxed()
+            }
+            Kind::PreemptionFilter(f) => {
+                let Some(h) = h.filter.clone() else {
+                    return self.unserved(id, kind_name);
+                };
+                let ids: Vec<u32> = f.candidates.iter().map(|c| c.node_id).collect();
+                let Some(table) = self.resolve(id, kind_name, &ids) else {
+                    return;
+                };
+                async move {
+                    let candidates: Vec<PreemptionCandidate<'_>> = f
+                        .candidates
+                        .iter()
+                        .filter_map(|c| {
+                            Some(PreemptionCandidate {
+                                node: NodeRef::of(table.get(c.node_id)?),
+                                pods: c
+                                    .pods
+                                    .iter()
+                                    .map(|p| CandidatePod {
+                                        id: p.id,
+                                        uid: p.uid.clone(),
+                                        namespace: p.namespace.clone(),
+                                        name: p.name.clone(),
+                                        victim: p.victim,
+                                        node: table
+                                            .get(p.node_id)
+                                            .map(|e| e.name.clone())
+                                            .unwrap_or_default(),
+                                    })
+                                    .collect(),
+                            })
+                        })
+                        .collect();
+                    let verdicts = h
+                        .filter_preemption(&c, &pod, &candidates)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    check_preemption(&candidates, verdicts)
                 }
                 .boxed()
             }
@@ -1137,6 +1186,7 @@ fn point_of(kind: &Kind) -> (ExtensionPoint, &'static str) {
         Kind::PlacementFeasible(_) => (ExtensionPoint::PlacementFeasible, "PlacementFeasible"),
         Kind::PodGroupPostFilter(_) => (ExtensionPoint::PodGroupPostFilter, "PodGroupPostFilter"),
         Kind::GroupPermit(_) => (ExtensionPoint::GroupPermit, "GroupPermit"),
+        Kind::PreemptionFilter(_) => (ExtensionPoint::Filter, "PreemptionFilter"),
     }
 }
 
@@ -1214,6 +1264,60 @@ fn check_filter(
         ));
     }
     Ok(out)
+}
+
+/// The answer to a PreemptionFilter request from its handler's verdicts:
+/// one per candidate, rejections with a rejection code, needed pods among
+/// the candidate's.
+fn check_preemption(
+    candidates: &[PreemptionCandidate<'_>],
+    verdicts: Vec<PreemptionVerdict>,
+) -> Result<Reply, String> {
+    if verdicts.len() != candidates.len() {
+        return Err(format!(
+            "the Filter handler answered {} preemption verdicts for {} candidates",
+            verdicts.len(),
+            candidates.len()
+        ));
+    }
+    let mut out = pb::PreemptionFilterResponse::default();
+    for (c, v) in candidates.iter().zip(verdicts) {
+        match v {
+            PreemptionVerdict::Victims => {}
+            PreemptionVerdict::Rejected(s) if s.is_success() => {}
+            PreemptionVerdict::Rejected(s) => {
+                if !REJECTIONS.contains(&s.code) {
+                    return Err(format!(
+                        "the Filter handler answered {} for preemption candidate {:?}",
+                        s.code.as_str_name(),
+                        c.node.name()
+                    ));
+                }
+                out.rejected.push(pb::NodeStatus {
+                    node_id: c.node.id(),
+                    code: s.code as i32,
+                    reasons: s.reasons,
+                    plugin: String::new(),
+                });
+            }
+            PreemptionVerdict::Needs { mut uids, reasons } => {
+                if let Some(u) = uids.iter().find(|u| !c.pods.iter().any(|p| p.uid == **u)) {
+                    return Err(format!(
+                        "the Filter handler needs pod uid {u:?} gone from preemption candidate {:?}, which does not list it",
+                        c.node.name()
+                    ));
+                }
+                uids.sort_unstable();
+                uids.dedup();
+                out.needed.push(pb::NeededEvictions {
+                    node_id: c.node.id(),
+                    uids,
+                    reasons,
+                });
+            }
+        }
+    }
+    Ok(Reply::PreemptionFilter(out))
 }
 
 fn check_scores(

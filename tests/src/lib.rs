@@ -544,18 +544,20 @@ pub fn python_path() -> Result<PathBuf> {
 }
 
 /// The example binaries of `berth-extender`.
-const EXTENDER_BINARIES: [&str; 6] = [
+const EXTENDER_BINARIES: [&str; 7] = [
     "gpu-share",
     "volume-prebind",
     "gang-permit",
     "gang-zone",
     "quota-core",
+    "license-slots",
     "faulty",
 ];
 
 /// An example extender binary of `berth-extender` (`gpu-share`,
-/// `volume-prebind`, `gang-permit`, `gang-zone`, `quota-core`, or the `faulty` test
-/// tool), built once per test process with the same profile as the tests.
+/// `volume-prebind`, `gang-permit`, `gang-zone`, `quota-core`,
+/// `license-slots`, or the `faulty` test tool), built once per test process
+/// with the same profile as the tests.
 pub fn extender_path(name: &str) -> Result<PathBuf> {
     static PATHS: std::sync::Mutex<Vec<(String, Result<PathBuf, String>)>> =
         std::sync::Mutex::new(Vec::new());

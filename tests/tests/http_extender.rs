@@ -172,8 +172,23 @@ fn preempt(args: &Value) -> Value {
     json!({"NodeNameToMetaVictims": kept})
 }
 
+/// How the extender answers a verb's path and arguments (None: 404).
+type Verbs = Arc<dyn Fn(&str, &Value) -> Option<Value> + Send + Sync>;
+
 /// Starts the extender on a loopback port.
 async fn start_extender() -> Result<Extender> {
+    start_extender_with(Arc::new(|path, args| match path {
+        "/sched/filter" => Some(filter(args)),
+        "/sched/prioritize" => Some(prioritize(args)),
+        "/sched/bind" => Some(json!({"Error": ""})),
+        "/sched/preempt" => Some(preempt(args)),
+        _ => None,
+    }))
+    .await
+}
+
+/// Starts an extender answering with `verbs` on a loopback port.
+async fn start_extender_with(verbs: Verbs) -> Result<Extender> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?.to_string();
     let seen: Seen = Arc::default();
@@ -181,10 +196,12 @@ async fn start_extender() -> Result<Extender> {
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let log = log.clone();
+            let verbs = verbs.clone();
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(
                     move |req: hyper::Request<hyper::body::Incoming>| {
                         let log = log.clone();
+                        let verbs = verbs.clone();
                         async move {
                             let path = req.uri().path().to_string();
                             let body = match req.into_body().collect().await {
@@ -192,13 +209,7 @@ async fn start_extender() -> Result<Extender> {
                                 Err(_) => Bytes::new(),
                             };
                             let args: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                            let answer = match path.as_str() {
-                                "/sched/filter" => Some(filter(&args)),
-                                "/sched/prioritize" => Some(prioritize(&args)),
-                                "/sched/bind" => Some(json!({"Error": ""})),
-                                "/sched/preempt" => Some(preempt(&args)),
-                                _ => None,
-                            };
+                            let answer = verbs(&path, &args);
                             if let Ok(mut s) = log.lock() {
                                 s.push((path, args));
                             }
@@ -587,5 +598,119 @@ async fn the_preempt_verb_chooses_where_preemption_happens() -> Result<()> {
         assert_eq!(v["Pods"].as_array().map(Vec::len), Some(1), "{v}");
         assert_eq!(v["NumPDBViolations"], 0);
     }
+    Ok(())
+}
+
+/// v1.38 (kubernetes#135486): a node where berthd's own plugins need no
+/// victim, rejected only by the extender's filter (its GPU is held by a
+/// pod of low priority), goes to the preempt verb without victims; the
+/// extender names the holder, which is evicted, and the pod binds there
+/// once the extender frees the GPU. (Before, berthd failed preemption with
+/// "expected at least one victim pod on node".)
+#[tokio::test]
+async fn the_preempt_verb_names_victims_where_berthd_needs_none() -> Result<()> {
+    // The node whose GPU the holder has, until the preempt verb named it.
+    let holder_uid: Arc<Mutex<String>> = Arc::default();
+    let freed: Arc<Mutex<bool>> = Arc::default();
+    let (uid, free) = (holder_uid.clone(), freed.clone());
+    let ext = start_extender_with(Arc::new(move |path, args| {
+        let wants_gpu = args["Pod"]["metadata"]["annotations"]["example.com/gpu"].is_string();
+        match path {
+            // The holder goes to n1 (`example.com/only`).
+            "/sched/filter" if !wants_gpu => Some(filter(args)),
+            "/sched/filter" => {
+                let (names, _) = candidates(args);
+                let mut failed = Map::new();
+                let mut unresolvable = Map::new();
+                let mut kept = Vec::new();
+                for n in names {
+                    if n != "n1" {
+                        unresolvable.insert(n, json!("node(s) had no GPU"));
+                    } else if !*free.lock().ok()? {
+                        failed.insert(n, json!("node(s) had their GPU in use"));
+                    } else {
+                        kept.push(n);
+                    }
+                }
+                Some(json!({"NodeNames": kept, "FailedNodes": failed,
+                    "FailedAndUnresolvableNodes": unresolvable, "Error": ""}))
+            }
+            "/sched/preempt" => {
+                let mut out = args["NodeNameToMetaVictims"].clone();
+                if let Some(v) = out.get_mut("n1")
+                    && v["Pods"].as_array().is_some_and(Vec::is_empty)
+                {
+                    v["Pods"] = json!([{"UID": *uid.lock().ok()?}]);
+                    *free.lock().ok()? = true;
+                }
+                Some(json!({"NodeNameToMetaVictims": out}))
+            }
+            _ => None,
+        }
+    }))
+    .await?;
+    let dir = TempDir::new("preempt-placeholder")?;
+    let berthd = start_berthd(
+        &dir,
+        &format!(
+            "- urlPrefix: http://{}/sched\n  filterVerb: filter\n  preemptVerb: preempt\n  nodeCacheCapable: true\n",
+            ext.addr
+        ),
+    )
+    .await?;
+    let mut client = berthd.client().await?;
+    let mut events = client.watch_events("default").await?;
+    client
+        .apply(
+            &[sized_pod(
+                "holder",
+                json!({"example.com/only": "n1"}),
+                "1",
+                0,
+            )],
+            "",
+        )
+        .await?;
+    decisions(&mut events, &["holder"]).await?;
+    let holder = client.get("Pod", "default", "holder").await?;
+    *holder_uid.lock().map_err(|_| anyhow!("lock"))? = holder["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    client
+        .apply(
+            &[sized_pod("vip", json!({"example.com/gpu": "1"}), "1", 1000)],
+            "",
+        )
+        .await?;
+    let mut bound = None;
+    let read = async {
+        while let Some(e) = events.message().await? {
+            let name = e.pod.as_ref().map(|p| p.name.clone()).unwrap_or_default();
+            if name == "vip" && e.r#type() == EventType::Scheduled {
+                bound = Some(e.node.clone());
+                break;
+            }
+        }
+        anyhow::Ok(())
+    };
+    tokio::time::timeout(GUARD, read)
+        .await
+        .map_err(|_| anyhow!("vip not scheduled within {GUARD:?}"))??;
+    assert_eq!(bound.as_deref(), Some("n1"));
+    let left: Vec<String> = client
+        .list("Pod", "default")
+        .await?
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(left, ["vip"], "the holder was evicted");
+    // The preempt verb got n1 alone, without victims.
+    let asked = ext.requests("preempt");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(
+        asked[0]["NodeNameToMetaVictims"],
+        json!({"n1": {"Pods": [], "NumPDBViolations": 0}})
+    );
     Ok(())
 }

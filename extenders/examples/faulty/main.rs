@@ -16,7 +16,8 @@
 //! without one (default: every pod). One point may have several faults for
 //! different pods (`--hang reserve=^a- --garbage reserve=^b-`); the first
 //! given that matches a pod applies (hang, then error, then garbage). Every other
-//! request gets a neutral answer (Filter passes every node, Score gives 0,
+//! request gets a neutral answer (Filter passes every node, and so does
+//! preemption's what-if, whose faults are `filter`'s; Score gives 0,
 //! PreFilter/PreScore/Reserve/Permit/PreBind succeed, Bind skips, PostFilter
 //! cannot help), and Unreserve is acknowledged unless `unreserve` is one of
 //! the faulty points.
@@ -210,6 +211,9 @@ impl Config {
                 score_normalization: pb::ScoreNormalization::None as i32,
                 wants_nodes: false,
                 wants_pods: false,
+                // Faults at `filter` apply to preemption's what-if too.
+                preemption_filter: declared.contains(&Point::Filter),
+                filter_ignores_pods: false,
             },
             faults,
         })
@@ -292,6 +296,7 @@ fn point_of(kind: &Kind) -> (Point, &'static str) {
         Kind::PlacementFeasible(_) => (Point::PlacementFeasible, "PlacementFeasible"),
         Kind::PodGroupPostFilter(_) => (Point::PodGroupPostFilter, "PodGroupPostFilter"),
         Kind::GroupPermit(_) => (Point::GroupPermit, "GroupPermit"),
+        Kind::PreemptionFilter(_) => (Point::Filter, "PreemptionFilter"),
     }
 }
 
@@ -348,6 +353,10 @@ fn neutral(kind: &Kind) -> Reply {
         Kind::GroupPermit(_) => Reply::GroupPermit(pb::GroupPermitResponse {
             status: status(pb::Code::Success, None),
         }),
+        // Every candidate fits once its victims are gone.
+        Kind::PreemptionFilter(_) => {
+            Reply::PreemptionFilter(pb::PreemptionFilterResponse::default())
+        }
     }
 }
 

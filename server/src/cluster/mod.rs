@@ -11,6 +11,7 @@
 
 pub mod embedded;
 pub mod kube;
+pub mod writes;
 
 use std::sync::Arc;
 

@@ -86,6 +86,23 @@ pub enum Reply {
     PodGroupPostFilter(pb::Status, Vec<pb::Nomination>),
     /// GroupPermit's status (success or a rejection).
     GroupPermit(pb::Status),
+    /// PreemptionFilter: the candidates rejected even with every listed
+    /// pod gone, by position in the request, and the candidates that need
+    /// other pods gone than the victims (by position), with those pods (by
+    /// position in the candidate's list) and the reasons.
+    PreemptionFilter(Vec<(usize, pb::NodeStatus)>, Vec<NeededPods>),
+}
+
+/// What a PreemptionFilter answer says a candidate needs evicted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NeededPods {
+    /// The candidate, by position in the request.
+    pub candidate: usize,
+    /// The pods that must be gone, by position in the candidate's list,
+    /// ascending.
+    pub pods: Vec<usize>,
+    /// Why the victims are not enough.
+    pub reasons: Vec<String>,
 }
 
 pub(super) type Answer = Result<Reply, CallError>;
@@ -116,6 +133,11 @@ pub(super) enum Asked {
     /// The uids of the group cycle's pods, which nominations may name.
     PodGroupPostFilter(Vec<String>),
     GroupPermit,
+    /// The candidates' node ids and, per candidate, its pods' uids.
+    PreemptionFilter {
+        ids: Vec<u32>,
+        pods: Vec<Vec<String>>,
+    },
 }
 
 impl Asked {
@@ -142,6 +164,14 @@ impl Asked {
                 Self::PodGroupPostFilter(r.pods.iter().map(|p| p.uid.clone()).collect())
             }
             K::GroupPermit(_) => Self::GroupPermit,
+            K::PreemptionFilter(r) => Self::PreemptionFilter {
+                ids: r.candidates.iter().map(|c| c.node_id).collect(),
+                pods: r
+                    .candidates
+                    .iter()
+                    .map(|c| c.pods.iter().map(|p| p.uid.clone()).collect())
+                    .collect(),
+            },
         }
     }
 
@@ -162,6 +192,7 @@ impl Asked {
             Self::PlacementFeasible => "PlacementFeasible",
             Self::PodGroupPostFilter(_) => "PodGroupPostFilter",
             Self::GroupPermit => "GroupPermit",
+            Self::PreemptionFilter { .. } => "PreemptionFilter",
         }
     }
 }
@@ -185,6 +216,7 @@ fn result_name(r: &response::Result) -> &'static str {
         R::PlacementFeasible(_) => "PlacementFeasible",
         R::PodGroupPostFilter(_) => "PodGroupPostFilter",
         R::GroupPermit(_) => "GroupPermit",
+        R::PreemptionFilter(_) => "PreemptionFilter",
     }
 }
 
@@ -471,8 +503,76 @@ pub(super) fn check(
             p.status,
             DECIDING_CODES,
         )?)),
+        (Asked::PreemptionFilter { ids, pods }, R::PreemptionFilter(p)) => {
+            check_preemption_filter(ids, pods, p)
+        }
         (_, other) => wrong(&other),
     }
+}
+
+/// The rules of a PreemptionFilter answer: each node named once, among
+/// the candidates asked about, rejected with a rejection code (or
+/// CODE_ERROR), needing only pods listed for it.
+fn check_preemption_filter(
+    ids: &[u32],
+    pods: &[Vec<String>],
+    p: pb::PreemptionFilterResponse,
+) -> Answer {
+    let malformed = |m: String| Err(CallError::Malformed(m));
+    let at = positions(ids, &p.rejected).map_err(CallError::Malformed)?;
+    let mut named = vec![false; ids.len()];
+    let mut rejected = Vec::with_capacity(at.len());
+    for (i, r) in at.into_iter().zip(p.rejected) {
+        match C::try_from(r.code) {
+            Ok(c) if REJECTIONS.contains(&c) || c == C::Error => {}
+            _ => {
+                return malformed(format!(
+                    "PreemptionFilter answered {} for node id {}, but a rejection is {}",
+                    code_name(r.code),
+                    r.node_id,
+                    codes_text(&[C::Unschedulable, C::UnschedulableAndUnresolvable, C::Error])
+                ));
+            }
+        }
+        named[i] = true;
+        rejected.push((i, r));
+    }
+    let mut needed = Vec::with_capacity(p.needed.len());
+    for n in p.needed {
+        let Some(i) = ids.iter().position(|&a| a == n.node_id) else {
+            return malformed(format!(
+                "pods needed gone on node id {}, which was not asked about",
+                n.node_id
+            ));
+        };
+        if std::mem::replace(&mut named[i], true) {
+            return malformed(format!("two verdicts for node id {}", n.node_id));
+        }
+        let listed = &pods[i];
+        let mut at = Vec::with_capacity(n.uids.len());
+        for uid in &n.uids {
+            let Some(k) = listed.iter().position(|l| l == uid) else {
+                return malformed(format!(
+                    "pod uid {uid:?} needed gone on node id {}, which was not listed for it",
+                    n.node_id
+                ));
+            };
+            at.push(k);
+        }
+        at.sort_unstable();
+        if let Some(w) = at.windows(2).find(|w| w[0] == w[1]) {
+            return malformed(format!(
+                "pod uid {:?} needed gone twice on node id {}",
+                listed[w[0]], n.node_id
+            ));
+        }
+        needed.push(NeededPods {
+            candidate: i,
+            pods: at,
+            reasons: n.reasons,
+        });
+    }
+    Ok(Reply::PreemptionFilter(rejected, needed))
 }
 
 #[cfg(test)]

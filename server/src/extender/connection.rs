@@ -56,7 +56,7 @@ use tonic::transport::Channel;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
 use super::answers::{Answer, Asked, CallFuture, RawAnswer, check};
-pub use super::answers::{CallError, Reply};
+pub use super::answers::{CallError, NeededPods, Reply};
 use super::breaker::{Breaker, CircuitBreaker, CircuitBreakerLayer};
 use super::feed::NodeFeed;
 use super::shed::{Shed, ShedLayer};
@@ -112,6 +112,7 @@ fn point_slot(kind: &request::Kind) -> usize {
         request::Kind::PlacementFeasible(_) => 12,
         request::Kind::PodGroupPostFilter(_) => 13,
         request::Kind::GroupPermit(_) => 14,
+        request::Kind::PreemptionFilter(_) => 15,
     }
 }
 
@@ -1387,6 +1388,12 @@ impl Connection {
     /// The id the node feed gave the node named `name`.
     pub fn node_id(&self, name: &str) -> Option<u32> {
         self.inner.feed.id_of(name)
+    }
+
+    /// The feed ids of `pods` and of their nodes (0 for one the feed does
+    /// not hold), in order.
+    pub fn pod_and_node_ids(&self, pods: &[crate::model::PodRef]) -> Vec<(u32, u32)> {
+        self.inner.feed.pod_and_node_ids(pods)
     }
 
     /// Whether a stream is open.

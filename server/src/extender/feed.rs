@@ -387,6 +387,23 @@ impl NodeFeed {
         self.inner.lock().nodes.get(name).map(|e| e.id)
     }
 
+    /// The feed ids of `pods` and of their nodes (0 for one the feed does
+    /// not hold), in order, under one lock.
+    pub fn pod_and_node_ids(&self, pods: &[PodRef]) -> Vec<(u32, u32)> {
+        let inner = self.inner.lock();
+        pods.iter()
+            .map(|p| {
+                let id = inner.pods.get(&p.uid).map_or(0, |e| e.id);
+                let node = p
+                    .node_name
+                    .as_deref()
+                    .and_then(|n| inner.nodes.get(n))
+                    .map_or(0, |e| e.id);
+                (id, node)
+            })
+            .collect()
+    }
+
     /// How many nodes the feed holds.
     pub fn len(&self) -> usize {
         self.inner.lock().nodes.len()

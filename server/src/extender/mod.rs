@@ -31,8 +31,8 @@ use parking_lot::Mutex;
 
 pub use breaker::Breaker;
 pub use connection::{
-    CallError, CallRequest, Connection, Dial, INITIAL_BACKOFF, MAX_BACKOFF, PROTOCOL_VERSION,
-    Reply, Stats, Subject,
+    CallError, CallRequest, Connection, Dial, INITIAL_BACKOFF, MAX_BACKOFF, NeededPods,
+    PROTOCOL_VERSION, Reply, Stats, Subject,
 };
 pub use feed::NodeFeed;
 pub use remote::{RemotePlugin, reservation_id};

@@ -33,11 +33,12 @@ use super::connection::{CallError, CallRequest, Connection, Reply, Subject};
 use crate::cache::NodeInfo;
 use crate::framework::{
     BatchFilter, BatchFilterAnswer, BatchFilterCall, BatchScore, BindPlugin, Code, CycleState,
-    CycleToken, ExtensionPoint, FilterPlugin, Framework, GroupPermitPlugin, MAX_NODE_SCORE,
-    MIN_NODE_SCORE, NodeToStatus, NodeWindow, PermitPlugin, PlacementFeasiblePlugin, Plugin,
-    PluginFailure, PodGroupCycleInfo, PodGroupPostFilterPlugin, PostBindPlugin, PostFilterPlugin,
-    PostFilterResult, PreBindPlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin,
-    ReservePlugin, ScorePlugin, Status,
+    CycleToken, ExtensionPoint, FilterPlugin, Framework, GroupPermitPlugin, KnownVerdicts,
+    MAX_NODE_SCORE, MIN_NODE_SCORE, NodeToStatus, NodeWindow, PermitPlugin,
+    PlacementFeasiblePlugin, Plugin, PluginFailure, PodGroupCycleInfo, PodGroupPostFilterPlugin,
+    PostBindPlugin, PostFilterPlugin, PostFilterResult, PreBindPlugin, PreFilterPlugin,
+    PreFilterResult, PreScorePlugin, PreemptionCandidate, PreemptionVerdict, ReservePlugin,
+    ScorePlugin, Status,
 };
 use crate::model::PodInfo;
 
@@ -246,6 +247,7 @@ impl RemotePlugin {
     /// extender; an ignorable extender's error for a node passes it.
     fn verdicts(
         &self,
+        point: &'static str,
         mut rejected: Vec<(usize, pb::NodeStatus)>,
         failure: &Failure,
     ) -> Vec<(usize, Status)> {
@@ -260,7 +262,7 @@ impl RemotePlugin {
                     r.reasons.join(", ")
                 ));
                 let s = failure
-                    .handle_node("Filter", e, Status::success(), Some(r.node_id))
+                    .handle_node(point, e, Status::success(), Some(r.node_id))
                     .unwrap_or_else(|s| s);
                 if !s.is_success() {
                     out.push((i, s));
@@ -461,13 +463,140 @@ impl BatchFilter for RemotePlugin {
             match call.await {
                 Ok(Reply::Filter(rejected, scores)) => Ok(BatchFilterAnswer {
                     nodes: n,
-                    rejected: this.verdicts(rejected, &failure),
+                    rejected: this.verdicts("Filter", rejected, &failure),
                     scores,
                 }),
                 Ok(other) => failure.handle("Filter", mismatch(&other), pass()),
                 Err(e) => failure.handle("Filter", e, pass()),
             }
         }))
+    }
+
+    /// Preemption's what-if, as the extender's Hello allows (see
+    /// "Preemption" in the protocol's header): a PreemptionFilterRequest
+    /// with every candidate and the pods preemption may evict there; for an
+    /// extender whose Filter ignores the pods, the cycle's verdicts (a plain
+    /// FilterRequest about the candidates it did not judge); for any other
+    /// (written before the what-if), a plain FilterRequest about the
+    /// candidates as they are, which can only refuse one.
+    async fn filter_preemption(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        candidates: &[PreemptionCandidate<'_>],
+        known: &KnownVerdicts<'_>,
+    ) -> Result<Vec<PreemptionVerdict>, Status> {
+        let nothing = || PreemptionVerdict::Needs(Vec::new());
+        if !self.interested(pod) {
+            return Ok(vec![nothing(); candidates.len()]);
+        }
+        let hello = self.conn.hello();
+        if hello.as_ref().is_some_and(|h| h.filter_ignores_pods) {
+            let mut out: Vec<Option<PreemptionVerdict>> = candidates
+                .iter()
+                .map(|c| {
+                    known.get(c.node).map(|s| {
+                        if s.is_success() {
+                            nothing()
+                        } else {
+                            PreemptionVerdict::Rejected(s)
+                        }
+                    })
+                })
+                .collect();
+            let unknown: Vec<usize> = (0..out.len()).filter(|k| out[*k].is_none()).collect();
+            if !unknown.is_empty() {
+                let nodes: Vec<Arc<NodeInfo>> = unknown
+                    .iter()
+                    .map(|k| candidates[*k].node.clone())
+                    .collect();
+                let statuses = self.filter_nodes(state, pod, &nodes).await?;
+                for (k, s) in unknown.into_iter().zip(statuses) {
+                    out[k] = Some(if s.is_success() {
+                        nothing()
+                    } else {
+                        PreemptionVerdict::Rejected(s)
+                    });
+                }
+            }
+            return Ok(out.into_iter().map(|v| v.unwrap_or_else(nothing)).collect());
+        }
+        if !hello.is_some_and(|h| h.preemption_filter) {
+            let nodes: Vec<Arc<NodeInfo>> = candidates.iter().map(|c| c.node.clone()).collect();
+            let statuses = self.filter_nodes(state, pod, &nodes).await?;
+            return Ok(statuses
+                .into_iter()
+                .map(|s| {
+                    if s.is_success() {
+                        nothing()
+                    } else {
+                        PreemptionVerdict::Rejected(s)
+                    }
+                })
+                .collect());
+        }
+        let request = pb::PreemptionFilterRequest {
+            candidates: candidates
+                .iter()
+                .map(|c| {
+                    let ids = self.conn.pod_and_node_ids(c.pods);
+                    pb::PreemptionCandidate {
+                        node_id: c.node.node().map_or(0, |n| n.feed_id),
+                        pods: c
+                            .pods
+                            .iter()
+                            .zip(ids)
+                            .zip(c.victims)
+                            .map(|((p, (id, node_id)), victim)| pb::CandidatePod {
+                                id,
+                                uid: p.uid.to_string(),
+                                namespace: p.namespace.to_string(),
+                                name: p.name.to_string(),
+                                victim: *victim,
+                                node_id,
+                            })
+                            .collect(),
+                    }
+                })
+                .collect(),
+            dry_run: state.dry_run,
+        };
+        let failure = self.failure(state, pod);
+        let point = "PreemptionFilter";
+        let pass = || vec![nothing(); candidates.len()];
+        match self
+            .call(state, pod, request::Kind::PreemptionFilter(request))
+            .await
+        {
+            Ok(Reply::PreemptionFilter(rejected, needed)) => {
+                let mut out = vec![PreemptionVerdict::Victims; candidates.len()];
+                for n in needed {
+                    if tracing::enabled!(tracing::Level::DEBUG) {
+                        tracing::debug!(
+                            extender = self.conn.name(),
+                            pod = %pod.key(),
+                            node = candidates[n.candidate].node.name(),
+                            needed = n.pods.len(),
+                            reasons = %n.reasons.join(", "),
+                            "extender needs other pods evicted than the victims"
+                        );
+                    }
+                    out[n.candidate] = PreemptionVerdict::Needs(n.pods);
+                }
+                for (k, s) in self.verdicts(point, rejected, &failure) {
+                    out[k] = PreemptionVerdict::Rejected(s);
+                }
+                Ok(out)
+            }
+            Ok(other) => failure.handle(point, mismatch(&other), pass()),
+            Err(e) => failure.handle(point, e, pass()),
+        }
+    }
+
+    /// An extender whose Filter ignores the pods (its Hello says so) is not
+    /// asked at preemption: the cycle's verdicts are read instead.
+    fn reuses_cycle_verdicts(&self) -> bool {
+        self.conn.hello().is_some_and(|h| h.filter_ignores_pods)
     }
 
     /// An extender's Filter may be asked for the next pod before its cycle

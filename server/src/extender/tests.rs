@@ -28,6 +28,7 @@ use crate::testing::{NodeBuilder, PodBuilder, make_node, make_pod};
 mod dry_run;
 mod groups;
 mod pod_feed;
+mod preemption;
 
 /// What the scripted extender does.
 #[derive(Clone, Default)]
@@ -68,6 +69,20 @@ struct Script {
     group_post_filter: Option<(pb::Code, Option<&'static str>)>,
     /// PodGroupPostFilter nominates a pod uid not in the cycle.
     group_post_filter_garbage: bool,
+    /// Hello sets preemption_filter.
+    preemption_filter: bool,
+    /// Hello sets filter_ignores_pods.
+    filter_ignores_pods: bool,
+    /// PreemptionFilter, per node: rejected, or the pods (by name) it
+    /// needs gone; any other node fits once the victims are gone.
+    what_if: HashMap<&'static str, WhatIf>,
+}
+
+/// The scripted extender's PreemptionFilter verdict on a node.
+#[derive(Clone, Debug)]
+enum WhatIf {
+    Reject,
+    Needs(Vec<&'static str>),
 }
 
 fn kind_name(k: &Kind) -> &'static str {
@@ -87,6 +102,7 @@ fn kind_name(k: &Kind) -> &'static str {
         Kind::PlacementFeasible(_) => "PlacementFeasible",
         Kind::PodGroupPostFilter(_) => "PodGroupPostFilter",
         Kind::GroupPermit(_) => "GroupPermit",
+        Kind::PreemptionFilter(_) => "PreemptionFilter",
     }
 }
 
@@ -280,6 +296,31 @@ impl Fake {
             Kind::GroupPermit(_) => response::Result::GroupPermit(pb::GroupPermitResponse {
                 status: status(s.group_permit.unwrap_or(pb::Code::Success)),
             }),
+            Kind::PreemptionFilter(r) => {
+                let mut out = pb::PreemptionFilterResponse::default();
+                for c in &r.candidates {
+                    match s.what_if.get(self.name_of(c.node_id).as_str()) {
+                        None => {}
+                        Some(WhatIf::Reject) => out.rejected.push(pb::NodeStatus {
+                            node_id: c.node_id,
+                            code: pb::Code::Unschedulable as i32,
+                            reasons: vec!["node(s) had no free widget".into()],
+                            plugin: String::new(),
+                        }),
+                        Some(WhatIf::Needs(names)) => out.needed.push(pb::NeededEvictions {
+                            node_id: c.node_id,
+                            uids: c
+                                .pods
+                                .iter()
+                                .filter(|p| names.contains(&p.name.as_str()))
+                                .map(|p| p.uid.clone())
+                                .collect(),
+                            reasons: vec!["the victims hold no widget".into()],
+                        }),
+                    }
+                }
+                response::Result::PreemptionFilter(out)
+            }
             Kind::PodGroupPostFilter(r) => {
                 let (c, node) = s
                     .group_post_filter
@@ -354,6 +395,8 @@ impl extender_server::Extender for Fake {
                             score_normalization: 0,
                             wants_nodes: s.wants_nodes,
                             wants_pods: s.wants_pods,
+                            preemption_filter: s.preemption_filter,
+                            filter_ignores_pods: s.filter_ignores_pods,
                         })));
                     }
                     Some(Message::NodeUpsert(n)) => {
@@ -440,6 +483,27 @@ impl extender_server::Extender for Fake {
                                 p.failed
                             ),
                             Kind::GroupPermit(p) => fake.placements(&p.placement),
+                            Kind::PreemptionFilter(p) => format!(
+                                "{}{}",
+                                if p.dry_run { "dry-run " } else { "" },
+                                p.candidates
+                                    .iter()
+                                    .map(|c| format!(
+                                        "{}[{}]",
+                                        fake.name_of(c.node_id),
+                                        c.pods
+                                            .iter()
+                                            .map(|p| format!(
+                                                "{}{}",
+                                                p.name,
+                                                if p.victim { "*" } else { "" }
+                                            ))
+                                            .collect::<Vec<_>>()
+                                            .join(",")
+                                    ))
+                                    .collect::<Vec<_>>()
+                                    .join(" ")
+                            ),
                             Kind::PostFilter(p) if p.dry_run => "dry-run".into(),
                             Kind::PodGroupPostFilter(p) => format!(
                                 "{}{} [{}]",

@@ -207,7 +207,28 @@ pub struct CycleState {
     /// Raw scores batch Score plugins gave with their Filter answer, for
     /// the feasible nodes (see `Framework::finish_batch_filters`).
     pub(super) prefetched_scores: Option<Arc<PrefetchedScores>>,
+    /// Batch Filter plugins' answers about the candidates their calls went
+    /// with (see `Framework::finish_batch_filters`).
+    pub(super) window_verdicts: Option<Arc<Vec<WindowVerdicts>>>,
+    /// Batch Filter calls sent ahead whose answers the cycle did not need
+    /// (the per-node plugins rejected every node): kept, unawaited, for
+    /// preemption to read instead of asking again.
+    pub(super) unsettled: Option<Arc<Mutex<Option<super::runtime::BatchFiltersAhead>>>>,
     token: Arc<CycleToken>,
+}
+
+/// What a batch Filter plugin answered about the window of candidates its
+/// call went with, kept for preemption to reuse ([`super::KnownVerdicts`]):
+/// the window is `len` nodes of the snapshot's list of `nodes` nodes,
+/// starting at `start` and wrapping.
+#[derive(Debug)]
+pub struct WindowVerdicts {
+    pub(super) filter_index: usize,
+    pub(super) start: usize,
+    pub(super) len: usize,
+    pub(super) nodes: usize,
+    /// The rejections, by position in the window, ascending.
+    pub(super) rejected: Vec<(usize, Status)>,
 }
 
 /// Raw scores of batch Score plugins that came with their Filter answer.
@@ -230,6 +251,8 @@ impl Default for CycleState {
             skip_score: PluginMask::default(),
             record_plugin_metrics: false,
             prefetched_scores: None,
+            window_verdicts: None,
+            unsettled: None,
             token: CycleToken::new(),
         }
     }
@@ -250,6 +273,8 @@ impl Clone for CycleState {
             skip_score: self.skip_score,
             record_plugin_metrics: self.record_plugin_metrics,
             prefetched_scores: self.prefetched_scores.clone(),
+            window_verdicts: self.window_verdicts.clone(),
+            unsettled: self.unsettled.clone(),
             token: self.token.clone(),
         }
     }

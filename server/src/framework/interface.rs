@@ -41,6 +41,7 @@ use super::types::{
 use crate::cache::NodeInfo;
 use crate::cache::Snapshot;
 use crate::model::PodInfo;
+use crate::model::PodRef;
 
 /// Every plugin: a name and the extension points it serves.
 pub trait Plugin: Send + Sync + 'static {
@@ -210,8 +211,8 @@ pub trait FilterPlugin: Plugin {
     /// runtime then never calls [`FilterPlugin::filter`] on them: it calls
     /// [`BatchFilter::filter_nodes`] once per cycle, after every per-node
     /// plugin, with the nodes that passed those (as kube-scheduler does with
-    /// its extenders). Preemption's what-if evaluations, which judge one
-    /// node at a time, do not consult batch filters.
+    /// its extenders). Preemption's what-if asks them too, once per
+    /// attempt with every candidate ([`BatchFilter::filter_preemption`]).
     fn as_batch(&self) -> Option<&dyn BatchFilter> {
         None
     }
@@ -300,6 +301,136 @@ pub trait BatchFilter: Send + Sync {
     /// of its cycle.
     fn looks_ahead(&self) -> bool {
         false
+    }
+
+    /// Preemption's what-if: one verdict per candidate of `candidates`, in
+    /// order (see [`PreemptionCandidate`], [`PreemptionVerdict`]); `Err`
+    /// when the plugin cannot judge any (it then fails as a whole: every
+    /// candidate is refused with that status). `known` gives the verdicts
+    /// this plugin gave earlier in the same cycle, where there are some.
+    /// The default asks [`BatchFilter::filter_nodes`] about the candidate
+    /// nodes as they are, victims still there: a node it rejects is no
+    /// candidate, a node it passes needs nothing more evicted. For a plugin
+    /// whose verdicts depend on the pods that can only refuse a candidate
+    /// it would accept once the victims are gone, never accept one it would
+    /// refuse.
+    async fn filter_preemption(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        candidates: &[PreemptionCandidate<'_>],
+        known: &KnownVerdicts<'_>,
+    ) -> Result<Vec<PreemptionVerdict>, Status> {
+        let _ = known;
+        let nodes: Vec<Arc<NodeInfo>> = candidates.iter().map(|c| c.node.clone()).collect();
+        let statuses = self.filter_nodes(state, pod, &nodes).await?;
+        Ok(statuses
+            .into_iter()
+            .map(|s| {
+                if s.is_success() {
+                    PreemptionVerdict::Needs(Vec::new())
+                } else {
+                    PreemptionVerdict::Rejected(s)
+                }
+            })
+            .collect())
+    }
+
+    /// Whether [`BatchFilter::filter_preemption`] reads the verdicts this
+    /// plugin gave earlier in the cycle ([`KnownVerdicts`]): its calls the
+    /// cycle did not need are then kept for preemption to read instead of
+    /// being cancelled. Default: `false`.
+    fn reuses_cycle_verdicts(&self) -> bool {
+        false
+    }
+
+    /// Whether preemption's what-if asks this plugin at all (the default).
+    /// kube-scheduler's HTTP extenders say no: their `preemptVerb` is their
+    /// say in preemption, as upstream.
+    fn judges_preemption(&self) -> bool {
+        true
+    }
+}
+
+/// A candidate node of preemption's what-if, as a batch Filter plugin is
+/// asked about it ([`BatchFilter::filter_preemption`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PreemptionCandidate<'a> {
+    /// The node as it is (every pod still on it).
+    pub node: &'a Arc<NodeInfo>,
+    /// Every pod preemption may evict for it, the most important first
+    /// (the order victims are reprieved in): the node's pods of lower
+    /// priority than the preemptor and, for a PodGroup evicted whole, its
+    /// pods on other nodes. Never empty.
+    pub pods: &'a [PodRef],
+    /// Per pod of `pods`: whether the profile's per-node Filter plugins
+    /// need it evicted (the victims they chose).
+    pub victims: &'a [bool],
+}
+
+/// A batch Filter plugin's verdict on a preemption candidate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreemptionVerdict {
+    /// The pod fits once the victims are gone (and with more of the pods
+    /// gone).
+    Victims,
+    /// The pod fits once these pods are gone (positions in
+    /// [`PreemptionCandidate::pods`], ascending; empty: none), and with any
+    /// more of them gone.
+    Needs(Vec<usize>),
+    /// The pod does not fit even with every pod gone; or, with a
+    /// `Code::Error` status, the plugin could not judge the node. Either
+    /// way the node is no candidate.
+    Rejected(Status),
+}
+
+/// What a batch Filter plugin answered about nodes earlier in the same
+/// cycle, for [`BatchFilter::filter_preemption`] to reuse (a plugin whose
+/// verdicts do not depend on the pods on a node).
+pub struct KnownVerdicts<'a> {
+    pub(super) plugin: &'static str,
+    pub(super) filtered: Option<&'a NodeToStatus>,
+    pub(super) window: Option<&'a super::cycle_state::WindowVerdicts>,
+    pub(super) snapshot: Option<&'a Snapshot>,
+}
+
+impl KnownVerdicts<'_> {
+    /// None known.
+    pub fn none() -> KnownVerdicts<'static> {
+        KnownVerdicts {
+            plugin: "",
+            filtered: None,
+            window: None,
+            snapshot: None,
+        }
+    }
+
+    /// The plugin's verdict on `node` in this cycle, if it gave one: a
+    /// rejection the cycle recorded for the node in its name, or its answer
+    /// about the candidates it was sent at Filter.
+    pub fn get(&self, node: &NodeInfo) -> Option<Status> {
+        if let Some(s) = self
+            .filtered
+            .and_then(|f| f.recorded(node.name()))
+            .filter(|s| !self.plugin.is_empty() && s.plugin() == Some(self.plugin))
+        {
+            return Some(s.clone());
+        }
+        let (w, snapshot) = (self.window?, self.snapshot?);
+        if w.nodes != snapshot.num_nodes() || w.nodes == 0 {
+            return None;
+        }
+        let pos = snapshot.position(node.name())?;
+        let offset = (pos + w.nodes - w.start % w.nodes) % w.nodes;
+        if offset >= w.len {
+            return None;
+        }
+        Some(
+            match w.rejected.binary_search_by_key(&offset, |(at, _)| *at) {
+                Ok(i) => w.rejected[i].1.clone(),
+                Err(_) => Status::success(),
+            },
+        )
     }
 }
 

@@ -330,6 +330,11 @@ impl NodeToStatus {
         self.statuses.get(node).unwrap_or(&self.absent)
     }
 
+    /// The status recorded for `node`, if one was.
+    pub fn recorded(&self, node: &str) -> Option<&Status> {
+        self.statuses.get(node)
+    }
+
     /// The status given to nodes without a recorded one.
     pub fn absent_nodes_status(&self) -> &Status {
         &self.absent

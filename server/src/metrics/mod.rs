@@ -580,7 +580,7 @@ impl Metrics {
 }
 
 /// The `point` label values of remote extender calls.
-pub const EXTENDER_POINTS: [&str; 15] = [
+pub const EXTENDER_POINTS: [&str; 16] = [
     "PreFilter",
     "Filter",
     "PostFilter",
@@ -596,6 +596,7 @@ pub const EXTENDER_POINTS: [&str; 15] = [
     "PlacementFeasible",
     "PodGroupPostFilter",
     "GroupPermit",
+    "PreemptionFilter",
 ];
 
 /// The `result` label values of remote extender calls: answered; failed

@@ -353,11 +353,12 @@ impl Algorithm {
                 ((first + moved + n - slack % n) % n, len + 2 * slack)
             };
             let state = CycleState::new();
-            let Some(calls) =
+            let Some(mut calls) =
                 fw.start_batch_filters(&state, pod, NodeWindow::rotated(all, start, len))
             else {
                 return;
             };
+            calls.set_origin(start, n);
             self.ahead.push_back(LookAhead {
                 cycle: self.cycles,
                 pod: pod.clone(),
@@ -546,7 +547,12 @@ impl Algorithm {
                 }
             });
             used.or_else(|| {
-                fw.start_batch_filters(state, pod, NodeWindow::rotated(nodes, from, len))
+                let mut calls =
+                    fw.start_batch_filters(state, pod, NodeWindow::rotated(nodes, from, len))?;
+                if restricted.is_none() {
+                    calls.set_origin(from, nodes.len());
+                }
+                Some(calls)
             })
         } else {
             if sent_ahead.is_some() {

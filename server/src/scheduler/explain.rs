@@ -690,9 +690,21 @@ impl Scheduler {
     ) {
         let mut preemption = PreemptionReport::default();
         if fw.has_post_filter_plugins() {
+            let failed_before = state.token().failure_count();
             let (result, s) = fw
                 .run_post_filter(state, pod, &diagnosis.node_to_status)
                 .await;
+            // An extender that could not judge candidates at preemption's
+            // what-if left them out: the answer about preemption is
+            // incomplete.
+            for f in state.token().failures(failed_before) {
+                if !f.ignored {
+                    note(&mut report.incomplete, f.plugin, "PostFilter", || {
+                        format!("preemption's {}: {}", f.point, f.reason)
+                    })
+                    .nodes += usize::from(f.node_id.is_some());
+                }
+            }
             preemption.message = s.message();
             if s.code() == Code::Error {
                 note(

@@ -293,3 +293,51 @@ async fn a_dry_run_tells_the_victims_and_evicts_nothing() {
     assert_eq!(pod_names(&env).len(), 4, "nothing evicted");
     assert!(env.preempted_notes().is_empty());
 }
+
+/// v1.37's single-pod preemption over PodGroups (issue 34, item 7): a pod
+/// that preempts judges a victim in a PodGroup by its group's priority
+/// (`vip-0`, priority 0 itself, is in a group of priority 2000: spared)
+/// and evicts a `disruptionMode: all` group whole or not at all (`a-1`
+/// on g-1 and `a-2` on g-2 go together, whichever node is chosen). With
+/// GenericWorkload off every pod is a unit of its own, by its own
+/// priority: one pod of priority 0 is evicted.
+#[tokio::test(start_paused = true)]
+async fn a_pod_preempts_pod_group_victims_by_their_group() {
+    for generic_workload in [true, false] {
+        let pods = vec![
+            running("vip-0", "g-0", "3500m", 0).group("vip"),
+            running("a-1", "g-1", "3500m", 0).group("a"),
+            running("a-2", "g-2", "3500m", 0).group("a"),
+            running("s-3", "g-3", "3500m", 5),
+            make_pod("p").req_cpu("3500m").priority(100),
+        ];
+        let mut env = start(
+            generic_workload,
+            vec![group("vip", 1, 2000, false), group("a", 2, 0, true)],
+            pods,
+        )
+        .await;
+        let got = env.until_bound(1).await;
+        let Some(Decision::Scheduled { node, .. }) = got.last() else {
+            panic!("{got:?}")
+        };
+        let left = pod_names(&env);
+        if generic_workload {
+            assert!(node == "g-1" || node == "g-2", "{node}");
+            assert_eq!(left, ["p", "s-3", "vip-0"], "the whole group a went");
+            let Decision::Failed { message, .. } = &got[0] else {
+                panic!("{got:?}")
+            };
+            assert!(
+                message.ends_with(&format!(
+                    "preemption: found a potential placement for pod on node {node}, preempting 2 victims"
+                )),
+                "{message}"
+            );
+        } else {
+            assert_ne!(node, "g-3", "s-3 has the highest priority of the pods");
+            assert_eq!(left.len(), 4, "one pod evicted: {left:?}");
+            assert!(left.contains(&"s-3".to_string()), "{left:?}");
+        }
+    }
+}

@@ -20,13 +20,13 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodStatus};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 pub use load::{LoadError, LoadedObject, parse_objects, read_objects};
 
-use super::{ClusterChange, ClusterSource, PodScheduledCondition, WatchEvent};
+use super::{ClusterChange, ClusterSource, PodScheduledCondition, WatchEvent, writes};
 use crate::cache::{KubeObject, ObjectKind};
 use crate::framework::{ClusterClient, ClusterError, EventRecorder, PodEvent};
 use crate::model::{InvalidObject, NodeSpec, PodInfo, admission};
@@ -1152,8 +1152,22 @@ impl ClusterClient for EmbeddedCluster {
 }
 
 impl EmbeddedCluster {
+    /// What the API server does with preemption's writes (see
+    /// [`writes::disruption_target`]): the condition, then the deletion
+    /// (immediate here: no kubelet); a victim already terminating is left
+    /// alone.
     async fn evict(&self, pod: &PodInfo, message: &str) -> Result<(), ClusterError> {
         let uid = pod.uid.to_string();
+        let key = (pod.namespace.to_string(), pod.name.to_string());
+        let terminating = self
+            .store
+            .lock()
+            .pods
+            .get(&key)
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_some());
+        if terminating {
+            return Ok(());
+        }
         self.update_pod(&pod.namespace, &pod.name, |p| {
             if p.metadata.uid.as_deref() != Some(uid.as_str()) {
                 return Err(ClusterError::Conflict(format!(
@@ -1161,17 +1175,16 @@ impl EmbeddedCluster {
                     &*pod.name
                 )));
             }
-            set_condition(
-                p.status.get_or_insert_with(Default::default),
-                PodCondition {
-                    type_: "DisruptionTarget".into(),
-                    status: "True".into(),
-                    reason: Some("PreemptionByScheduler".into()),
-                    message: Some(message.to_string()),
-                    last_transition_time: Some(now_time()),
-                    ..Default::default()
-                },
-            );
+            let existing = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_deref())
+                .unwrap_or_default();
+            if let Some(condition) =
+                writes::disruption_target(existing, p.metadata.generation, false, message)
+            {
+                set_condition(p.status.get_or_insert_with(Default::default), condition);
+            }
             Ok(())
         })?;
         self.delete(Kind::Pod, &pod.namespace, &pod.name);
@@ -1227,35 +1240,31 @@ impl StoredEvent {
         }
     }
 
-    /// The object, as upstream's scheduler writes it.
+    /// The object, as upstream's scheduler writes it
+    /// ([`writes::event_json`], as kube mode creates it), with the
+    /// creation time the API server would add.
     fn to_event(&self) -> Event {
-        Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{}.{:x}", self.name, self.at.as_nanosecond())),
-                namespace: Some(self.namespace.to_string()),
-                creation_timestamp: Some(Time(self.at)),
-                ..Default::default()
+        let name = writes::event_name(&self.name, self.at);
+        let instance = writes::reporting_instance(&self.controller);
+        let body = writes::event_json(&writes::EventFields {
+            name: &name,
+            at: self.at,
+            controller: &self.controller,
+            instance: &instance,
+            action: self.action,
+            reason: self.reason,
+            event_type: self.event_type,
+            note: &self.note,
+            regarding: writes::Regarding {
+                namespace: &self.namespace,
+                name: &self.name,
+                uid: &self.uid,
+                resource_version: self.resource_version.as_deref(),
             },
-            event_time: Some(MicroTime(self.at)),
-            reporting_controller: Some(self.controller.to_string()),
-            reporting_instance: Some(format!("{}-berth", self.controller)),
-            action: Some(self.action.to_string()),
-            reason: Some(self.reason.to_string()),
-            regarding: Some(k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                namespace: Some(self.namespace.to_string()),
-                name: Some(self.name.to_string()),
-                uid: Some(self.uid.to_string()),
-                resource_version: self.resource_version.as_deref().map(String::from),
-                ..Default::default()
-            }),
-            // Upstream's scheduler events carry no related object (not even
-            // Preempted, whose preemptor the note names).
-            note: Some(self.note.to_string()),
-            type_: Some(self.event_type.to_string()),
-            ..Default::default()
-        }
+        });
+        let mut event: Event = serde_json::from_value(body).unwrap_or_default();
+        event.metadata.creation_timestamp = Some(Time(self.at));
+        event
     }
 }
 
@@ -1303,18 +1312,12 @@ impl ClusterSource for EmbeddedCluster {
                 )));
             }
             let status = p.status.get_or_insert_with(Default::default);
-            set_condition(
-                status,
-                PodCondition {
-                    type_: "PodScheduled".into(),
-                    status: "False".into(),
-                    reason: Some(condition.reason),
-                    message: Some(condition.message),
-                    last_transition_time: Some(now_time()),
-                    observed_generation: p.metadata.generation,
-                    ..Default::default()
-                },
+            let c = writes::pod_scheduled_false(
+                status.conditions.as_deref().unwrap_or_default(),
+                p.metadata.generation,
+                &condition,
             );
+            set_condition(status, c);
             if let Some(n) = nominated_node {
                 status.nominated_node_name = n;
             }

@@ -471,12 +471,10 @@ impl Shared {
             self.occurred(&entry, now, at);
             return;
         }
-        let nanos = k8s_openapi::jiff::Timestamp::try_from(now)
-            .unwrap_or_default()
-            .as_nanosecond();
+        let stamp = k8s_openapi::jiff::Timestamp::try_from(now).unwrap_or_default();
         let entry = Arc::new(Entry {
             fixed: Fixed {
-                name: format!("{}.{:x}", e.pod.name, nanos),
+                name: crate::cluster::writes::event_name(&e.pod.name, stamp),
                 namespace: e.pod.namespace.clone(),
                 pod: e.pod.name.clone(),
                 uid: e.pod.uid.clone(),
@@ -703,28 +701,23 @@ impl Shared {
                 body: json!({ "series": series }),
             };
         }
-        let mut regarding = json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": &*f.pod,
-            "namespace": &*f.namespace,
-            "uid": &*f.uid,
-        });
-        if let Some(rv) = &f.resource_version {
-            regarding["resourceVersion"] = json!(rv);
-        }
-        let mut body = json!({
-            "apiVersion": "events.k8s.io/v1",
-            "kind": "Event",
-            "metadata": {"name": &f.name, "namespace": &*f.namespace},
-            "eventTime": micro_time(f.event_time),
-            "reportingController": &*f.controller,
-            "reportingInstance": format!("{}-{}", f.controller, self.identity),
-            "action": f.action,
-            "reason": f.reason,
-            "regarding": regarding,
-            "note": &f.note,
-            "type": f.event_type.as_str(),
+        use crate::cluster::writes;
+        let instance = format!("{}-{}", f.controller, self.identity);
+        let mut body = writes::event_json(&writes::EventFields {
+            name: &f.name,
+            at: k8s_openapi::jiff::Timestamp::try_from(f.event_time).unwrap_or_default(),
+            controller: &f.controller,
+            instance: &instance,
+            action: f.action,
+            reason: f.reason,
+            event_type: f.event_type.as_str(),
+            note: &f.note,
+            regarding: writes::Regarding {
+                namespace: &f.namespace,
+                name: &f.pod,
+                uid: &f.uid,
+                resource_version: f.resource_version.as_deref(),
+            },
         });
         if let Some(s) = series {
             body["series"] = s;

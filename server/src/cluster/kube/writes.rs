@@ -39,7 +39,7 @@ use serde_json::{Value, json};
 
 use super::{KubeCluster, access, refusals};
 use crate::cache::{KubeObject, ObjectKind};
-use crate::cluster::{ClusterChange, ClusterSource, PodScheduledCondition};
+use crate::cluster::{ClusterChange, ClusterSource, PodScheduledCondition, writes};
 use crate::framework::{ClusterClient, ClusterError, EventRecorder, PodEvent};
 use crate::model::PodInfo;
 
@@ -74,14 +74,6 @@ fn object_path(kind: ObjectKind, namespace: &str, name: &str) -> String {
     } else {
         format!("{group}/{plural}/{name}")
     }
-}
-
-/// An RFC 3339 time with seconds, as `metav1.Time` is written.
-fn now_time() -> Value {
-    let now =
-        k8s_openapi::jiff::Timestamp::try_from(std::time::SystemTime::now()).unwrap_or_default();
-    serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now))
-        .unwrap_or(Value::Null)
 }
 
 /// A `v1 Binding`, written straight from the pod's fields.
@@ -471,29 +463,13 @@ impl KubeCluster {
             .and_then(|p| p.status.as_ref())
             .and_then(|s| s.conditions.as_deref())
             .unwrap_or_default();
-        let transition = conditions
-            .iter()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-            .and_then(|c| c.last_transition_time.as_ref())
-            .and_then(|t| serde_json::to_value(t).ok())
-            .unwrap_or_else(now_time);
-        let mut condition = json!({
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": c.reason,
-            "message": c.message,
-            "lastProbeTime": null,
-            "lastTransitionTime": transition,
-        });
         let generation = known
             .as_ref()
             .and_then(|p| p.metadata.generation)
             .or(pod.generation);
-        if let Some(g) = generation {
-            condition["observedGeneration"] = json!(g);
-        }
+        let condition = writes::pod_scheduled_false(conditions, generation, c);
         let types: Vec<String> = conditions.iter().map(|c| c.type_.clone()).collect();
-        conditions_patch(&types, condition)
+        conditions_patch(&types, writes::condition_json(&condition))
     }
 }
 
@@ -533,33 +509,28 @@ impl ClusterClient for KubeCluster {
 
     async fn delete_pod(&self, pod: &PodInfo, message: &str) -> Result<(), ClusterError> {
         let known = self.get_pod_inner(&pod.namespace, &pod.name);
-        if known
-            .as_ref()
-            .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
-        {
-            // Its deletion has started: nothing more to send, as upstream.
-            return Ok(());
-        }
-        let existing: Vec<String> = known
+        let conditions = known
             .as_ref()
             .and_then(|p| p.status.as_ref())
             .and_then(|s| s.conditions.as_deref())
-            .unwrap_or_default()
-            .iter()
-            .map(|c| c.type_.clone())
-            .collect();
-        let mut condition = json!({
-            "type": "DisruptionTarget",
-            "status": "True",
-            "reason": "PreemptionByScheduler",
-            "message": message,
-            "lastProbeTime": null,
-            "lastTransitionTime": now_time(),
+            .unwrap_or_default();
+        let generation = known
+            .as_ref()
+            .and_then(|p| p.metadata.generation)
+            .or(pod.generation);
+        let terminating = known
+            .as_ref()
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_some());
+        let Some(condition) =
+            writes::disruption_target(conditions, generation, terminating, message)
+        else {
+            // Its deletion has started: nothing more to send, as upstream.
+            return Ok(());
+        };
+        let existing: Vec<String> = conditions.iter().map(|c| c.type_.clone()).collect();
+        let patch = json!({
+            "status": conditions_patch(&existing, writes::condition_json(&condition))
         });
-        if let Some(g) = pod.generation {
-            condition["observedGeneration"] = json!(g);
-        }
-        let patch = json!({ "status": conditions_patch(&existing, condition) });
         let path = pod_path(&pod.namespace, &pod.name);
         let key = pod.key();
         match self

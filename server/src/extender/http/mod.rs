@@ -22,7 +22,11 @@
 //!   the binding in its cluster (the `pods/binding` the extender would have
 //!   made against the API server the embedded cluster stands in for).
 //! * **preempt**: DefaultPreemption sends its candidates (victims in full,
-//!   or by UID when `nodeCacheCapable`) and keeps what the extender returns.
+//!   or by UID when `nodeCacheCapable`) and keeps what the extender returns;
+//!   as v1.38 (kubernetes#135486), a candidate may come without victims (a
+//!   node the per-node Filter plugins need none on) for the extender to name
+//!   some. The filter verb is not asked at preemption's what-if (upstream
+//!   asks its extenders only through this verb there).
 //! * `managedResources`: pods requesting none of them never reach the
 //!   extender.
 
@@ -399,9 +403,7 @@ impl Plugin for HttpExtender {
 
 impl FilterPlugin for HttpExtender {
     fn filter(&self, _: &CycleState, _: &PodInfo, _: &NodeInfo) -> Status {
-        // Never called in a cycle: the runtime uses the batch below. Where
-        // nodes are judged one by one (preemption's dry runs), extenders are
-        // not consulted, as upstream.
+        // Never called: the runtime uses the batch below.
         Status::success()
     }
 
@@ -426,6 +428,12 @@ impl BatchFilter for HttpExtender {
             Ok(v) => Ok(v),
             Err(e) => self.failed(state, "Filter", pod, &e, pass()),
         }
+    }
+
+    /// Not asked at preemption's what-if, as upstream: its `preemptVerb`
+    /// is its say in preemption (and one without it has none).
+    fn judges_preemption(&self) -> bool {
+        false
     }
 }
 

@@ -309,6 +309,7 @@ impl Framework {
         (!calls.is_empty()).then_some(BatchFiltersAhead {
             calls,
             sent: window.len(),
+            origin: None,
         })
     }
 
@@ -331,12 +332,16 @@ impl Framework {
         reject: &mut (dyn FnMut(&'static str, &Arc<NodeInfo>, Status) + Send),
     ) -> Result<(), Status> {
         state.prefetched_scores = None;
+        state.window_verdicts = None;
+        state.unsettled = None;
         let Some(mut ahead) = ahead else {
             return self.run_batch_filters(state, pod, nodes, reject).await;
         };
         let mut offsets = offsets.to_vec();
         // Per Score plugin, a raw score per node of `nodes`.
         let mut fused: Vec<(usize, Vec<i64>)> = Vec::new();
+        // The answers about the whole window, for preemption to reuse.
+        let mut windows: Vec<WindowVerdicts> = Vec::new();
         for (i, p) in self.filter.iter().enumerate() {
             if !self.batch_filter.contains(i) || state.skip_filter.contains(i) || nodes.is_empty() {
                 continue;
@@ -434,6 +439,15 @@ impl Framework {
                         }
                     }
                     rejected.sort_by_key(|(k, _)| *k);
+                    if let Some((start, nodes)) = ahead.origin {
+                        windows.push(WindowVerdicts {
+                            filter_index: i,
+                            start,
+                            len: ahead.sent,
+                            nodes,
+                            rejected: std::mem::take(&mut answer.rejected),
+                        });
+                    }
                     let scores = c.score_index.and_then(|j| {
                         let head = answer.scores.as_ref()?;
                         let tail = match &rest {
@@ -488,6 +502,21 @@ impl Framework {
             for (_, v) in &mut fused {
                 v.truncate(kept);
             }
+        }
+        if !windows.is_empty() {
+            state.window_verdicts = Some(Arc::new(windows));
+        }
+        // Calls the cycle did not need (no node left for them to judge):
+        // those of plugins that reuse their cycle's verdicts are kept for
+        // preemption to read instead of asking again; the others are
+        // cancelled now, as they always were.
+        ahead.calls.retain(|c| {
+            self.filter[c.filter_index]
+                .as_batch()
+                .is_some_and(|b| b.reuses_cycle_verdicts())
+        });
+        if !ahead.calls.is_empty() && ahead.origin.is_some() {
+            state.unsettled = Some(Arc::new(parking_lot::Mutex::new(Some(ahead))));
         }
         if !fused.is_empty() && !nodes.is_empty() {
             state.prefetched_scores = Some(Arc::new(PrefetchedScores {
@@ -568,6 +597,136 @@ impl Framework {
             return s;
         }
         self.run_filter(state, pod, node)
+    }
+
+    /// Whether preemption's what-if asks a batch Filter plugin of this
+    /// profile ([`Framework::run_batch_filters_preemption`]).
+    pub fn has_preemption_batch_filters(&self) -> bool {
+        self.filter.iter().enumerate().any(|(i, p)| {
+            self.batch_filter.contains(i) && p.as_batch().is_some_and(|b| b.judges_preemption())
+        })
+    }
+
+    /// Preemption's what-if on the batch Filter plugins (remote extenders):
+    /// each plugin, in order, is asked once about the candidates the ones
+    /// before it kept ([`BatchFilter::filter_preemption`]); plugins whose
+    /// PreFilter skipped them this cycle are not asked. The combined
+    /// verdict of a candidate: rejected by the first plugin that rejects it
+    /// (its status naming the plugin), else the pods every plugin needs
+    /// gone (`Victims` when each said the victims do). A plugin that fails
+    /// as a whole refuses every candidate it was asked about with its
+    /// error. `filtered` is the cycle's diagnosis (its rejections are
+    /// verdicts a plugin gave).
+    pub async fn run_batch_filters_preemption(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        candidates: &[PreemptionCandidate<'_>],
+        filtered: &NodeToStatus,
+    ) -> Vec<PreemptionVerdict> {
+        let settled = self.settle_batch_filters(state).await;
+        // Per candidate: rejected, or the union of what the plugins need
+        // (and whether one needs the victims).
+        let mut rejected: Vec<Option<Status>> = vec![None; candidates.len()];
+        let mut needs: Vec<Option<Vec<usize>>> = vec![None; candidates.len()];
+        let mut victims = vec![false; candidates.len()];
+        for (i, p) in self.filter.iter().enumerate() {
+            if !self.batch_filter.contains(i) || state.skip_filter.contains(i) {
+                continue;
+            }
+            let Some(batch) = p.as_batch().filter(|b| b.judges_preemption()) else {
+                continue;
+            };
+            let asked: Vec<usize> = (0..candidates.len())
+                .filter(|k| rejected[*k].is_none())
+                .collect();
+            if asked.is_empty() {
+                break;
+            }
+            let sent: Vec<PreemptionCandidate<'_>> = asked.iter().map(|k| candidates[*k]).collect();
+            let name = p.name();
+            let window = settled
+                .iter()
+                .chain(state.window_verdicts.as_deref().into_iter().flatten())
+                .find(|w| w.filter_index == i);
+            let known = KnownVerdicts {
+                plugin: name,
+                filtered: Some(filtered),
+                window,
+                snapshot: Some(state.snapshot()),
+            };
+            let failure = self.batch_filter_failure(name, p.wraps_errors());
+            let verdicts = match batch.filter_preemption(state, pod, &sent, &known).await {
+                Ok(v) if v.len() == sent.len() => v,
+                Ok(v) => {
+                    let s = Status::error(format!(
+                        "running {name:?} filter plugin at preemption: {} verdicts for {} candidates",
+                        v.len(),
+                        sent.len()
+                    ))
+                    .with_plugin(name);
+                    vec![PreemptionVerdict::Rejected(s); sent.len()]
+                }
+                Err(s) => vec![PreemptionVerdict::Rejected(s); sent.len()],
+            };
+            for (k, v) in asked.into_iter().zip(verdicts) {
+                match v {
+                    PreemptionVerdict::Rejected(s) => rejected[k] = Some(failure(s)),
+                    PreemptionVerdict::Victims => victims[k] = true,
+                    PreemptionVerdict::Needs(pods) => {
+                        let all = needs[k].get_or_insert_with(Vec::new);
+                        all.extend(pods);
+                    }
+                }
+            }
+        }
+        rejected
+            .into_iter()
+            .zip(needs)
+            .zip(victims)
+            .zip(candidates)
+            .map(|(((r, n), v), c)| match (r, n) {
+                (Some(s), _) => PreemptionVerdict::Rejected(s),
+                (None, None) => PreemptionVerdict::Victims,
+                (None, Some(mut pods)) => {
+                    if v {
+                        pods.extend((0..c.pods.len()).filter(|i| c.victims[*i]));
+                    }
+                    pods.sort_unstable();
+                    pods.dedup();
+                    PreemptionVerdict::Needs(pods)
+                }
+            })
+            .collect()
+    }
+
+    /// The answers of the batch Filter calls this cycle sent ahead and did
+    /// not need (see `CycleState::unsettled`), awaited now.
+    async fn settle_batch_filters(&self, state: &CycleState) -> Vec<WindowVerdicts> {
+        let ahead = state.unsettled.as_ref().and_then(|u| u.lock().take());
+        let Some(ahead) = ahead else {
+            return Vec::new();
+        };
+        let Some((start, nodes)) = ahead.origin else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(ahead.calls.len());
+        for c in ahead.calls {
+            // A call that failed tells nothing: the plugin is asked again.
+            if let Ok(mut answer) = c.call.await
+                && answer.nodes == ahead.sent
+            {
+                answer.rejected.sort_by_key(|(at, _)| *at);
+                out.push(WindowVerdicts {
+                    filter_index: c.filter_index,
+                    start,
+                    len: ahead.sent,
+                    nodes,
+                    rejected: answer.rejected,
+                });
+            }
+        }
+        out
     }
 
     /// Runs PostFilter plugins (when no node fits).

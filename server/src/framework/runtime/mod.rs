@@ -54,7 +54,7 @@ use tracing::Instrument;
 use parking_lot::Mutex;
 
 use super::ExtensionPoint;
-use super::cycle_state::{CycleState, PluginMask, PrefetchedScores};
+use super::cycle_state::{CycleState, PluginMask, PrefetchedScores, WindowVerdicts};
 use super::events::{
     ActionType, ClusterEvent, ClusterEventWithHint, EventResource, wildcard_registrations,
 };
@@ -130,6 +130,19 @@ pub struct BatchFiltersAhead {
     calls: Vec<AheadCall>,
     /// How many nodes were sent.
     sent: usize,
+    /// Where the window sent starts in the snapshot's node list, and that
+    /// list's length, when it is a window of that list (not of nodes a
+    /// PreFilter restricted the search to): the answers are then kept for
+    /// preemption ([`KnownVerdicts`]).
+    origin: Option<(usize, usize)>,
+}
+
+impl BatchFiltersAhead {
+    /// Says the calls went with the `sent` nodes of the snapshot's list of
+    /// `nodes` nodes from `start` on (wrapping).
+    pub fn set_origin(&mut self, start: usize, nodes: usize) {
+        self.origin = Some((start, nodes));
+    }
 }
 
 struct AheadCall {

@@ -8,12 +8,11 @@
 //! * A member nominated to a node where a lower-priority pod is already
 //!   being deleted by a preemption: the preemption under way is waited for
 //!   (`Success`, the nominations kept).
-//! * Victims are units, over the whole cluster (the domain `cluster`): a
-//!   pod of a PodGroup counts with its group's priority, and a group with
-//!   `disruptionMode: all` is one unit (all its scheduled pods, preempted
-//!   together or not at all); any other pod is a unit of its own. Only
-//!   units of strictly lower priority are candidates
-//!   (`No preemption victims found for incoming preemptor` without any).
+//! * Victims are units ([`super::victims`], the rule a pod's preemption
+//!   follows too), over the whole cluster (the domain `cluster`), the
+//!   group's own pods left alone. Only units of strictly lower priority
+//!   are candidates (`No preemption victims found for incoming preemptor`
+//!   without any).
 //! * All candidates are removed from a copy of the snapshot and the group's
 //!   algorithm rerun: if the group still does not fit, that is the answer.
 //! * Units are reprieved, most important first (higher priority, groups
@@ -22,101 +21,40 @@
 //!   if every pod of the placement found still passes Filter on its node
 //!   (the placement is fixed: a reprieve never costs the group a pod).
 //! * The remaining victims are evicted once the group's pods' statuses are
-//!   written (a victim waiting at Permit is rejected instead), each with a
-//!   `Preempted` event (`Preempted by podgroup <uid> on node cluster`), and
+//!   written ([`super::victims::evict`]), each with a `Preempted` event
+//!   (`Preempted by podgroup <uid> on node cluster`), and
 //!   the group's pods are nominated where the placement put them:
 //!   `found a placement for podgroup, preempting N victims`.
 //!
 //! Every message is prefixed `pod group preemption: `.
 
-use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{
-    Budget, DefaultPreemption, now_nanos, split_by_budget, start_time, terminating_by_preemption,
-};
+use super::victims::{Unit, Units, evict, reprieve_order};
+use super::{Budget, DefaultPreemption, terminating_by_preemption};
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    CycleState, EventType, Eviction, Framework, GroupAttempt, PodEvent, PodGroupCycleInfo,
-    PodGroupPostFilterPlugin, PodGroupPostFilterResult, PodGroupSchedulingFunc, ProposedAssignment,
-    Status,
+    CycleState, Eviction, Framework, GroupAttempt, PodGroupCycleInfo, PodGroupPostFilterPlugin,
+    PodGroupPostFilterResult, PodGroupSchedulingFunc, ProposedAssignment, Status,
 };
 use crate::model::{GroupKey, PodRef, PreemptionPolicy};
-use crate::plugins::names::DEFAULT_PREEMPTION;
 
 /// Why a group finds nothing to preempt.
 pub const NO_GROUP_VICTIMS: &str = "No preemption victims found for incoming preemptor";
-
-/// A victim unit: one pod, or a `disruptionMode: all` group's pods.
-#[derive(Debug, Clone)]
-struct Unit {
-    priority: i32,
-    /// The group, for a group unit.
-    group: Option<GroupKey>,
-    pods: Vec<PodRef>,
-}
-
-impl Unit {
-    /// The earliest start of its pods.
-    fn start(&self, now: i64) -> i64 {
-        self.pods
-            .iter()
-            .map(|p| start_time(p, now))
-            .min()
-            .unwrap_or(now)
-    }
-}
-
-/// Upstream's MoreImportantVictim: higher priority, then group units, then
-/// larger ones, then those that started earlier.
-fn more_important(a: &Unit, b: &Unit, now: i64) -> std::cmp::Ordering {
-    b.priority
-        .cmp(&a.priority)
-        .then(b.group.is_some().cmp(&a.group.is_some()))
-        .then(b.pods.len().cmp(&a.pods.len()))
-        .then(a.start(now).cmp(&b.start(now)))
-}
 
 impl DefaultPreemption {
     /// The units of lower priority than `priority`, over the snapshot,
     /// leaving the preemptor group's own pods alone.
     fn victim_units(&self, snapshot: &Snapshot, preemptor: &GroupKey, priority: i32) -> Vec<Unit> {
-        let groups = self.handle.pod_groups();
-        let mut singles = Vec::new();
-        let mut by_group: BTreeMap<GroupKey, Unit> = BTreeMap::new();
+        let mut units = Units::new(Some(&**self.handle.pod_groups()), priority, Some(preemptor));
         for node in snapshot.list() {
             for p in node.pods() {
-                let key = crate::cache::group_key_of(p);
-                if key.as_ref() == Some(preemptor) {
-                    continue;
-                }
-                let group = key.as_ref().and_then(|k| groups.pod_group(k));
-                let unit_priority = group.as_ref().map_or(p.priority, |g| g.priority);
-                if unit_priority >= priority {
-                    continue;
-                }
-                match group.filter(|g| g.disrupt_all) {
-                    Some(g) => by_group
-                        .entry(g.key.clone())
-                        .or_insert_with(|| Unit {
-                            priority: unit_priority,
-                            group: Some(g.key.clone()),
-                            pods: Vec::new(),
-                        })
-                        .pods
-                        .push(p.clone()),
-                    None => singles.push(Unit {
-                        priority: unit_priority,
-                        group: None,
-                        pods: vec![p.clone()],
-                    }),
-                }
+                units.add(p);
             }
         }
-        singles.extend(by_group.into_values());
-        singles
+        units.into_vec()
     }
 
     /// Whether every pod of `placement` still passes Filter on its node of
@@ -237,9 +175,7 @@ impl DefaultPreemption {
         if !status.is_success() {
             return (None, status);
         }
-        // Reprieve, most important first, budget violators first.
-        let now = now_nanos();
-        units.sort_by(|a, b| more_important(a, b, now));
+        // Reprieve, budget violators first, each part most important first.
         let budgets: Vec<Budget> = self
             .handle
             .objects()
@@ -247,15 +183,10 @@ impl DefaultPreemption {
             .iter()
             .filter_map(|p| Budget::from(p))
             .collect();
-        let all: Vec<PodRef> = units.iter().flat_map(|u| u.pods.iter().cloned()).collect();
-        let (violating, _) = split_by_budget(&all, &budgets);
-        let violating: HashSet<&str> = violating.iter().map(|p| &*p.uid).collect();
-        let (first, then): (Vec<Unit>, Vec<Unit>) = units
-            .into_iter()
-            .partition(|u| u.pods.iter().any(|p| violating.contains(&*p.uid)));
+        reprieve_order(&mut units, &budgets);
         let mut spared: Vec<PodRef> = Vec::new();
         let mut victims: Vec<Unit> = Vec::new();
-        for u in first.into_iter().chain(then) {
+        for u in units {
             let mut with = without.clone();
             for p in &u.pods {
                 with.assume_pod(p.clone());
@@ -307,30 +238,9 @@ impl DefaultPreemption {
         let controller = profile.profile_name().clone();
         let message = format!("{controller}: preempting to accommodate a higher priority podgroup");
         let note = format!("Preempted by podgroup {group_uid} on node cluster");
-        Eviction::new(async move {
-            for v in &victims {
-                if handle
-                    .waiting_pods()
-                    .reject(&v.uid, Some(DEFAULT_PREEMPTION), "preempted")
-                {
-                    continue;
-                }
-                handle
-                    .cluster()
-                    .delete_pod(v, &message)
-                    .await
-                    .map_err(|e| format!("deleting victim {}: {e}", v.key()))?;
-                handle.events().record(PodEvent::new(
-                    v.clone(),
-                    controller.clone(),
-                    EventType::Normal,
-                    "Preempted",
-                    "Preempting",
-                    &note,
-                ));
-            }
-            Ok(())
-        })
+        Eviction::new(
+            async move { evict(&handle, &controller, &victims, &message, &note, None).await },
+        )
     }
 }
 

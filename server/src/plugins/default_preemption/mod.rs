@@ -8,26 +8,40 @@
 //! * only nodes not rejected as unresolvable are candidates; a random offset
 //!   and `max(minCandidateNodesPercentage% of them, minCandidateNodesAbsolute)`
 //!   bound how many are dry-run;
-//! * on each candidate all lower-priority pods are removed (through the
-//!   filters' RemovePod, on cloned state), the pod must then fit; victims are
-//!   reprieved one by one, most important first, those whose eviction would
-//!   violate a PodDisruptionBudget before the others, keeping every reprieve
-//!   that still lets the pod fit;
+//! * on each candidate every unit of lower priority (a pod, or with the
+//!   GenericWorkload gate a PodGroup evicted whole; see [`victims`]) is
+//!   removed (through the filters' RemovePod, on cloned state), the pod
+//!   must then fit; units are reprieved one by one, most important first,
+//!   those whose eviction would violate a PodDisruptionBudget before the
+//!   others, keeping every reprieve that still lets the pod fit;
+//! * every Filter of the profile takes part in that what-if: the per-node
+//!   plugins on each node, the batch ones (remote extenders) once per
+//!   attempt with all the candidates the per-node ones found, saying which
+//!   they reject and which pods they need gone
+//!   ([`Framework::run_batch_filters_preemption`]); a candidate is chosen
+//!   again with those pods kept evicted. Only when they keep no candidate
+//!   free of budget violations are more nodes dry-run and put to them;
+//! * a candidate where the pod fits with nothing evicted is no candidate
+//!   (`No preemption victims found for incoming pod`), unless an extender
+//!   that processes preemption may name victims there (v1.38,
+//!   kubernetes#135486);
 //! * the node chosen has, in order: the fewest budget violations, the lowest
 //!   highest-priority victim, the lowest sum of priorities, the fewest
 //!   victims, the latest start of its most important victims;
 //! * extenders that process preemption (upstream's HTTP extenders with a
 //!   `preemptVerb`) narrow the candidates and their victims, in order; an
-//!   ignorable one that fails is skipped, and so is a node it returns without
+//!   ignorable one that fails is skipped, and so is a node it empties of
 //!   victims;
 //! * the preemptor is nominated to the node; once that is written (with
 //!   its `PodScheduled=False` condition, in one status update), the victims
-//!   get the `DisruptionTarget` condition and are deleted (a victim waiting
-//!   at Permit is rejected instead), and lower-priority pods nominated to
-//!   the node lose their nomination ([`Eviction`], run by the scheduler).
+//!   are evicted ([`victims::evict`]: the `DisruptionTarget` condition and
+//!   a deletion, or a rejection at Permit), and lower-priority pods
+//!   nominated to the node lose their nomination ([`Eviction`], run by the
+//!   scheduler).
 
 mod args;
 mod group;
+mod victims;
 
 use std::sync::Arc;
 
@@ -40,12 +54,14 @@ pub use args::DefaultPreemptionArgs;
 use crate::cache::NodeInfo;
 use crate::extension_points;
 use crate::framework::{
-    Code, CycleState, EventType, Eviction, FitError, Framework, Handle, NodeToStatus, NodeVictims,
-    NominatingInfo, Plugin, PodEvent, PostFilterPlugin, PostFilterResult, Status, Victims,
+    Code, CycleState, Eviction, FitError, Framework, Handle, NodeToStatus, NodeVictims,
+    NominatingInfo, Plugin, PostFilterPlugin, PostFilterResult, PreemptionCandidate,
+    PreemptionVerdict, Status, Victims,
 };
 use crate::model::{LabelSelector, PodInfo, PodRef};
 use crate::plugins::names::DEFAULT_PREEMPTION;
 use crate::rng::FastRng;
+use victims::{Unit, Units, evict, reprieve_order};
 
 /// Nodes where preemption cannot help are reported with this reason.
 pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
@@ -60,6 +76,9 @@ pub struct DefaultPreemption {
     /// PodGroupPreemptionPolicy: a group preempts by its own policy (off:
     /// `Never` when any of its pods says so). Read once, when built.
     group_preemption_policy: bool,
+    /// GenericWorkload: victims in PodGroups count by their group (see
+    /// [`victims`]). Read once, when built.
+    pod_groups: bool,
 }
 
 /// A node where preemption works, with its victims (most important first).
@@ -70,9 +89,18 @@ struct Candidate {
     pdb_violations: usize,
 }
 
-/// The victims found on a node and how many of them violate a budget, or
-/// why the node is no candidate.
-type Selection = Result<(Vec<PodRef>, usize), Status>;
+/// What the per-node Filter plugins' dry run found on a node.
+struct Found {
+    node: Arc<NodeInfo>,
+    /// The victims, most important first.
+    victims: Vec<PodRef>,
+    /// How many of them violate a budget.
+    pdb_violations: usize,
+    /// Every pod preemption may evict for the node, in reprieve order.
+    pods: Vec<PodRef>,
+    /// Per pod of `pods`: whether it is a victim.
+    marked: Vec<bool>,
+}
 
 /// A budget as the victim selection uses it.
 struct Budget {
@@ -156,12 +184,6 @@ fn start_time(p: &PodInfo, now: i64) -> i64 {
         .unwrap_or(now)
 }
 
-/// Whether `a` is more important than `b`: higher priority, or equal
-/// priority and started earlier.
-fn more_important(a: &PodInfo, b: &PodInfo, now: i64) -> bool {
-    a.priority > b.priority || (a.priority == b.priority && start_time(a, now) < start_time(b, now))
-}
-
 /// Whether the pod is being deleted by a preemption.
 fn terminating_by_preemption(p: &PodInfo) -> bool {
     p.terminating
@@ -232,11 +254,13 @@ fn pick(candidates: &[Candidate]) -> Option<&Candidate> {
 impl DefaultPreemption {
     /// Builds the plugin.
     pub fn new(args: DefaultPreemptionArgs, handle: &Handle) -> Self {
+        let features = handle.features();
         Self {
             args,
             handle: handle.clone(),
             rng: Mutex::new(FastRng::from_entropy()),
-            group_preemption_policy: handle.features().enable_pod_group_preemption_policy,
+            group_preemption_policy: features.enable_pod_group_preemption_policy,
+            pod_groups: features.enable_generic_workload,
         }
     }
 
@@ -267,135 +291,230 @@ impl DefaultPreemption {
         Ok(())
     }
 
-    /// Finds the victims on one node, on copies of the node and the state.
+    /// The units preemption may evict for `pod` on `node` (see
+    /// [`victims`]).
+    fn units_on(&self, pod: &PodInfo, node: &NodeInfo) -> Vec<Unit> {
+        let groups = self.pod_groups.then(|| &**self.handle.pod_groups());
+        let mut units = Units::new(groups, pod.priority, None);
+        for p in node.pods() {
+            units.add(p);
+        }
+        units.into_vec()
+    }
+
+    /// Finds the victims on one node, on copies of the node and the state:
+    /// every unit of lower priority is removed, the pod must then pass the
+    /// per-node Filter plugins, and units are given back (reprieved) in
+    /// order as long as it still does; the units holding a pod of `pinned`
+    /// (uids the batch Filter plugins need gone) are never given back.
+    /// With `listing`, the result also lists every pod it may evict (for
+    /// the batch Filter plugins to be asked).
+    #[allow(clippy::too_many_arguments)]
     fn select_victims(
         &self,
         profile: &Framework,
         state: &CycleState,
         pod: &PodInfo,
-        node: &NodeInfo,
+        node: &Arc<NodeInfo>,
         budgets: &[Budget],
-    ) -> Selection {
+        pinned: &[Arc<str>],
+        listing: bool,
+    ) -> Result<Found, Status> {
+        let mut units = self.units_on(pod, node);
+        if units.is_empty() {
+            return Err(Status::unresolvable(NO_VICTIMS));
+        }
         let nominated = self.handle.nominated_pods();
-        let mut node = node.clone();
+        let snapshot = state.snapshot();
+        let mut on: NodeInfo = (**node).clone();
         let mut state = state.clone();
-        let mut potential: Vec<PodRef> = node
-            .pods()
-            .iter()
-            .filter(|p| p.priority < pod.priority)
-            .cloned()
-            .collect();
-        for v in &potential {
-            node.remove_pod(&v.uid);
-            let s = profile.run_pre_filter_extension_remove_pod(&mut state, pod, v, &node);
+        // A pod of a unit on another node (a group evicted whole) leaves
+        // that node: PreFilter extensions hear of it with that node.
+        let remove = |on: &mut NodeInfo, state: &mut CycleState, p: &PodRef| {
+            if p.node_name.as_deref() == Some(on.name()) {
+                on.remove_pod(&p.uid);
+                return profile.run_pre_filter_extension_remove_pod(state, pod, p, on);
+            }
+            match p.node_name.as_deref().and_then(|n| snapshot.get(n)) {
+                Some(other) => profile.run_pre_filter_extension_remove_pod(state, pod, p, other),
+                None => Status::success(),
+            }
+        };
+        let add = |on: &mut NodeInfo, state: &mut CycleState, p: &PodRef| {
+            if p.node_name.as_deref() == Some(on.name()) {
+                on.add_pod(p.clone());
+                return profile.run_pre_filter_extension_add_pod(state, pod, p, on);
+            }
+            match p.node_name.as_deref().and_then(|n| snapshot.get(n)) {
+                Some(other) => profile.run_pre_filter_extension_add_pod(state, pod, p, other),
+                None => Status::success(),
+            }
+        };
+        for p in units.iter().flat_map(|u| u.pods.iter()) {
+            let s = remove(&mut on, &mut state, p);
             if !s.is_success() {
                 return Err(s);
             }
         }
-        if potential.is_empty() {
-            return Err(Status::unresolvable(NO_VICTIMS));
-        }
-        let s = profile.run_filter_with_nominated_pods(&state, pod, &node, &nominated);
+        let s = profile.run_filter_with_nominated_pods(&state, pod, &on, &nominated);
         if !s.is_success() {
             return Err(s);
         }
-        let now = now_nanos();
-        potential.sort_by(|a, b| {
-            if more_important(a, b, now) {
-                std::cmp::Ordering::Less
-            } else if more_important(b, a, now) {
-                std::cmp::Ordering::Greater
-            } else {
-                std::cmp::Ordering::Equal
-            }
-        });
-        let (violating, fine) = split_by_budget(&potential, budgets);
-        let mut victims = Vec::new();
-        let mut violations = 0;
-        for (group, counts) in [(violating, true), (fine, false)] {
-            for v in group {
-                node.add_pod(v.clone());
-                let s = profile.run_pre_filter_extension_add_pod(&mut state, pod, &v, &node);
-                if !s.is_success() {
-                    return Err(s);
+        let (first, violations) = reprieve_order(&mut units, budgets);
+        let mut victim = vec![false; units.len()];
+        let mut pdb_violations = 0;
+        for (i, u) in units.iter().enumerate() {
+            let pinned_here =
+                !pinned.is_empty() && u.pods.iter().any(|p| pinned.iter().any(|q| *q == p.uid));
+            if !pinned_here {
+                for p in &u.pods {
+                    let s = add(&mut on, &mut state, p);
+                    if !s.is_success() {
+                        return Err(s);
+                    }
                 }
                 if profile
-                    .run_filter_with_nominated_pods(&state, pod, &node, &nominated)
+                    .run_filter_with_nominated_pods(&state, pod, &on, &nominated)
                     .is_success()
                 {
                     continue; // reprieved
                 }
-                node.remove_pod(&v.uid);
-                let s = profile.run_pre_filter_extension_remove_pod(&mut state, pod, &v, &node);
-                if !s.is_success() {
-                    return Err(s);
+                for p in &u.pods {
+                    let s = remove(&mut on, &mut state, p);
+                    if !s.is_success() {
+                        return Err(s);
+                    }
                 }
-                if counts {
-                    violations += 1;
-                }
-                victims.push(v);
+            }
+            victim[i] = true;
+            if i < first {
+                pdb_violations += violations[i];
             }
         }
-        Ok((victims, violations))
+        // Victims most important first, whichever part they came from.
+        let now = now_nanos();
+        let mut chosen: Vec<&Unit> = (0..units.len())
+            .filter(|i| victim[*i])
+            .map(|i| &units[i])
+            .collect();
+        chosen.sort_by(|a, b| victims::more_important(a, b, now));
+        let (pods, marked) = if listing {
+            (
+                units.iter().flat_map(|u| u.pods.iter().cloned()).collect(),
+                units
+                    .iter()
+                    .zip(&victim)
+                    .flat_map(|(u, v)| std::iter::repeat_n(*v, u.pods.len()))
+                    .collect(),
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        Ok(Found {
+            node: node.clone(),
+            victims: chosen.iter().flat_map(|u| u.pods.iter().cloned()).collect(),
+            pdb_violations,
+            pods,
+            marked,
+        })
     }
 
-    /// Dry-runs preemption on the potential nodes from a random offset until
-    /// enough candidates are found (at least one without budget violation).
-    fn find_candidates(
+    /// Dry-runs preemption on the potential nodes from a random offset, in
+    /// parallel batches, until enough candidates are found (at least one
+    /// without budget violation). With batch Filter plugins (remote
+    /// extenders) in the profile, the candidates the per-node plugins found
+    /// are then put to them in one call each
+    /// ([`Framework::run_batch_filters_preemption`]); only if they keep no
+    /// candidate without a budget violation are more nodes dry-run and put
+    /// to them (another round).
+    async fn find_candidates(
         &self,
         profile: &Framework,
         state: &CycleState,
         pod: &PodInfo,
         potential: &[Arc<NodeInfo>],
         budgets: &[Budget],
+        filtered: &NodeToStatus,
     ) -> (Vec<Candidate>, NodeToStatus) {
         let mut statuses = NodeToStatus::default();
         let n = potential.len();
         if n == 0 {
             return (Vec::new(), statuses);
         }
+        let remote = profile.has_preemption_batch_filters();
+        // v1.38 (kubernetes#135486): a node that needs no victim is kept,
+        // without victims, for an extender's preemptVerb to name some.
+        let placeholders = self.extender_may_name_victims(pod);
         let offset = self.rng.lock().below(n as u64) as usize;
         let wanted = self.args.num_candidates(n);
         let (mut clean, mut violating) = (Vec::new(), Vec::new());
         let mut done = 0;
-        let mut results: Vec<Option<Selection>> = Vec::new();
+        let mut results: Vec<Option<Result<Found, Status>>> = Vec::new();
         while done < n {
-            let batch = (wanted.max(1)).min(n - done);
-            results.clear();
-            results.resize(batch, None);
-            self.handle
-                .parallelizer()
-                .for_each_mut(&mut results, |i, slot| {
+            // The per-node plugins' dry run, a batch at a time.
+            let mut round: Vec<Found> = Vec::new();
+            while done < n {
+                let batch = (wanted.max(1)).min(n - done);
+                results.clear();
+                results.resize_with(batch, || None);
+                self.handle
+                    .parallelizer()
+                    .for_each_mut(&mut results, |i, slot| {
+                        let node = &potential[(offset + done + i) % n];
+                        *slot = Some(self.select_victims(
+                            profile,
+                            state,
+                            pod,
+                            node,
+                            budgets,
+                            &[],
+                            remote,
+                        ));
+                    });
+                for (i, r) in results.drain(..).enumerate() {
                     let node = &potential[(offset + done + i) % n];
-                    *slot = Some(self.select_victims(profile, state, pod, node, budgets));
-                });
-            for (i, r) in results.drain(..).enumerate() {
-                let node = &potential[(offset + done + i) % n];
-                match r.expect("filled") {
-                    Ok((victims, _)) if victims.is_empty() => statuses.set(
-                        Arc::from(node.name()),
-                        Status::error(format!(
-                            "expected at least one victim pod on node {:?}",
-                            node.name()
-                        )),
-                    ),
-                    Ok((victims, violations)) => {
-                        let c = Candidate {
-                            node: Arc::from(node.name()),
-                            victims,
-                            pdb_violations: violations,
-                        };
-                        if violations == 0 {
-                            clean.push(c);
-                        } else {
-                            violating.push(c);
-                        }
+                    match r {
+                        Some(Ok(found)) => round.push(found),
+                        Some(Err(s)) => statuses.set(Arc::from(node.name()), s),
+                        None => {}
                     }
-                    Err(s) => statuses.set(Arc::from(node.name()), s),
+                }
+                done += batch;
+                let found_clean = clean.len()
+                    + round
+                        .iter()
+                        .filter(|f| {
+                            f.pdb_violations == 0
+                                && (remote || placeholders || !f.victims.is_empty())
+                        })
+                        .count();
+                let found_all = clean.len() + violating.len() + round.len();
+                if found_clean > 0 && found_all >= wanted {
+                    break;
                 }
             }
-            done += batch;
-            if !clean.is_empty() && clean.len() + violating.len() >= wanted {
+            if remote && !round.is_empty() {
+                round = self
+                    .ask_batch_filters(profile, state, pod, round, budgets, filtered, &mut statuses)
+                    .await;
+            }
+            for f in round {
+                if f.victims.is_empty() && !placeholders {
+                    statuses.set(Arc::from(f.node.name()), Status::unresolvable(NO_VICTIMS));
+                    continue;
+                }
+                let c = Candidate {
+                    node: Arc::from(f.node.name()),
+                    victims: f.victims,
+                    pdb_violations: f.pdb_violations,
+                };
+                if c.pdb_violations == 0 {
+                    clean.push(c);
+                } else {
+                    violating.push(c);
+                }
+            }
+            if !remote || !clean.is_empty() {
                 break;
             }
         }
@@ -403,8 +522,77 @@ impl DefaultPreemption {
         (clean, statuses)
     }
 
+    /// Puts the candidates the per-node plugins found to the batch Filter
+    /// plugins (one call each): a candidate they reject is recorded as
+    /// such; one where they need other pods gone than the victims gets its
+    /// victims chosen again with those pods kept evicted.
+    #[allow(clippy::too_many_arguments)]
+    async fn ask_batch_filters(
+        &self,
+        profile: &Framework,
+        state: &CycleState,
+        pod: &PodInfo,
+        round: Vec<Found>,
+        budgets: &[Budget],
+        filtered: &NodeToStatus,
+        statuses: &mut NodeToStatus,
+    ) -> Vec<Found> {
+        let asked: Vec<PreemptionCandidate<'_>> = round
+            .iter()
+            .map(|f| PreemptionCandidate {
+                node: &f.node,
+                pods: &f.pods,
+                victims: &f.marked,
+            })
+            .collect();
+        let verdicts = profile
+            .run_batch_filters_preemption(state, pod, &asked, filtered)
+            .await;
+        drop(asked);
+        let mut kept = Vec::with_capacity(round.len());
+        for (f, v) in round.into_iter().zip(verdicts) {
+            match v {
+                PreemptionVerdict::Victims => kept.push(f),
+                PreemptionVerdict::Rejected(s) => statuses.set(Arc::from(f.node.name()), s),
+                PreemptionVerdict::Needs(at) => {
+                    if at.iter().all(|&k| f.marked.get(k).copied().unwrap_or(true)) {
+                        // The victims cover what they need.
+                        kept.push(f);
+                        continue;
+                    }
+                    let pinned: Vec<Arc<str>> = at
+                        .iter()
+                        .filter_map(|&k| f.pods.get(k))
+                        .map(|p| p.uid.clone())
+                        .collect();
+                    match self.select_victims(profile, state, pod, &f.node, budgets, &pinned, false)
+                    {
+                        Ok(again) => kept.push(again),
+                        Err(s) => statuses.set(Arc::from(f.node.name()), s),
+                    }
+                }
+            }
+        }
+        kept
+    }
+
+    /// Whether an extender that processes preemption (an HTTP extender's
+    /// `preemptVerb`) is interested in `pod`: it may name victims where
+    /// Filter plugins need none.
+    fn extender_may_name_victims(&self, pod: &PodInfo) -> bool {
+        self.handle
+            .extenders()
+            .iter()
+            .any(|e| e.supports_preemption() && e.is_interested(pod))
+    }
+
     /// Lets the extenders that process preemption narrow the candidates, as
-    /// upstream's callExtenders: each gets what the one before kept.
+    /// upstream's callExtenders: each gets what the one before kept. As
+    /// v1.38 (kubernetes#135486): a candidate that came to an extender
+    /// without victims may come back without (left to the next extender);
+    /// one that came with victims and comes back without is an error (or,
+    /// of an ignorable extender, dropped); candidates still without victims
+    /// after the last extender are dropped.
     async fn call_extenders(
         &self,
         pod: &PodInfo,
@@ -431,6 +619,11 @@ impl DefaultPreemption {
             if !ext.supports_preemption() || !ext.is_interested(pod) {
                 continue;
             }
+            let came_empty: Vec<Arc<str>> = map
+                .iter()
+                .filter(|(_, v)| v.pods.is_empty())
+                .map(|(n, _)| n.clone())
+                .collect();
             let mut kept = match ext.process_preemption(pod, &map, snapshot).await {
                 Ok(kept) => kept,
                 Err(e) if ext.is_ignorable() => {
@@ -442,13 +635,14 @@ impl DefaultPreemption {
                     return Err(Status::error(e.to_string()));
                 }
             };
-            if let Some((node, _)) = kept.iter().find(|(_, v)| v.pods.is_empty()) {
+            let emptied = |n: &Arc<str>, v: &Victims| v.pods.is_empty() && !came_empty.contains(n);
+            if let Some((node, _)) = kept.iter().find(|(n, v)| emptied(n, v)) {
                 if !ext.is_ignorable() {
                     return Err(Status::error(format!(
                         "expected at least one victim pod on node {node:?}"
                     )));
                 }
-                kept.retain(|_, v| !v.pods.is_empty());
+                kept.retain(|n, v| !emptied(n, v));
             }
             map = kept;
             if map.is_empty() {
@@ -457,6 +651,7 @@ impl DefaultPreemption {
         }
         Ok(map
             .into_iter()
+            .filter(|(_, v)| !v.pods.is_empty())
             .map(|(node, v)| Candidate {
                 node,
                 victims: v.pods,
@@ -466,43 +661,26 @@ impl DefaultPreemption {
     }
 
     /// The eviction of `c`'s victims, for the scheduler to run once the
-    /// preemptor's nomination is written: each victim waiting at Permit is
-    /// rejected, the others get the `DisruptionTarget` condition and are
-    /// deleted, each with a `Preempted` event; then the lower-priority
-    /// pods nominated to the node lose their nomination.
+    /// preemptor's nomination is written ([`victims::evict`]); then the
+    /// lower-priority pods nominated to the node lose their nomination.
     fn eviction(&self, profile: &Framework, pod: &PodInfo, c: &Candidate) -> Eviction {
         let handle = self.handle.clone();
         let controller = profile.profile_name().clone();
         let message = format!("{controller}: preempting to accommodate a higher priority pod");
         let preemptor = Arc::new(pod.clone());
         let node = c.node.clone();
+        let note = format!("Preempted by pod {} on node {}", preemptor.uid, node);
         let victims = c.victims.clone();
         Eviction::new(async move {
-            for v in &victims {
-                if handle
-                    .waiting_pods()
-                    .reject(&v.uid, Some(DEFAULT_PREEMPTION), "preempted")
-                {
-                    continue;
-                }
-                handle
-                    .cluster()
-                    .delete_pod(v, &message)
-                    .await
-                    .map_err(|e| format!("deleting victim {}: {e}", v.key()))?;
-                // Upstream's event names the preemptor in its note only.
-                handle.events().record(
-                    PodEvent::new(
-                        v.clone(),
-                        controller.clone(),
-                        EventType::Normal,
-                        "Preempted",
-                        "Preempting",
-                        &format!("Preempted by pod {} on node {}", preemptor.uid, node),
-                    )
-                    .with_related(preemptor.clone()),
-                );
-            }
+            evict(
+                &handle,
+                &controller,
+                &victims,
+                &message,
+                &note,
+                Some(&preemptor),
+            )
+            .await?;
             let nominated = handle.nominated_pods();
             for np in nominated.get(&node).into_iter().flatten() {
                 if np.priority < preemptor.priority
@@ -540,8 +718,9 @@ impl DefaultPreemption {
             .iter()
             .filter_map(|p| Budget::from(p))
             .collect();
-        let (candidates, mut statuses) =
-            self.find_candidates(profile, state, pod, &potential, &budgets);
+        let (candidates, mut statuses) = self
+            .find_candidates(profile, state, pod, &potential, &budgets, filtered)
+            .await;
         if candidates.is_empty() {
             statuses.set_absent_nodes_status(Status::unresolvable(NOT_HELPFUL));
             let fit = FitError {

@@ -578,3 +578,129 @@ async fn extender_failures_fail_preemption_unless_ignorable() {
     assert!(r.is_none());
     assert_eq!(e.pods(), ["a", "b"]);
 }
+
+/// A preemption extender (an HTTP extender's `preemptVerb`) that names
+/// `victim` on every candidate it gets without victims, passes the others
+/// through, and records what it got.
+struct Naming {
+    victim: Option<&'static str>,
+    asked: parking_lot::Mutex<Asked>,
+}
+
+#[async_trait]
+impl crate::framework::PreemptionExtender for Naming {
+    fn name(&self) -> &str {
+        "naming"
+    }
+    fn supports_preemption(&self) -> bool {
+        true
+    }
+    fn is_interested(&self, _: &PodInfo) -> bool {
+        true
+    }
+    fn is_ignorable(&self) -> bool {
+        false
+    }
+    async fn process_preemption(
+        &self,
+        _: &PodInfo,
+        candidates: &NodeVictims,
+        snapshot: &Snapshot,
+    ) -> Result<NodeVictims, crate::framework::ExtenderError> {
+        self.asked.lock().push(
+            candidates
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.to_string(),
+                        v.pods.iter().map(|p| p.name.to_string()).collect(),
+                    )
+                })
+                .collect(),
+        );
+        let mut out = candidates.clone();
+        for (node, v) in out.iter_mut() {
+            if let (true, Some(name)) = (v.pods.is_empty(), self.victim) {
+                let pod = snapshot
+                    .get(node)
+                    .and_then(|n| n.pods().iter().find(|p| &*p.name == name).cloned());
+                v.pods.extend(pod);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// v1.38 (kubernetes#135486): a node the cycle rejected (here by a filter
+/// extender) where the per-node Filter plugins need no victim is no
+/// candidate (`No preemption victims found`) unless an extender that
+/// processes preemption is there: it then gets the node without victims
+/// and may name some; a node still without victims after the extenders is
+/// dropped.
+#[tokio::test]
+async fn a_node_needing_no_victim_is_left_to_a_preempt_extender_as_v1_38() {
+    let pod = make_pod("p").req_cpu("1").priority(10).build();
+    // n1 has room for the pod as far as the per-node plugins go; the cycle
+    // rejected it for another reason (an extender's Filter).
+    let mut filtered = NodeToStatus::default();
+    filtered.set(
+        Arc::from("n1"),
+        Status::unschedulable("node(s) had no free license").with_plugin("license"),
+    );
+    let run = |e: Env, filtered: NodeToStatus, pod: PodInfo| async move {
+        let mut state = CycleState::with_snapshot(Arc::new(e.snapshot.clone()));
+        let (_, s, _) =
+            e.fw.run_pre_filter(&mut state, &pod, e.snapshot.list())
+                .await;
+        assert!(s.is_success(), "{s:?}");
+        let (mut r, s) = e.fw.run_post_filter(&state, &pod, &filtered).await;
+        if let Some(eviction) = r.as_mut().and_then(|r| r.eviction.take()) {
+            eviction.run().await.unwrap();
+        }
+        (r, s, e.pods())
+    };
+    let env = || {
+        env(
+            &[("n1", "4")],
+            vec![low("a", "n1", "1", 1)],
+            vec![],
+            json!({}),
+        )
+    };
+
+    let (r, s, left) = run(env(), filtered.clone(), pod.clone()).await;
+    assert_eq!(s.code(), Code::Unschedulable);
+    assert_eq!(
+        s.message(),
+        "no new claims to deallocate, preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    );
+    assert_eq!(nominated(&r), None);
+    assert_eq!(left, ["a"]);
+
+    let e = env();
+    let ext = Arc::new(Naming {
+        victim: Some("a"),
+        asked: Default::default(),
+    });
+    e.fw.handle().set_extenders(vec![ext.clone()]);
+    let (r, s, left) = run(e, filtered.clone(), pod.clone()).await;
+    assert!(s.is_success(), "{s:?}");
+    assert_eq!(nominated(&r).as_deref(), Some("n1"));
+    assert_eq!(*ext.asked.lock(), [vec![("n1".to_string(), vec![])]]);
+    assert!(left.is_empty(), "the victim it named is evicted: {left:?}");
+
+    // Passed through without victims: dropped after the last extender.
+    let e = env();
+    e.fw.handle().set_extenders(vec![Arc::new(Naming {
+        victim: None,
+        asked: Default::default(),
+    })]);
+    let (r, s, left) = run(e, filtered, pod).await;
+    assert_eq!(s.code(), Code::Unschedulable);
+    assert_eq!(
+        s.message(),
+        "no new claims to deallocate, preemption: no candidate node for preemption"
+    );
+    assert!(r.is_none());
+    assert_eq!(left, ["a"]);
+}

@@ -37,7 +37,8 @@ use crate::framework::{
 use crate::model::PodInfo;
 use crate::plugins::names::NODE_VOLUME_LIMITS;
 use crate::plugins::volume_helpers::{
-    claim_class, claim_volume_name, not_found, pod_volumes, volume_claim, volume_is_for_pod,
+    claim_class, claim_queueing_hint, claim_volume_name, not_found, pod_volumes, volume_claim,
+    volume_is_for_pod,
 };
 
 /// The reason a node whose limit would be exceeded is rejected.
@@ -264,26 +265,7 @@ impl Plugin for NodeVolumeLimits {
             // The pod's claim was created.
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(EventResource::PersistentVolumeClaim, ActionType::ADD),
-                |pod, _, new| {
-                    let Some(KubeObject::PersistentVolumeClaim(pvc)) =
-                        new.and_then(|n| n.as_object())
-                    else {
-                        return Err("unexpected objects in isSchedulableAfterPVCAdded".into());
-                    };
-                    if pvc.metadata.namespace.as_deref() != Some(&*pod.namespace) {
-                        return Ok(QueueingHint::Skip);
-                    }
-                    let name = pvc.metadata.name.as_deref().unwrap_or("");
-                    let used = pod_volumes(pod)
-                        .iter()
-                        .filter_map(|v| volume_claim(pod, v))
-                        .any(|(c, _)| c == name);
-                    Ok(if used {
-                        QueueingHint::Queue
-                    } else {
-                        QueueingHint::Skip
-                    })
-                },
+                |pod, _, new| claim_queueing_hint(pod, new, "isSchedulableAfterPVCAdded"),
             ),
         ];
         if scaling {

@@ -55,7 +55,8 @@ use crate::model::PodInfo;
 use crate::plugins::names::VOLUME_BINDING;
 use crate::plugins::node_resources::{broken_linear, utilization};
 use crate::plugins::volume_helpers::{
-    ANN_MIGRATED_PLUGINS, annotation, not_found, pod_volumes, volume_claim, volume_is_for_pod,
+    ANN_MIGRATED_PLUGINS, annotation, claim_queueing_hint, not_found, pod_volumes, volume_claim,
+    volume_is_for_pod,
 };
 
 /// The reason a pod with unbound immediate claims is rejected.
@@ -221,25 +222,7 @@ impl Plugin for VolumeBinding {
                     ActionType::ADD | ActionType::UPDATE,
                 ),
                 |pod, _, new| {
-                    let Some(KubeObject::PersistentVolumeClaim(pvc)) = object(new) else {
-                        return Err(
-                            "unexpected objects in isSchedulableAfterPersistentVolumeClaimChange"
-                                .into(),
-                        );
-                    };
-                    if pvc.metadata.namespace.as_deref() != Some(&*pod.namespace) {
-                        return Ok(QueueingHint::Skip);
-                    }
-                    let name = pvc.metadata.name.as_deref().unwrap_or("");
-                    let used = pod_volumes(pod)
-                        .iter()
-                        .filter_map(|v| volume_claim(pod, v))
-                        .any(|(c, _)| c == name);
-                    Ok(if used {
-                        QueueingHint::Queue
-                    } else {
-                        QueueingHint::Skip
-                    })
+                    claim_queueing_hint(pod, new, "isSchedulableAfterPersistentVolumeClaimChange")
                 },
             ),
             // Any volume may be the one.

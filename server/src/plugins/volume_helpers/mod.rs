@@ -10,6 +10,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::cache::KubeObject;
+use crate::framework::{EventObject, QueueingHint};
 use crate::model::{Labels, NodeSelectorTerm, PodInfo};
 
 /// Set by the scheduler on claims it wants provisioned on a node.
@@ -102,6 +104,34 @@ pub fn volume_claim(pod: &PodInfo, vol: &Volume) -> Option<(String, bool)> {
 /// The pod's volumes.
 pub fn pod_volumes(pod: &PodInfo) -> &[Volume] {
     pod.pod.volumes()
+}
+
+/// The queueing hint of a PersistentVolumeClaim that was added (or
+/// changed): it may help `pod` only if it is one of the pod's claims (in
+/// its namespace, named by one of its volumes). One rule for every plugin
+/// that waits for a pod's claims (NodeVolumeLimits, VolumeBinding); `what`
+/// names the hint in the error for objects of another kind.
+pub fn claim_queueing_hint(
+    pod: &PodInfo,
+    new: Option<&EventObject>,
+    what: &str,
+) -> Result<QueueingHint, String> {
+    let Some(KubeObject::PersistentVolumeClaim(pvc)) = new.and_then(|n| n.as_object()) else {
+        return Err(format!("unexpected objects in {what}"));
+    };
+    if pvc.metadata.namespace.as_deref() != Some(&*pod.namespace) {
+        return Ok(QueueingHint::Skip);
+    }
+    let name = pvc.metadata.name.as_deref().unwrap_or("");
+    let used = pod_volumes(pod)
+        .iter()
+        .filter_map(|v| volume_claim(pod, v))
+        .any(|(c, _)| c == name);
+    Ok(if used {
+        QueueingHint::Queue
+    } else {
+        QueueingHint::Skip
+    })
 }
 
 /// Checks that the claim of a generic ephemeral volume was made for `pod`:
