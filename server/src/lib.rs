@@ -21,6 +21,8 @@ pub mod outage;
 pub mod plugins;
 pub mod prom;
 pub mod queue;
+pub mod recording;
+pub mod replay;
 pub mod rng;
 pub mod scheduler;
 pub mod testing;

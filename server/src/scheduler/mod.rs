@@ -199,10 +199,14 @@ struct EventTee {
     inner: Arc<dyn EventRecorder>,
     events: broadcast::Sender<SchedulingEvent>,
     metrics: Arc<SchedulerMetrics>,
+    observer: Option<Arc<dyn crate::recording::Observer>>,
 }
 
 impl EventRecorder for EventTee {
     fn record(&self, e: PodEvent) {
+        if let Some(o) = &self.observer {
+            o.event(&e);
+        }
         if e.reason == "Preempted" {
             self.metrics.record_preempted();
             let mut ev = SchedulingEvent::new(EventKind::Preempted, &e.pod);
@@ -305,6 +309,8 @@ pub(crate) struct Shared {
     pub prom: Arc<crate::metrics::Metrics>,
     /// The feature gates in force, for `kubernetes_feature_enabled`.
     pub feature_gates: FeatureGates,
+    /// Sees every change the event handler takes (`--record`, replay).
+    pub observer: Option<Arc<dyn crate::recording::Observer>>,
 }
 
 /// A running scheduler's public face.
@@ -346,6 +352,19 @@ impl Scheduler {
         cluster: Arc<dyn ClusterSource>,
         options: Options,
     ) -> Result<Self, ConfigError> {
+        Self::start_observed(config, registry, cluster, options, None)
+    }
+
+    /// [`Scheduler::start`], with `observer` shown every cluster change the
+    /// event handler takes and every event the scheduler records, in the
+    /// order they happen (`berthd --record`, and replay's reports).
+    pub fn start_observed(
+        config: &SchedulerConfig,
+        registry: &Registry,
+        cluster: Arc<dyn ClusterSource>,
+        options: Options,
+        observer: Option<Arc<dyn crate::recording::Observer>>,
+    ) -> Result<Self, ConfigError> {
         let parallelizer = Parallelizer::new(config.parallelism).map_err(|e| {
             ConfigError::new("parallelism", format!("cannot start the CPU pool: {e}"))
         })?;
@@ -355,6 +374,7 @@ impl Scheduler {
             inner: cluster.clone(),
             events: events.clone(),
             metrics: metrics.clone(),
+            observer: observer.clone(),
         });
         let features = config.feature_gates.features();
         let handle = Handle::with_features(cluster.clone(), recorder, parallelizer, features);
@@ -430,6 +450,7 @@ impl Scheduler {
             metrics,
             prom,
             feature_gates: config.feature_gates.clone(),
+            observer,
         });
         let (synced_tx, synced) = watch::channel(false);
         tokio::spawn(event_handlers::run(
