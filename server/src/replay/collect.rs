@@ -434,7 +434,8 @@ pub fn reasons_of(message: &str) -> Vec<String> {
     let Some((_, rest)) = message.split_once(" nodes are available: ") else {
         return vec![message.trim().to_string()];
     };
-    let rest = rest.split(". preemption:").next().unwrap_or(rest);
+    // What follows the first sentence is PostFilter's and preemption's.
+    let rest = rest.split(". ").next().unwrap_or(rest);
     let rest = rest.trim_end_matches('.');
     rest.split(", ")
         .map(|part| {
@@ -515,6 +516,10 @@ mod tests {
         assert_eq!(
             reasons_of("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."),
             ["node(s) didn't match Pod's node affinity/selector"]
+        );
+        assert_eq!(
+            reasons_of("0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."),
+            ["Insufficient cpu"]
         );
         assert_eq!(reasons_of("no nodes available to schedule pods"), ["no nodes available to schedule pods"]);
     }

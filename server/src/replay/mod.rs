@@ -642,3 +642,6 @@ fn sanitize(pod: &mut k8s_openapi::api::core::v1::Pod) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

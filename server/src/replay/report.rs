@@ -143,13 +143,14 @@ impl Histogram {
         (exp - 5) * 64 + mantissa as u32
     }
 
-    fn lower(b: u32) -> u64 {
+    /// The largest value bucket `b` holds.
+    fn upper(b: u32) -> u64 {
         if b < 64 {
             return b as u64;
         }
         let exp = b / 64 + 5;
         let mantissa = (b % 64) as u64;
-        (64 + mantissa) << (exp - 6)
+        ((65 + mantissa) << (exp - 6)) - 1
     }
 
     /// Adds a sample.
@@ -172,7 +173,7 @@ impl Histogram {
             for (b, c) in &buckets {
                 seen += c;
                 if seen >= rank {
-                    return Self::lower(*b).min(self.max);
+                    return Self::upper(*b).min(self.max);
                 }
             }
             self.max
