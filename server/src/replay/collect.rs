@@ -39,6 +39,7 @@ struct NodeUse {
 
 struct Pending {
     arrived: u64,
+    gated: bool,
     last_message: Option<Arc<str>>,
     group: Option<(Arc<str>, Arc<str>)>,
 }
@@ -363,6 +364,11 @@ impl State {
             uid,
             Pending {
                 arrived: now,
+                gated: pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.scheduling_gates.as_ref())
+                    .is_some_and(|g| !g.is_empty()),
                 last_message: None,
                 group,
             },
@@ -379,6 +385,11 @@ impl State {
                     for r in reasons_of(m) {
                         *reasons.entry(r).or_default() += 1;
                     }
+                }
+                None if p.gated => {
+                    *reasons
+                        .entry("waiting for scheduling gates".into())
+                        .or_default() += 1
                 }
                 None => *reasons.entry("not tried yet".into()).or_default() += 1,
             }
