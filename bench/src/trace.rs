@@ -228,6 +228,7 @@ pub fn generate(spec: &TraceSpec) -> Result<(u64, u64)> {
                             namespace: ns.to_string(),
                             name: name.to_string(),
                             uid: format!("pod-uid-{i}"),
+                            preempted: false,
                         }),
                     );
                 }
@@ -241,6 +242,7 @@ pub fn generate(spec: &TraceSpec) -> Result<(u64, u64)> {
                             namespace: String::new(),
                             name: objects::node_name(node),
                             uid: format!("node-uid-{node}"),
+                            preempted: false,
                         }),
                     );
                     due.push(Reverse((at + 600_000_000, Due::NodeBack(node))));

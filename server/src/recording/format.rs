@@ -70,6 +70,11 @@ pub struct Deleted {
     /// metadata.uid.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub uid: String,
+    /// A pod the scheduler evicted to make room (it carried the
+    /// `DisruptionTarget` condition with reason `PreemptionByScheduler`):
+    /// its deletion was the recorded scheduler's decision.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preempted: bool,
 }
 
 /// A pod and a node: a binding seen, or a placement decided.
@@ -658,6 +663,7 @@ mod tests {
                     namespace: "default".into(),
                     name: "a".into(),
                     uid: "u-a".into(),
+                    preempted: true,
                 }),
             },
         ];
@@ -670,7 +676,7 @@ mod tests {
             assert!(
                 matches!(&back[3].body, Body::Preempted(p) if p.preemptor.as_ref().unwrap().name == "b")
             );
-            assert!(matches!(&back[4].body, Body::Delete(d) if d.kind == "Pod" && d.uid == "u-a"));
+            assert!(matches!(&back[4].body, Body::Delete(d) if d.kind == "Pod" && d.uid == "u-a" && d.preempted));
         }
     }
 

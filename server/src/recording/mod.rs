@@ -18,7 +18,7 @@
 //! | --- | --- | --- |
 //! | `add` | a Kubernetes object | the object appeared (or was there when the segment began) |
 //! | `update` | a Kubernetes object | it changed in a way scheduling may read |
-//! | `delete` | `{kind, namespace, name, uid}` | it went away |
+//! | `delete` | `{kind, namespace, name, uid, preempted}` | it went away (`preempted`: evicted by the recorded scheduler's preemption) |
 //! | `bind` | `{namespace, name, uid, node}` | a pending pod was bound, by whichever scheduler |
 //! | `synced` | `{}` | the segment's first state is complete |
 //! | `scheduled` | `{namespace, name, uid, node}` | the recorded scheduler's decision: bound there |

@@ -181,6 +181,7 @@ impl Recorder {
             writer: Some(writer),
             state: BTreeMap::new(),
             bound: HashMap::new(),
+            evicted: Default::default(),
             last_t: 0,
         };
         let thread = std::thread::Builder::new()
@@ -335,6 +336,8 @@ struct SegmentWriter {
     state: BTreeMap<(&'static str, String, String), Vec<u8>>,
     /// Pods bound since their JSON was kept: the node to write into it.
     bound: HashMap<(String, String), String>,
+    /// Pods the scheduler is evicting (DisruptionTarget by preemption).
+    evicted: std::collections::HashSet<(String, String)>,
     last_t: u64,
 }
 
@@ -358,6 +361,36 @@ fn scheduling_view(json: &[u8]) -> Option<serde_json::Value> {
         s.remove("podIPs");
     }
     Some(v)
+}
+
+/// Whether a pod's JSON carries the condition the scheduler sets on a
+/// preemption victim before deleting it.
+fn evicted_by_scheduler(json: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct P {
+        #[serde(default)]
+        status: Option<S>,
+    }
+    #[derive(serde::Deserialize)]
+    struct S {
+        #[serde(default)]
+        conditions: Vec<C>,
+    }
+    #[derive(serde::Deserialize)]
+    struct C {
+        #[serde(rename = "type")]
+        type_: String,
+        #[serde(default)]
+        reason: Option<String>,
+    }
+    serde_json::from_slice::<P>(json)
+        .ok()
+        .and_then(|p| p.status)
+        .is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == "DisruptionTarget" && c.reason.as_deref() == Some("PreemptionByScheduler")
+            })
+        })
 }
 
 impl SegmentWriter {
@@ -440,6 +473,9 @@ impl SegmentWriter {
                     }
                 }
                 let json = new.json();
+                if kind == "Pod" && evicted_by_scheduler(&json) {
+                    self.evicted.insert((ns.clone(), name.clone()));
+                }
                 let changed = match kind {
                     "Pod" | "Node" => scheduling_view(&old.json()) != scheduling_view(&json),
                     _ => true,
@@ -454,6 +490,9 @@ impl SegmentWriter {
                 let (kind, ns, name, uid) = o.key();
                 self.bound.remove(&(ns.clone(), name.clone()));
                 self.state.remove(&(kind, ns.clone(), name.clone()));
+                let preempted = kind == "Pod"
+                    && (self.evicted.remove(&(ns.clone(), name.clone()))
+                        || evicted_by_scheduler(&o.json()));
                 format::write_record(
                     buf,
                     t,
@@ -462,6 +501,7 @@ impl SegmentWriter {
                         namespace: ns,
                         name,
                         uid,
+                        preempted,
                     }),
                 );
             }

@@ -407,7 +407,11 @@ impl Job {
         // report's, and berthd's log is the live scheduler's.
         let quiet = tracing::subscriber::NoSubscriber::default();
         let began = std::time::Instant::now();
-        let out = tracing::subscriber::with_default(quiet, || rt.block_on(self.simulate(rx)));
+        let out = if std::env::var_os("BERTH_REPLAY_DEBUG").is_some() {
+            rt.block_on(self.simulate(rx))
+        } else {
+            tracing::subscriber::with_default(quiet, || rt.block_on(self.simulate(rx)))
+        };
         state.done.store(true, Ordering::Relaxed);
         out.map(|mut r| {
             r.wall_micros = began.elapsed().as_micros() as u64;
@@ -471,9 +475,7 @@ impl Job {
             for rec in batch.iter() {
                 if scheduler.is_some() {
                     let at = origin + Duration::from_micros(rec.t.saturating_sub(t0));
-                    if at > Instant::now() {
-                        tokio::time::sleep_until(at).await;
-                    }
+                    until(at).await;
                     if self.state.done.load(Ordering::Relaxed) {
                         return Err("cancelled".into());
                     }
@@ -520,6 +522,28 @@ impl Job {
         report.first_refusal = applier.first_refusal;
         scheduler.stop();
         Ok(report)
+    }
+}
+
+/// Moves the simulated clock to `at` exactly, letting everything due
+/// before it run first. Tokio's timers tick in milliseconds, and records
+/// come microseconds apart (a batch of pods applied at once): sleeping to
+/// each would give several records one instant, and pods that arrived in
+/// order the same queue timestamp. So the clock sleeps to within a
+/// millisecond of the record (timers due before fire in order), then
+/// advances the rest (a timer due in that last millisecond fires at `at`).
+async fn until(at: Instant) {
+    const TICK: Duration = Duration::from_millis(1);
+    let now = Instant::now();
+    if at <= now {
+        return;
+    }
+    if at - now > TICK {
+        tokio::time::sleep_until(at - TICK).await;
+    }
+    let now = Instant::now();
+    if at > now {
+        tokio::time::advance(at - now).await;
     }
 }
 
@@ -588,6 +612,7 @@ impl Applier {
                 match d.kind.as_str() {
                     "Pod" => {
                         if !self.victims.remove(&d.uid)
+                            && !d.preempted
                             && let Some(cur) = c.get_pod(&d.namespace, &d.name)
                             && (d.uid.is_empty() || cur.metadata.uid.as_deref() == Some(&d.uid))
                         {

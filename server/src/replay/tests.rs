@@ -111,6 +111,7 @@ fn day() -> Vec<Record> {
             namespace: "default".into(),
             name: "p0".into(),
             uid: "uid-p0".into(),
+            preempted: false,
         }),
     ));
     r.push(rec(20_000_000, Body::Add(pod("huge", "64"))));
