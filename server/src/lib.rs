@@ -25,6 +25,7 @@ pub mod recording;
 pub mod replay;
 pub mod rng;
 pub mod scheduler;
+pub mod sim_clock;
 pub mod testing;
 
 /// How many tokio worker threads berthd runs: `requested` if given (and not

@@ -379,3 +379,63 @@ fn image_pixels(path: &Path) -> Result<Vec<[u8; 3]>> {
         .map(|p| [p[0], p[1], p[2]])
         .collect())
 }
+
+/// A remote extender named by a configuration takes part in the replay's
+/// cycles as in berthd's: quota-core admits team-a's labelled pods within
+/// its 2000m quota, so the third is refused with its reason, while the
+/// configuration without it binds all three.
+#[tokio::test]
+async fn a_remote_extender_takes_part_in_its_configurations_cycles() -> Result<()> {
+    let core = berth_e2e::Extender::start("quota-core", &["--quota", "team-a=2000"]).await?;
+    let dir = TempDir::new("replay-extender")?;
+    let node = |name: &str| {
+        format!(
+            r#"{{"t":0,"add":{{"apiVersion":"v1","kind":"Node","metadata":{{"name":"{name}","uid":"uid-{name}"}},"status":{{"allocatable":{{"cpu":"4","memory":"16Gi","pods":"110"}},"conditions":[{{"type":"Ready","status":"True"}}]}}}}}}"#
+        )
+    };
+    let pod = |i: u64| {
+        format!(
+            r#"{{"t":{},"add":{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"a{i}","namespace":"team-a","uid":"uid-a{i}","labels":{{"quota-core.example.com/app":"batch"}}}},"spec":{{"containers":[{{"name":"c","resources":{{"requests":{{"cpu":"1000m"}}}}}}]}}}}}}"#,
+            i * 1_000_000
+        )
+    };
+    let lines = [
+        r#"{"berthTrace":1,"started":"2026-03-01T09:00:00Z","source":"generated"}"#.to_string(),
+        r#"{"t":0,"add":{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team-a"}}}"#
+            .to_string(),
+        node("n1"),
+        node("n2"),
+        r#"{"t":0,"synced":{}}"#.to_string(),
+        pod(1),
+        pod(2),
+        pod(3),
+    ];
+    let trace = dir.write("quota.trace", &(lines.join("\n") + "\n"))?;
+    let plain = dir.write("plain.yaml", LEAST)?;
+    let quota = dir.write(
+        "quota.yaml",
+        &format!(
+            "{LEAST}  plugins:\n    preFilter: {{enabled: [{{name: quota-core}}]}}\n    filter: {{enabled: [{{name: quota-core}}]}}\n    reserve: {{enabled: [{{name: quota-core}}]}}\n    postBind: {{enabled: [{{name: quota-core}}]}}\nberthExtenders:\n- name: quota-core\n  endpoint: {}\n  points: [preFilter, filter, reserve, postBind]\n  timeout: 5s\n",
+            core.endpoint()
+        ),
+    )?;
+    let berthd = Berthd::start(&["--empty-cluster"]).await?;
+    let out = berthctl(&[
+        "-s", &berthd.addr, "replay", &trace, "--config", &plain, "--config", &quota, "-o", "json",
+    ])
+    .await?;
+    let report: Value = serde_json::from_str(&out)?;
+    let c = &report["configs"];
+    ensure!(n(&c[0]["scheduled"]) == 3, "plain: {}", c[0]);
+    ensure!(
+        n(&c[1]["scheduled"]) == 2 && n(&c[1]["pending"]) == 1,
+        "quota: {}",
+        c[1]
+    );
+    let reason = c[1]["pendingReasons"][0]["reason"].as_str().unwrap_or("");
+    ensure!(
+        reason.contains("namespace team-a over quota"),
+        "quota's reason: {reason}"
+    );
+    Ok(())
+}

@@ -406,12 +406,10 @@ impl Job {
         // The replayed scheduler logs nothing: its decisions are the
         // report's, and berthd's log is the live scheduler's.
         let quiet = tracing::subscriber::NoSubscriber::default();
+        // Remote extenders' answers are waited for in real time.
+        crate::sim_clock::simulated_here();
         let began = std::time::Instant::now();
-        let out = if std::env::var_os("BERTH_REPLAY_DEBUG").is_some() {
-            rt.block_on(self.simulate(rx))
-        } else {
-            tracing::subscriber::with_default(quiet, || rt.block_on(self.simulate(rx)))
-        };
+        let out = tracing::subscriber::with_default(quiet, || rt.block_on(self.simulate(rx)));
         state.done.store(true, Ordering::Relaxed);
         out.map(|mut r| {
             r.wall_micros = began.elapsed().as_micros() as u64;

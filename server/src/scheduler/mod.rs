@@ -383,7 +383,10 @@ impl Scheduler {
         extenders.register(&mut registry)?;
         let http_extenders = Arc::new(HttpExtenders::new(&config.http_extenders, &handle)?);
         http_extenders.register(&mut registry, &handle)?;
-        let profiles = build_profiles(config, &registry, &handle)?;
+        // Plugins that break ties (preemption's candidate offset) take the
+        // scheduler's seed when it has one.
+        let profiles =
+            crate::rng::with_seed(options.seed, || build_profiles(config, &registry, &handle))?;
         let prom = Arc::new(crate::metrics::Metrics::default());
         if features.enable_generic_workload {
             prom.register_pod_groups();
