@@ -64,6 +64,11 @@ struct Args {
     #[arg(long)]
     parallelism: Option<usize>,
 
+    /// The kube workloads record a trace to this file while they run, as
+    /// `berthd --record` does (the figures then include its cost).
+    #[arg(long, value_name = "FILE")]
+    record: Option<std::path::PathBuf>,
+
     /// Log the scheduler's output to stderr with this filter (e.g. `info`).
     #[arg(long, value_name = "FILTER")]
     log: Option<String>,
@@ -186,6 +191,11 @@ fn run_child(w: &Workload, args: &Args) -> Outcome {
         .args(["--timeout", &args.timeout.to_string()])
         .args(["--seed", &args.seed.to_string()])
         .args(
+            args.record
+                .iter()
+                .flat_map(|r| ["--record".into(), r.display().to_string()]),
+        )
+        .args(
             args.parallelism
                 .map(|p| vec!["--parallelism".to_string(), p.to_string()])
                 .unwrap_or_default(),
@@ -265,6 +275,7 @@ fn main() -> Result<()> {
         timeout: Duration::from_secs(args.timeout),
         seed: args.seed,
         parallelism: args.parallelism,
+        record: args.record.clone(),
     };
     let all = workloads::all(args.quick);
     if args.serve_apiserver {

@@ -153,9 +153,10 @@ pub fn generate(spec: &TraceSpec) -> Result<(u64, u64)> {
     }
     let namespaces = ["default", "sched-0", "sched-1"];
     for ns in namespaces {
-        if !first.iter().any(|v| {
-            v["kind"] == "Namespace" && v["metadata"]["name"].as_str() == Some(ns)
-        }) {
+        if !first
+            .iter()
+            .any(|v| v["kind"] == "Namespace" && v["metadata"]["name"].as_str() == Some(ns))
+        {
             first.push(objects::namespace(ns));
         }
     }
@@ -204,10 +205,10 @@ pub fn generate(spec: &TraceSpec) -> Result<(u64, u64)> {
     let mut t = 0f64;
     let mut next_pod = 0usize;
     let emit_due = |until: u64,
-                        due: &mut BinaryHeap<Reverse<(u64, Due)>>,
-                        buf: &mut Vec<u8>,
-                        names: &mut Vec<String>,
-                        records: &mut u64|
+                    due: &mut BinaryHeap<Reverse<(u64, Due)>>,
+                    buf: &mut Vec<u8>,
+                    names: &mut Vec<String>,
+                    records: &mut u64|
      -> Result<()> {
         while let Some(Reverse((at, _))) = due.peek() {
             if *at > until {
@@ -331,8 +332,9 @@ mod tests {
         let read = |f: &str| std::fs::read(dir.join(f)).unwrap();
         assert_eq!(read("a"), read("b"));
         assert_ne!(read("a"), read("c"));
-        let mut r = berth_server::recording::Reader::new(std::fs::File::open(dir.join("a")).unwrap())
-            .unwrap();
+        let mut r =
+            berth_server::recording::Reader::new(std::fs::File::open(dir.join("a")).unwrap())
+                .unwrap();
         let (mut adds, mut deletes, mut last) = (0, 0, 0);
         let mut count = 0;
         while let Some(rec) = r.next_record().unwrap() {
@@ -347,7 +349,10 @@ mod tests {
         }
         assert_eq!(count, n);
         assert_eq!(adds, 200);
-        assert!(deletes > 100, "most pods live less than the hour: {deletes}");
+        assert!(
+            deletes > 100,
+            "most pods live less than the hour: {deletes}"
+        );
         assert!(parse_templates("nope").is_err());
     }
 }

@@ -37,7 +37,5 @@ pub fn hold() -> Hold {
     drop(tokio::task::spawn_blocking(move || {
         let _ = rx.recv();
     }));
-    Hold {
-        _release: Some(tx),
-    }
+    Hold { _release: Some(tx) }
 }

@@ -141,7 +141,9 @@ async fn record(dir: &TempDir) -> Result<(String, Vec<String>)> {
     for p in &gone {
         client.delete("Pod", "default", p).await?;
     }
-    let late: String = (0..2).map(|i| pod(&format!("late-{i}"), "500m", "")).collect();
+    let late: String = (0..2)
+        .map(|i| pod(&format!("late-{i}"), "500m", ""))
+        .collect();
     client.apply(&[], &late).await?;
     events
         .wait_count(EventType::Scheduled, "default", "late-1", 1)
@@ -166,8 +168,18 @@ async fn a_recorded_day_replays_through_two_configurations() -> Result<()> {
     // Replayed on another berthd, whose own (empty) cluster is untouched.
     let replayer = Berthd::start(&["--empty-cluster"]).await?;
     let out = berthctl(&[
-        "-s", &replayer.addr, "replay", &trace, "--config", &least, "--config", &most, "-o", "json",
-        "--html", &html,
+        "-s",
+        &replayer.addr,
+        "replay",
+        &trace,
+        "--config",
+        &least,
+        "--config",
+        &most,
+        "-o",
+        "json",
+        "--html",
+        &html,
     ])
     .await?;
     let report: Value = serde_json::from_str(&out)?;
@@ -189,7 +201,9 @@ async fn a_recorded_day_replays_through_two_configurations() -> Result<()> {
         ensure!(n(&c["preemptors"]) == 1, "{name}: preemptors {c}");
         ensure!(n(&c["refusedRecords"]) == 0, "{name}: {c}");
         ensure!(
-            c["series"]["tMicros"].as_array().is_some_and(|t| !t.is_empty()),
+            c["series"]["tMicros"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty()),
             "{name}: no samples"
         );
     }
@@ -202,10 +216,7 @@ async fn a_recorded_day_replays_through_two_configurations() -> Result<()> {
     );
     let vs_recorded = report["comparisons"]
         .as_array()
-        .and_then(|c| {
-            c.iter()
-                .find(|c| c["a"] == "least" && c["b"] == "recorded")
-        })
+        .and_then(|c| c.iter().find(|c| c["a"] == "least" && c["b"] == "recorded"))
         .context("least vs recorded")?;
     ensure!(
         n(&vs_recorded["sameNode"]) == 11
@@ -218,7 +229,14 @@ async fn a_recorded_day_replays_through_two_configurations() -> Result<()> {
 
     // The table, as a user reads it.
     let table = berthctl(&[
-        "-s", &replayer.addr, "replay", &trace, "--config", &least, "--config", &most,
+        "-s",
+        &replayer.addr,
+        "replay",
+        &trace,
+        "--config",
+        &least,
+        "--config",
+        &most,
     ])
     .await?;
     for want in [
@@ -249,7 +267,10 @@ async fn a_bad_trace_or_configuration_is_refused_naming_why() -> Result<()> {
             .stdin(Stdio::null())
             .output()
             .await?;
-        anyhow::Ok((out.status.code(), String::from_utf8_lossy(&out.stderr).to_string()))
+        anyhow::Ok((
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        ))
     };
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let (code, err) = run(s(&["-s", &berthd.addr, "replay", &bad, "--config", &least])).await?;
@@ -260,7 +281,15 @@ async fn a_bad_trace_or_configuration_is_refused_naming_why() -> Result<()> {
     );
     let good = dir.path().join("good.trace.gz").display().to_string();
     generate(&good, 20).await?;
-    let (code, err) = run(s(&["-s", &berthd.addr, "replay", &good, "--config", &wrong])).await?;
+    let (code, err) = run(s(&[
+        "-s",
+        &berthd.addr,
+        "replay",
+        &good,
+        "--config",
+        &wrong,
+    ]))
+    .await?;
     ensure!(code == Some(1), "{code:?} {err}");
     ensure!(
         err.contains("start.configs[0].config_yaml") && err.contains("profilez"),
@@ -273,8 +302,21 @@ async fn a_bad_trace_or_configuration_is_refused_naming_why() -> Result<()> {
 async fn generate(out: &str, pods: usize) -> Result<()> {
     let status = Command::new(bench_path()?)
         .args([
-            "trace", "--nodes", "4", "--pods", &pods.to_string(), "--duration", "1h",
-            "--lifetime", "20m", "--template", "default=3,low-priority=1", "--seed", "1", "-o", out,
+            "trace",
+            "--nodes",
+            "4",
+            "--pods",
+            &pods.to_string(),
+            "--duration",
+            "1h",
+            "--lifetime",
+            "20m",
+            "--template",
+            "default=3,low-priority=1",
+            "--seed",
+            "1",
+            "-o",
+            out,
         ])
         .stdin(Stdio::null())
         .stderr(Stdio::null())
@@ -313,7 +355,15 @@ async fn the_html_report_renders_its_plots_in_headless_chromium() -> Result<()> 
     let html = dir.path().join("report.html");
     let berthd = Berthd::start(&["--empty-cluster"]).await?;
     berthctl(&[
-        "-s", &berthd.addr, "replay", &trace, "--config", &least, "--config", &most, "--html",
+        "-s",
+        &berthd.addr,
+        "replay",
+        &trace,
+        "--config",
+        &least,
+        "--config",
+        &most,
+        "--html",
         &html.display().to_string(),
     ])
     .await?;
@@ -357,7 +407,10 @@ async fn the_html_report_renders_its_plots_in_headless_chromium() -> Result<()> 
     };
     for (name, colour) in [("least", [0x00, 0x72, 0xB2]), ("most", [0xE6, 0x9F, 0x00])] {
         let count = img.iter().filter(|p| near(**p, colour)).count();
-        ensure!(count > 500, "{name}'s line: {count} pixels of its colour in the screenshot");
+        ensure!(
+            count > 500,
+            "{name}'s line: {count} pixels of its colour in the screenshot"
+        );
     }
     Ok(())
 }
@@ -421,7 +474,16 @@ async fn a_remote_extender_takes_part_in_its_configurations_cycles() -> Result<(
     )?;
     let berthd = Berthd::start(&["--empty-cluster"]).await?;
     let out = berthctl(&[
-        "-s", &berthd.addr, "replay", &trace, "--config", &plain, "--config", &quota, "-o", "json",
+        "-s",
+        &berthd.addr,
+        "replay",
+        &trace,
+        "--config",
+        &plain,
+        "--config",
+        &quota,
+        "-o",
+        "json",
     ])
     .await?;
     let report: Value = serde_json::from_str(&out)?;
@@ -437,5 +499,157 @@ async fn a_remote_extender_takes_part_in_its_configurations_cycles() -> Result<(
         reason.contains("namespace team-a over quota"),
         "quota's reason: {reason}"
     );
+    Ok(())
+}
+
+/// The sh blocks of docs/replay.md's walk-through, in order, each with the
+/// text block that follows it (before the next command), if any.
+fn walkthrough() -> Result<Vec<(String, Option<Vec<String>>)>> {
+    let page = std::fs::read_to_string(berth_e2e::workspace_root().join("docs/replay.md"))?;
+    let section = page
+        .split("## From a generated trace to a side-by-side report")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .context("the walk-through section")?;
+    let mut out: Vec<(String, Option<Vec<String>>)> = Vec::new();
+    let mut lines = section.lines();
+    while let Some(l) = lines.next() {
+        let lang = match l.strip_prefix("```") {
+            Some(lang) if !lang.is_empty() => lang.to_string(),
+            _ => continue,
+        };
+        let body: Vec<String> = lines
+            .by_ref()
+            .take_while(|l| !l.starts_with("```"))
+            .map(str::to_string)
+            .collect();
+        match lang.as_str() {
+            "sh" => out.push((body.join("\n"), None)),
+            "text" => {
+                if let Some(last) = out.last_mut() {
+                    last.1 = Some(body);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `shown` (a line of the page, `[..]` for what varies) matches
+/// `actual`.
+fn line_matches(shown: &str, actual: &str) -> bool {
+    let parts: Vec<&str> = shown.split("[..]").collect();
+    let mut rest = actual;
+    for (i, p) in parts.iter().enumerate() {
+        if i == 0 {
+            let Some(r) = rest.strip_prefix(p) else {
+                return false;
+            };
+            rest = r;
+        } else if i == parts.len() - 1 {
+            return rest.ends_with(p);
+        } else {
+            let Some(at) = rest.find(p) else {
+                return false;
+            };
+            rest = &rest[at + p.len()..];
+        }
+    }
+    rest.is_empty() || parts.len() > 1
+}
+
+/// docs/replay.md walks a newcomer from a generated trace to a
+/// side-by-side report in five commands: they run here as the page shows
+/// them (berthd on a free port, which BERTH_SERVER gives berthctl; the
+/// build is this test's own), and print what the page shows.
+#[tokio::test]
+async fn the_replay_page_runs_as_shown() -> Result<()> {
+    let steps = walkthrough()?;
+    ensure!(steps.len() == 5, "five commands, not {}", steps.len());
+    ensure!(
+        steps[0]
+            .0
+            .starts_with("cargo build --release -p berth-server -p berth-client -p berth-bench"),
+        "the first command builds the three binaries: {}",
+        steps[0].0
+    );
+    let dir = TempDir::new("replay-docs")?;
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin)?;
+    for (name, path) in [
+        ("berthctl", berthctl_path()?),
+        ("berth-bench", bench_path()?),
+        ("berthd", berth_e2e::berthd_path()?),
+    ] {
+        std::os::unix::fs::symlink(path, bin.join(name))?;
+    }
+    std::os::unix::fs::symlink(
+        berth_e2e::workspace_root().join("server"),
+        dir.path().join("server"),
+    )?;
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut berthd: Option<Berthd> = None;
+    let mut problems = Vec::new();
+    for (command, shown) in &steps[1..] {
+        if command.starts_with("berthd ") && command.ends_with(" &") {
+            // The page's berthd, on a free port.
+            let args: Vec<&str> = command
+                .trim_end_matches(" &")
+                .split_whitespace()
+                .skip(1)
+                .collect();
+            berthd = Some(Berthd::start(&args).await?);
+            continue;
+        }
+        let server = berthd.as_ref().map(|b| b.addr.clone()).unwrap_or_default();
+        let out = tokio::time::timeout(
+            Duration::from_secs(600),
+            Command::new("sh")
+                .args(["-c", command])
+                .current_dir(dir.path())
+                .env("PATH", &path)
+                .env("BERTH_SERVER", &server)
+                .stdin(Stdio::null())
+                .output(),
+        )
+        .await
+        .with_context(|| format!("{command}: hung"))??;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !out.status.success() {
+            problems.push(format!("{command}: {}: {text}", out.status));
+            continue;
+        }
+        // Every line the page shows comes, in order (lines it leaves out
+        // may come between).
+        if let Some(shown) = shown {
+            let actual: Vec<&str> = text.lines().collect();
+            let mut at = 0;
+            for want in shown.iter().filter(|l| l.trim() != "...") {
+                match actual[at..].iter().position(|a| line_matches(want, a)) {
+                    Some(i) => at += i + 1,
+                    None => {
+                        problems.push(format!(
+                            "{command}: the page shows {want:?}, berth printed:\n{text}"
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    ensure!(
+        dir.path().join("report.html").exists(),
+        "the last command wrote no report.html"
+    );
+    ensure!(problems.is_empty(), "{}", problems.join("\n\n"));
     Ok(())
 }

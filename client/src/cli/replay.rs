@@ -36,7 +36,11 @@ pub struct ReplayArgs {
 
 /// Parses a duration as Go writes them (`10ms`, `1m30s`, `2h`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {s:?}: use a number and a unit (ns, us, ms, s, m, h), as 10ms or 1m30s");
+    let bad = || {
+        format!(
+            "invalid duration {s:?}: use a number and a unit (ns, us, ms, s, m, h), as 10ms or 1m30s"
+        )
+    };
     if s == "0" {
         return Ok(Duration::ZERO);
     }
@@ -152,11 +156,17 @@ pub fn start_of(args: &ReplayArgs) -> Result<pb::ReplayStart> {
     }
     let mut configs = Vec::new();
     for path in &args.configs {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut name = config_name(path);
         // Two files of one name (a/x.yaml, b/x.yaml) get their paths.
-        if args.configs.iter().filter(|p| config_name(p) == name).count() > 1 {
+        if args
+            .configs
+            .iter()
+            .filter(|p| config_name(p) == name)
+            .count()
+            > 1
+        {
             name = path.display().to_string();
         }
         configs.push(pb::ReplayConfig {
@@ -254,7 +264,12 @@ impl Progress {
                         (c.records as f64 / p.records_read as f64).min(1.0)
                     };
                     let full = (f * width as f64) as usize;
-                    format!("{} [{}{}]", c.name, "#".repeat(full), ".".repeat(width - full))
+                    format!(
+                        "{} [{}{}]",
+                        c.name,
+                        "#".repeat(full),
+                        ".".repeat(width - full)
+                    )
                 })
                 .collect();
             let _ = write!(err, "\r\x1b[2K{}  {}", bars.join(" "), Self::line(p));
@@ -328,11 +343,21 @@ pub fn table(r: &pb::ReplayReport) -> String {
     row(&mut t, "pods arrived", &|c| c.arrived.to_string());
     row(&mut t, "scheduled", &|c| c.scheduled.to_string());
     row(&mut t, "still pending", &|c| c.pending.to_string());
-    row(&mut t, "deleted while pending", &|c| c.deleted_pending.to_string());
-    row(&mut t, "time to schedule p50", &|c| short(ttl(c).p50_micros));
-    row(&mut t, "time to schedule p99", &|c| short(ttl(c).p99_micros));
-    row(&mut t, "time to schedule max", &|c| short(ttl(c).max_micros));
-    row(&mut t, "failed attempts", &|c| c.failed_attempts.to_string());
+    row(&mut t, "deleted while pending", &|c| {
+        c.deleted_pending.to_string()
+    });
+    row(&mut t, "time to schedule p50", &|c| {
+        short(ttl(c).p50_micros)
+    });
+    row(&mut t, "time to schedule p99", &|c| {
+        short(ttl(c).p99_micros)
+    });
+    row(&mut t, "time to schedule max", &|c| {
+        short(ttl(c).max_micros)
+    });
+    row(&mut t, "failed attempts", &|c| {
+        c.failed_attempts.to_string()
+    });
     row(&mut t, "preemptions (victims)", &|c| {
         format!("{} ({})", c.preemptors, c.victims)
     });
@@ -375,7 +400,9 @@ pub fn table(r: &pb::ReplayReport) -> String {
             .last()
             .map_or("-".into(), |b| bytes(*b))
     });
-    row(&mut t, "simulated time", &|c| sim_time(micros(&c.simulated)));
+    row(&mut t, "simulated time", &|c| {
+        sim_time(micros(&c.simulated))
+    });
     row(&mut t, "wall time", &|c| short(micros(&c.wall)));
     out.push_str(&t.render());
     if let Some(n) = r.recorded_scheduled {
@@ -403,14 +430,26 @@ pub fn table(r: &pb::ReplayReport) -> String {
         let mut t = Table::new(["CONFIG", "PODS", "REASON"]).right(1);
         for c in &r.configs {
             for reason in c.pending_reasons.iter().take(5) {
-                t.row([c.name.clone(), reason.pods.to_string(), reason.reason.clone()]);
+                t.row([
+                    c.name.clone(),
+                    reason.pods.to_string(),
+                    reason.reason.clone(),
+                ]);
             }
         }
         out.push_str(&t.render());
     }
     if !r.comparisons.is_empty() {
         out.push_str("\nPlacements compared, pod by pod (pods either placed):\n");
-        let mut t = Table::new(["A", "B", "PODS", "SAME NODE", "DIFFERENT", "ONLY A", "ONLY B"]);
+        let mut t = Table::new([
+            "A",
+            "B",
+            "PODS",
+            "SAME NODE",
+            "DIFFERENT",
+            "ONLY A",
+            "ONLY B",
+        ]);
         for i in 2..=6 {
             t = t.right(i);
         }

@@ -33,7 +33,13 @@ struct Line<'a> {
 }
 
 /// A plot of `lines` with the value axis labelled by `fmt`.
-fn plot(id: &str, title: &str, lines: &[Line], fmt: &dyn Fn(f64) -> String, max_hint: Option<f64>) -> String {
+fn plot(
+    id: &str,
+    title: &str,
+    lines: &[Line],
+    fmt: &dyn Fn(f64) -> String,
+    max_hint: Option<f64>,
+) -> String {
     let t_max = lines
         .iter()
         .flat_map(|l| l.points.iter().map(|p| p.0))
@@ -166,7 +172,13 @@ figure {{ margin: 24px 0; }} figcaption {{ font-weight: 600; margin-bottom: 6px;
             .collect()
     };
     let pct = |v: f64| format!("{:.0}%", v * 100.0);
-    html.push_str(&plot("cpu", "CPU requested / allocatable", &util("cpu"), &pct, Some(1.0)));
+    html.push_str(&plot(
+        "cpu",
+        "CPU requested / allocatable",
+        &util("cpu"),
+        &pct,
+        Some(1.0),
+    ));
     html.push_str(&plot(
         "memory",
         "Memory requested / allocatable",
@@ -260,6 +272,9 @@ mod tests {
         assert_eq!(html.matches("<svg").count(), 4);
         assert_eq!(html.matches(r#"class="series""#).count(), 8);
         assert!(html.contains("&lt;most&gt;") && !html.contains("<most>"));
-        assert!(!html.contains("<script"), "no script: it opens from disk anywhere");
+        assert!(
+            !html.contains("<script"),
+            "no script: it opens from disk anywhere"
+        );
     }
 }

@@ -40,13 +40,19 @@ fn invalid(s: String) -> Status {
     ApiError::InvalidArgument(s).into()
 }
 
-fn duration(d: &Option<prost_types::Duration>, field: &str, default: Duration) -> Result<Duration, Status> {
+fn duration(
+    d: &Option<prost_types::Duration>,
+    field: &str,
+    default: Duration,
+) -> Result<Duration, Status> {
     match d {
         None => Ok(default),
         Some(d) if d.seconds >= 0 && d.nanos >= 0 => {
             Ok(Duration::from_secs(d.seconds as u64) + Duration::from_nanos(d.nanos as u64))
         }
-        Some(_) => Err(invalid(format!("{field}: Invalid value: must not be negative"))),
+        Some(_) => Err(invalid(format!(
+            "{field}: Invalid value: must not be negative"
+        ))),
     }
 }
 
@@ -60,7 +66,9 @@ fn pb_duration(d: Duration) -> prost_types::Duration {
 /// Checks `start` and parses its configurations.
 pub fn candidates(start: &pb::ReplayStart) -> Result<Vec<Candidate>, Status> {
     if start.configs.is_empty() {
-        return Err(invalid("start.configs: Required value: at least one configuration".into()));
+        return Err(invalid(
+            "start.configs: Required value: at least one configuration".into(),
+        ));
     }
     if start.configs.len() > MAX_CONFIGS {
         return Err(invalid(format!(
@@ -77,7 +85,10 @@ pub fn candidates(start: &pb::ReplayStart) -> Result<Vec<Candidate>, Status> {
             return Err(invalid(format!("{field}.name: Required value")));
         }
         if out.iter().any(|o| o.name == c.name) {
-            return Err(invalid(format!("{field}.name: Duplicate value: {:?}", c.name)));
+            return Err(invalid(format!(
+                "{field}.name: Duplicate value: {:?}",
+                c.name
+            )));
         }
         if c.config_yaml.len() > MAX_CONFIG_BYTES {
             return Err(invalid(format!(
@@ -136,13 +147,19 @@ pub async fn replay(
         .await?
         .ok_or_else(|| invalid("start: Required value: the first message holds start".into()))?;
     let Some(pb::replay_request::Part::Start(start)) = first.part else {
-        return Err(invalid("start: Required value: the first message holds start, the trace follows".into()));
+        return Err(invalid(
+            "start: Required value: the first message holds start, the trace follows".into(),
+        ));
     };
     let candidates = candidates(&start)?;
     let options = ReplayOptions {
         bind_latency: duration(&start.bind_latency, "start.bind_latency", Duration::ZERO)?,
         seed: start.seed,
-        settle: duration(&start.settle, "start.settle", ReplayOptions::default().settle)?,
+        settle: duration(
+            &start.settle,
+            "start.settle",
+            ReplayOptions::default().settle,
+        )?,
         ..ReplayOptions::default()
     };
     if busy.swap(true, Ordering::SeqCst) {

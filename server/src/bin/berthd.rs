@@ -507,9 +507,17 @@ async fn run(args: Args) -> Result<()> {
                 path: path.clone(),
                 max_bytes: args.record_max_mib << 20,
                 keep: args.record_keep,
-                source: if kube_cluster.is_some() { "kube" } else { "embedded" },
+                source: if kube_cluster.is_some() {
+                    "kube"
+                } else {
+                    "embedded"
+                },
                 seed: args.seed,
-                profiles: cfg.profiles.iter().map(|p| p.scheduler_name.clone()).collect(),
+                profiles: cfg
+                    .profiles
+                    .iter()
+                    .map(|p| p.scheduler_name.clone())
+                    .collect(),
             })?;
             tracing::info!(path = %path.display(), "recording a trace to {}", path.display());
             Some(r)

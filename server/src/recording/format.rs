@@ -423,10 +423,8 @@ impl Reader {
         };
         match reader.next_line()? {
             Some(line) => {
-                let h = parse_header(&line).map_err(|message| FormatError::Line {
-                    line: 1,
-                    message,
-                })?;
+                let h = parse_header(&line)
+                    .map_err(|message| FormatError::Line { line: 1, message })?;
                 reader.header = Some(h);
                 reader.segments = 1;
             }
@@ -479,7 +477,8 @@ impl Reader {
 
     /// Whether the stream ended inside a line (a recording cut short).
     fn truncated_tail(&mut self) -> bool {
-        matches!(self.lines.fill_buf(), Ok([]) | Err(_)) && serde_json::from_str::<serde::de::IgnoredAny>(self.buf.trim_end()).is_err()
+        matches!(self.lines.fill_buf(), Ok([]) | Err(_))
+            && serde_json::from_str::<serde::de::IgnoredAny>(self.buf.trim_end()).is_err()
     }
 
     /// The next record; `None` at the end.
@@ -519,7 +518,9 @@ impl Reader {
 
 fn parse_header(line: &str) -> Result<Header, String> {
     let h: Header = serde_json::from_str(line).map_err(|e| {
-        format!("not a berth trace header ({e}); a trace starts with {{\"berthTrace\":{VERSION},...}}")
+        format!(
+            "not a berth trace header ({e}); a trace starts with {{\"berthTrace\":{VERSION},...}}"
+        )
     })?;
     if h.berth_trace != VERSION {
         return Err(format!(
@@ -670,13 +671,17 @@ mod tests {
         for gz in [true, false] {
             let back = roundtrip(&records, gz);
             assert_eq!(back.len(), records.len());
-            assert!(matches!(&back[0].body, Body::Add(Object::Pod(p)) if p.metadata.name.as_deref() == Some("a")));
+            assert!(
+                matches!(&back[0].body, Body::Add(Object::Pod(p)) if p.metadata.name.as_deref() == Some("a"))
+            );
             assert!(matches!(back[1].body, Body::Synced));
             assert!(matches!(&back[2].body, Body::Bind(b) if b.node == "n1" && back[2].t == 5));
             assert!(
                 matches!(&back[3].body, Body::Preempted(p) if p.preemptor.as_ref().unwrap().name == "b")
             );
-            assert!(matches!(&back[4].body, Body::Delete(d) if d.kind == "Pod" && d.uid == "u-a" && d.preempted));
+            assert!(
+                matches!(&back[4].body, Body::Delete(d) if d.kind == "Pod" && d.uid == "u-a" && d.preempted)
+            );
         }
     }
 
@@ -687,18 +692,39 @@ mod tests {
             (
                 0,
                 vec![
-                    Record { t: 0, body: Body::Add(pod("a")) },
-                    Record { t: 0, body: Body::Synced },
-                    Record { t: 3, body: Body::Add(pod("b")) },
+                    Record {
+                        t: 0,
+                        body: Body::Add(pod("a")),
+                    },
+                    Record {
+                        t: 0,
+                        body: Body::Synced,
+                    },
+                    Record {
+                        t: 3,
+                        body: Body::Add(pod("b")),
+                    },
                 ],
             ),
             (
                 1,
                 vec![
-                    Record { t: 4, body: Body::Add(pod("a")) },
-                    Record { t: 4, body: Body::Add(pod("b")) },
-                    Record { t: 4, body: Body::Synced },
-                    Record { t: 8, body: Body::Add(pod("c")) },
+                    Record {
+                        t: 4,
+                        body: Body::Add(pod("a")),
+                    },
+                    Record {
+                        t: 4,
+                        body: Body::Add(pod("b")),
+                    },
+                    Record {
+                        t: 4,
+                        body: Body::Synced,
+                    },
+                    Record {
+                        t: 8,
+                        body: Body::Add(pod("c")),
+                    },
                 ],
             ),
         ] {
@@ -728,17 +754,28 @@ mod tests {
         let e = Reader::new(std::io::Cursor::new(b"hello\n".to_vec()))
             .err()
             .unwrap();
-        assert!(e.to_string().starts_with("line 1: not a berth trace header"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("line 1: not a berth trace header"),
+            "{e}"
+        );
         let e = Reader::new(std::io::Cursor::new(
             b"{\"berthTrace\":2,\"started\":\"x\",\"source\":\"kube\"}\n".to_vec(),
         ))
         .err()
         .unwrap();
-        assert!(e.to_string().contains("berthTrace: Unsupported value: 2"), "{e}");
+        assert!(
+            e.to_string().contains("berthTrace: Unsupported value: 2"),
+            "{e}"
+        );
         let text = "{\"berthTrace\":1,\"started\":\"x\",\"source\":\"kube\"}\n{\"t\":1}\n{\"t\":2,\"bind\":{\"namespace\":\"a\"}}\n";
         let mut r = Reader::new(std::io::Cursor::new(text.as_bytes().to_vec())).unwrap();
         let e = r.next_record().unwrap_err();
-        assert!(e.to_string().starts_with("line 2: a record with nothing in it"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("line 2: a record with nothing in it"),
+            "{e}"
+        );
         let e = r.next_record().unwrap_err();
         assert!(e.to_string().starts_with("line 3: missing field"), "{e}");
     }

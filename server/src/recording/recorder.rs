@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use parking_lot::Mutex;
 
 use super::Observer;
-use super::format::{self, Body, Deleted, Header, PodKey, Placed, Preempted, Unplaced};
+use super::format::{self, Body, Deleted, Header, Placed, PodKey, Preempted, Unplaced};
 use crate::cache::KubeObject;
 use crate::cluster::{ClusterChange, WatchEvent};
 use crate::framework::PodEvent;
@@ -238,10 +238,7 @@ impl Observer for Recorder {
             ClusterChange::Synced => {
                 // Only the first: a later one (a watch relisted) holds
                 // nothing the records before it did not say.
-                if self
-                    .synced
-                    .swap(true, std::sync::atomic::Ordering::SeqCst)
-                {
+                if self.synced.swap(true, std::sync::atomic::Ordering::SeqCst) {
                     return;
                 }
                 Item::Synced
@@ -388,7 +385,8 @@ fn evicted_by_scheduler(json: &[u8]) -> bool {
         .and_then(|p| p.status)
         .is_some_and(|s| {
             s.conditions.iter().any(|c| {
-                c.type_ == "DisruptionTarget" && c.reason.as_deref() == Some("PreemptionByScheduler")
+                c.type_ == "DisruptionTarget"
+                    && c.reason.as_deref() == Some("PreemptionByScheduler")
             })
         })
 }

@@ -184,7 +184,10 @@ impl State {
         let ratio = |u: i64, a: i64| if a > 0 { u as f64 / a as f64 } else { 0.0 };
         let mut values = vec![
             ("cpu".to_string(), ratio(self.used.cpu, self.alloc.cpu)),
-            ("memory".to_string(), ratio(self.used.memory, self.alloc.memory)),
+            (
+                "memory".to_string(),
+                ratio(self.used.memory, self.alloc.memory),
+            ),
             ("pods".to_string(), ratio(self.used.pods, self.alloc.pods)),
         ];
         for (i, n) in self.scalar_names.iter().enumerate() {
@@ -275,9 +278,17 @@ impl State {
             }
         }
         NodeUse {
-            alloc: if schedulable { alloc } else { Amounts::default() },
+            alloc: if schedulable {
+                alloc
+            } else {
+                Amounts::default()
+            },
             used: Amounts::default(),
-            scalar_alloc: if schedulable { scalar_alloc } else { Vec::new() },
+            scalar_alloc: if schedulable {
+                scalar_alloc
+            } else {
+                Vec::new()
+            },
             schedulable,
         }
     }
@@ -318,7 +329,8 @@ impl State {
                 .placements
                 .send((self.column, info.uid.clone(), Some(node.clone())));
         }
-        self.bound.insert(info.uid.clone(), BoundPod { node, req, scalar });
+        self.bound
+            .insert(info.uid.clone(), BoundPod { node, req, scalar });
     }
 
     fn pod_gone(&mut self, pod: &Arc<Pod>) {
@@ -521,17 +533,26 @@ mod tests {
     #[test]
     fn reasons_are_read_from_the_fit_error() {
         assert_eq!(
-            reasons_of("0/5 nodes are available: 3 Insufficient cpu, 2 node(s) had untolerated taint(s). preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling."),
+            reasons_of(
+                "0/5 nodes are available: 3 Insufficient cpu, 2 node(s) had untolerated taint(s). preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling."
+            ),
             ["Insufficient cpu", "node(s) had untolerated taint(s)"]
         );
         assert_eq!(
-            reasons_of("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."),
+            reasons_of(
+                "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+            ),
             ["node(s) didn't match Pod's node affinity/selector"]
         );
         assert_eq!(
-            reasons_of("0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."),
+            reasons_of(
+                "0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+            ),
             ["Insufficient cpu"]
         );
-        assert_eq!(reasons_of("no nodes available to schedule pods"), ["no nodes available to schedule pods"]);
+        assert_eq!(
+            reasons_of("no nodes available to schedule pods"),
+            ["no nodes available to schedule pods"]
+        );
     }
 }

@@ -631,7 +631,11 @@ impl Applier {
             Body::Bind(b) => match c.get_pod(&b.namespace, &b.name) {
                 Some(cur)
                     if (b.uid.is_empty() || cur.metadata.uid.as_deref() == Some(&b.uid))
-                        && cur.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()
+                        && cur
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.node_name.as_ref())
+                            .is_none()
                         && !self.ours(&cur) =>
                 {
                     match PodInfo::new(cur) {

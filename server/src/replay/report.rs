@@ -222,7 +222,10 @@ impl Comparator {
         if n < 2 {
             return;
         }
-        let row = self.open.entry(uid.clone()).or_insert_with(|| vec![None; n]);
+        let row = self
+            .open
+            .entry(uid.clone())
+            .or_insert_with(|| vec![None; n]);
         if row[col].is_some() {
             return;
         }

@@ -102,7 +102,10 @@ fn day() -> Vec<Record> {
         rec(0, Body::Synced),
     ];
     for i in 0..6u64 {
-        r.push(rec(1_000_000 * (i + 1), Body::Add(pod(&format!("p{i}"), "1"))));
+        r.push(rec(
+            1_000_000 * (i + 1),
+            Body::Add(pod(&format!("p{i}"), "1")),
+        ));
     }
     r.push(rec(
         10_000_000,
