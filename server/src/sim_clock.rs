@@ -20,6 +20,12 @@ pub fn simulated_here() {
     SIMULATED.with(|s| s.set(true));
 }
 
+/// Whether this thread runs a simulated clock: what happens on it is a
+/// replay's, not this process's (its process-wide metrics leave it out).
+pub fn is_simulated() -> bool {
+    SIMULATED.with(|s| s.get())
+}
+
 /// Keeps a simulated clock from jumping while it lives.
 #[must_use = "the clock is held only while the Hold lives"]
 #[derive(Debug)]
@@ -29,7 +35,7 @@ pub struct Hold {
 
 /// A [`Hold`] on this thread's simulated clock (nothing outside a replay).
 pub fn hold() -> Hold {
-    if !SIMULATED.with(|s| s.get()) {
+    if !is_simulated() {
         return Hold { _release: None };
     }
     let (tx, rx) = std::sync::mpsc::channel::<()>();

@@ -190,7 +190,16 @@ pub async fn replay(
     let (tx, rx) = mpsc::channel::<Result<pb::ReplayResponse, Status>>(64);
     let cancel = Arc::new(AtomicBool::new(false));
     let c = cancel.clone();
+    // The next replay may start once this one ends, however it ends.
+    struct Busy(Arc<AtomicBool>);
+    impl Drop for Busy {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::SeqCst);
+        }
+    }
+    let busy = Busy(busy);
     tokio::task::spawn_blocking(move || {
+        let _busy = busy;
         let chunks = Chunks {
             rx: chunk_rx,
             buf: Vec::new(),
@@ -219,7 +228,6 @@ pub async fn replay(
             Err(e) => Err(Status::failed_precondition(e.to_string())),
         };
         let _ = tx.blocking_send(answer);
-        busy.store(false, Ordering::SeqCst);
     });
     let stream = ReceiverStream::new(rx).map(|r| r);
     Ok(Box::pin(stream))
