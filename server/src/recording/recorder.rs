@@ -357,6 +357,11 @@ fn scheduling_view(json: &[u8]) -> Option<serde_json::Value> {
         s.remove("podIP");
         s.remove("podIPs");
     }
+    if let Some(m) = v.as_object_mut()
+        && m.get("status").is_some_and(|s| s.as_object().is_some_and(|s| s.is_empty()))
+    {
+        m.remove("status");
+    }
     Some(v)
 }
 
