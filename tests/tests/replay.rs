@@ -102,7 +102,7 @@ fn n(v: &Value) -> u64 {
 /// path and the victims.
 async fn record(dir: &TempDir) -> Result<(String, Vec<String>)> {
     let trace = dir.path().join("day.trace.gz").display().to_string();
-    let mut berthd = Berthd::start(&["--empty-cluster", "--seed", "7", "--record", &trace]).await?;
+    let berthd = Berthd::start(&["--empty-cluster", "--seed", "7", "--record", &trace]).await?;
     let mut client = berthd.client().await?;
     let events = Events::watch(&mut client).await?;
     client.apply(&[], NODES).await?;

@@ -358,7 +358,8 @@ fn scheduling_view(json: &[u8]) -> Option<serde_json::Value> {
         s.remove("podIPs");
     }
     if let Some(m) = v.as_object_mut()
-        && m.get("status").is_some_and(|s| s.as_object().is_some_and(|s| s.is_empty()))
+        && m.get("status")
+            .is_some_and(|s| s.as_object().is_some_and(|s| s.is_empty()))
     {
         m.remove("status");
     }
@@ -459,21 +460,22 @@ impl SegmentWriter {
             }
             Item::Update(old, new) => {
                 let (kind, ns, name, uid) = new.key();
-                if kind == "Pod" && old.node_name().is_none() {
-                    if let Some(node) = new.node_name() {
-                        format::write_record(
-                            buf,
-                            t,
-                            &Body::Bind(Placed {
-                                namespace: ns.clone(),
-                                name: name.clone(),
-                                uid,
-                                node: node.clone(),
-                            }),
-                        );
-                        self.bound.insert((ns, name), node);
-                        return;
-                    }
+                if kind == "Pod"
+                    && old.node_name().is_none()
+                    && let Some(node) = new.node_name()
+                {
+                    format::write_record(
+                        buf,
+                        t,
+                        &Body::Bind(Placed {
+                            namespace: ns.clone(),
+                            name: name.clone(),
+                            uid,
+                            node: node.clone(),
+                        }),
+                    );
+                    self.bound.insert((ns, name), node);
+                    return;
                 }
                 let json = new.json();
                 if kind == "Pod" && evicted_by_scheduler(&json) {

@@ -191,9 +191,13 @@ impl Histogram {
 /// pod is counted in every pair's comparison and forgotten (so the memory
 /// held is the pods some configuration has not decided yet, not the
 /// trace's).
+/// Per column: not decided yet (`None`), or bound to a node or never
+/// bound (`Some`).
+type Row = Vec<Option<Option<Arc<str>>>>;
+
 pub(crate) struct Comparator {
     names: Vec<String>,
-    open: HashMap<Arc<str>, Vec<Option<Option<Arc<str>>>>>,
+    open: HashMap<Arc<str>, Row>,
     pairs: Vec<Comparison>,
 }
 
