@@ -346,6 +346,9 @@ pub fn table(r: &pb::ReplayReport) -> String {
     row(&mut t, "deleted while pending", &|c| {
         c.deleted_pending.to_string()
     });
+    row(&mut t, "deleted with their node", &|c| {
+        c.deleted_with_node.to_string()
+    });
     row(&mut t, "time to schedule p50", &|c| {
         short(ttl(c).p50_micros)
     });

@@ -283,6 +283,7 @@ fn config_pb(c: &replay::ConfigReport) -> pb::ReplayConfigReport {
         scheduled: c.scheduled,
         pending: c.pending,
         deleted_pending: c.deleted_pending,
+        deleted_with_node: c.deleted_with_node,
         pending_reasons: c
             .pending_reasons
             .iter()

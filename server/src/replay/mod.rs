@@ -18,7 +18,9 @@
 //! sleeps until the record's time (so everything due before it, backoffs
 //! expiring, bindings landing, runs first), then applies it to the copy,
 //! as the API server would have: pods arrive, nodes come and go, pods
-//! leave when the trace says they were deleted. Records the driver waits
+//! leave when the trace says they were deleted, and pods bound to a node
+//! that is gone are deleted as the pod garbage collector would (see
+//! [`ReplayCluster`]; they are counted, not recreated). Records the driver waits
 //! for are read on another thread; while it waits, it blocks its runtime
 //! so that no simulated time passes for want of the next record.
 //!
@@ -420,13 +422,17 @@ impl Job {
     async fn simulate(self, rx: mpsc::Receiver<Arc<Vec<Record>>>) -> Result<ConfigReport, String> {
         let origin = Instant::now();
         let embedded = EmbeddedCluster::new();
-        let cluster = Arc::new(ReplayCluster::new(embedded.clone(), self.bind_latency));
         let profiles: HashSet<Arc<str>> = self
             .config
             .profiles
             .iter()
             .map(|p| Arc::from(p.scheduler_name.as_str()))
             .collect();
+        let cluster = Arc::new(ReplayCluster::new(
+            embedded.clone(),
+            self.bind_latency,
+            profiles.clone(),
+        ));
         let collector = Arc::new(Collector::new(
             self.name.clone(),
             self.index,
@@ -439,6 +445,7 @@ impl Job {
         let mut t0 = 0u64;
         let mut applier = Applier {
             cluster: embedded.clone(),
+            replay: cluster.clone(),
             profiles: profiles.clone(),
             victims: HashSet::new(),
             refused: 0,
@@ -502,11 +509,11 @@ impl Job {
             }
         };
         // Let what was under way finish: bindings landing, pods in backoff
-        // tried again, within `settle`.
+        // tried again, pods of nodes gone collected, within `settle`.
         let deadline = Instant::now() + self.settle;
         loop {
             tokio::task::yield_now().await;
-            if scheduler.is_idle() || Instant::now() >= deadline {
+            if (scheduler.is_idle() && !cluster.collecting()) || Instant::now() >= deadline {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -517,6 +524,7 @@ impl Job {
         let mut report = collector.state.lock().finish(now);
         report.records = applied;
         report.refused_records = applier.refused;
+        report.deleted_with_node = cluster.deleted_with_node();
         report.first_refusal = applier.first_refusal;
         scheduler.stop();
         Ok(report)
@@ -549,6 +557,9 @@ async fn until(at: Instant) {
 /// have (see the module's doc).
 struct Applier {
     cluster: Arc<EmbeddedCluster>,
+    /// The same, as the scheduler's client (whose garbage collector
+    /// deletes the pods of nodes gone).
+    replay: Arc<ReplayCluster>,
     profiles: HashSet<Arc<str>>,
     /// Pods the recorded scheduler evicted, whose deletion is its doing.
     victims: HashSet<String>,
@@ -617,9 +628,7 @@ impl Applier {
                             c.delete(Kind::Pod, &d.namespace, &d.name);
                         }
                     }
-                    "Node" => {
-                        c.delete(Kind::Node, "", &d.name);
-                    }
+                    "Node" => self.replay.delete_node(&d.name),
                     other => {
                         if let Some(k) = kind_named(other) {
                             c.delete(Kind::Object(k), &d.namespace, &d.name);

@@ -17,6 +17,9 @@ pub struct ConfigReport {
     pub pending: u64,
     /// Deleted (as the trace says) before they were bound.
     pub deleted_pending: u64,
+    /// Bound to a node that left, and so deleted by the pod garbage
+    /// collector (nothing recreates them: controllers are not replayed).
+    pub deleted_with_node: u64,
     /// Why the pods still pending are: each reason of their last failed
     /// attempt, with how many pods it held back, most first.
     pub pending_reasons: Vec<(String, u64)>,

@@ -204,3 +204,79 @@ fn recorded_bindings_of_the_configurations_pods_are_theirs_to_decide() {
     assert_eq!(vs.different_node, 1, "{vs:?}");
     assert_eq!(vs.only_a, 6);
 }
+
+fn node_deleted(t: u64, name: &str) -> Record {
+    rec(
+        t,
+        Body::Delete(Deleted {
+            kind: "Node".into(),
+            namespace: String::new(),
+            name: name.into(),
+            uid: String::new(),
+            preempted: false,
+        }),
+    )
+}
+
+#[test]
+fn pods_bound_to_a_node_that_left_are_deleted_with_it() {
+    // Two nodes of two CPUs, filled by four pods of one. Node a leaves for
+    // good; node b leaves and comes back within the garbage collector's
+    // quarantine, so its pods stay. A pod arriving after has no room.
+    let mut records = vec![
+        rec(0, Body::Add(node("a", "2"))),
+        rec(0, Body::Add(node("b", "2"))),
+        rec(0, Body::Synced),
+    ];
+    for i in 0..4u64 {
+        records.push(rec(
+            1_000_000 * (i + 1),
+            Body::Add(pod(&format!("p{i}"), "1")),
+        ));
+    }
+    records.push(node_deleted(10_000_000, "a"));
+    records.push(node_deleted(11_000_000, "b"));
+    records.push(rec(20_000_000, Body::Add(node("b", "2"))));
+    records.push(rec(30_000_000, Body::Add(pod("late", "1"))));
+    let report = run(
+        trace("generated", &records),
+        &[("least", "LeastAllocated")],
+        ReplayOptions::default(),
+    );
+    let c = &report.configs[0];
+    assert_eq!(c.refused_records, 0, "{:?}", c.first_refusal);
+    assert_eq!(c.arrived, 5);
+    assert_eq!(c.scheduled, 4);
+    assert_eq!(c.pending, 1);
+    assert_eq!(c.deleted_with_node, 2, "a's two pods, not b's");
+    // They went when the quarantine ended, 40 s after a left.
+    assert!(c.simulated_micros >= 50_000_000, "{}", c.simulated_micros);
+    let s = &c.series;
+    assert_eq!(*s.running.last().unwrap(), 2);
+    let at = |t: u64| s.t.iter().rposition(|&x| x <= t).unwrap();
+    assert_eq!(s.running[at(45_000_000)], 4, "{s:?}");
+}
+
+#[test]
+fn a_binding_that_lands_on_a_node_gone_is_collected_too() {
+    // The pod's binding takes a second; its node leaves meanwhile.
+    let records = vec![
+        rec(0, Body::Add(node("a", "2"))),
+        rec(0, Body::Synced),
+        rec(1_000_000, Body::Add(pod("p0", "1"))),
+        node_deleted(1_500_000, "a"),
+    ];
+    let report = run(
+        trace("generated", &records),
+        &[("least", "LeastAllocated")],
+        ReplayOptions {
+            bind_latency: Duration::from_secs(1),
+            ..ReplayOptions::default()
+        },
+    );
+    let c = &report.configs[0];
+    assert_eq!(c.scheduled, 1);
+    assert_eq!(c.deleted_with_node, 1);
+    assert_eq!(*c.series.running.last().unwrap(), 0);
+    assert!(c.simulated_micros >= 42_000_000, "{}", c.simulated_micros);
+}
