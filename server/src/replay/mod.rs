@@ -605,9 +605,13 @@ impl Applier {
                     Some(cur) if cur.metadata.uid == p.metadata.uid => {
                         let mut pod = (**p).clone();
                         sanitize(&mut pod);
-                        // The binding is this copy's, not the recording's.
+                        // The binding, the nomination and the scheduler's
+                        // conditions are this copy's, not the recording's:
+                        // an update from elsewhere (a label, the kubelet)
+                        // must not take back the copy's nomination.
                         let node = cur.spec.as_ref().and_then(|s| s.node_name.clone());
                         pod.spec.get_or_insert_with(Default::default).node_name = node;
+                        keep_scheduler_status(&cur, &mut pod);
                         c.apply_pod(pod).map(drop).map_err(|e| e.to_string())
                     }
                     _ => Ok(()),
@@ -663,6 +667,36 @@ impl Applier {
         if let Err(e) = result {
             self.refuse(rec, e);
         }
+    }
+}
+
+/// Carries what the copy's scheduler wrote on `cur` (its nomination,
+/// PodScheduled and DisruptionTarget conditions) over to `pod`, the
+/// recording's next version of it, sanitized.
+fn keep_scheduler_status(
+    cur: &k8s_openapi::api::core::v1::Pod,
+    pod: &mut k8s_openapi::api::core::v1::Pod,
+) {
+    let Some(was) = cur.status.as_ref() else {
+        return;
+    };
+    let ours = |c: &&k8s_openapi::api::core::v1::PodCondition| {
+        c.type_ == "PodScheduled" || c.type_ == "DisruptionTarget"
+    };
+    let kept: Vec<_> = was
+        .conditions
+        .iter()
+        .flatten()
+        .filter(ours)
+        .cloned()
+        .collect();
+    if was.nominated_node_name.is_none() && kept.is_empty() {
+        return;
+    }
+    let s = pod.status.get_or_insert_with(Default::default);
+    s.nominated_node_name = was.nominated_node_name.clone();
+    if !kept.is_empty() {
+        s.conditions.get_or_insert_with(Vec::new).extend(kept);
     }
 }
 
