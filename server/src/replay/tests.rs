@@ -363,3 +363,33 @@ fn a_configuration_that_preempts_replays_the_same_each_time() {
         );
     }
 }
+
+#[test]
+fn a_recorded_update_keeps_what_the_copys_scheduler_wrote() {
+    let cur: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "uid": "u", "labels": {"v": "1"}},
+        "status": {
+            "nominatedNodeName": "n1",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
+    }))
+    .unwrap();
+    // The recording's next version: a label changed, and its own
+    // scheduler's nomination elsewhere, which `sanitize` drops.
+    let mut next: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "uid": "u", "labels": {"v": "2"}},
+        "status": {
+            "nominatedNodeName": "n2",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
+    }))
+    .unwrap();
+    sanitize(&mut next);
+    keep_scheduler_status(&cur, &mut next);
+    let s = next.status.unwrap();
+    assert_eq!(s.nominated_node_name.as_deref(), Some("n1"));
+    let conditions = s.conditions.unwrap();
+    assert_eq!(conditions.len(), 1);
+    assert_eq!(conditions[0].type_, "PodScheduled");
+    assert_eq!(next.metadata.labels.unwrap()["v"], "2");
+}
