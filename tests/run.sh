@@ -87,6 +87,23 @@ if [ -z "${KUBECTL:-}" ] && ! command -v kubectl >/dev/null; then
     fi
 fi
 
+# Chromium renders the replay's HTML report headless, and the test checks
+# its screenshot (tests/tests/replay.rs). Debian's chromium provides it on a
+# machine that has none; the test reads CHROMIUM, or finds chromium on the
+# PATH.
+if [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -qq chromium >/dev/null 2>&1 \
+            || { apt-get update -qq >/dev/null && apt-get install -y -qq chromium >/dev/null; } \
+            || { echo "installing Debian's chromium failed (apt-get install -y chromium); the replay report's browser test needs it, or set CHROMIUM" >&2; exit 1; }
+        command -v chromium >/dev/null || { echo "apt-get installed chromium, but no chromium is on the PATH" >&2; exit 1; }
+    else
+        echo "chromium is required for the replay report's browser test (Debian: apt-get install chromium), or set CHROMIUM" >&2
+        exit 1
+    fi
+fi
+
 cargo test --workspace --locked "$@"
 
 # The benchmark harness in its quick mode, as a smoke test: every workload

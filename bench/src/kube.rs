@@ -383,7 +383,20 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
         },
     )?;
     let source: std::sync::Arc<dyn ClusterSource> = source;
-    let scheduler = Scheduler::start(
+    let recorder = match &opts.record {
+        Some(path) => Some(berth_server::recording::Recorder::start(
+            berth_server::recording::RecorderOptions {
+                path: path.clone(),
+                max_bytes: 256 << 20,
+                keep: 4,
+                source: "kube",
+                seed: Some(opts.seed),
+                profiles: vec!["default-scheduler".into()],
+            },
+        )?),
+        None => None,
+    };
+    let scheduler = Scheduler::start_observed(
         &cfg,
         &registry,
         source,
@@ -391,6 +404,9 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
             seed: Some(opts.seed),
             ..Options::default()
         },
+        recorder
+            .clone()
+            .map(|r| r as std::sync::Arc<dyn berth_server::recording::Observer>),
     )
     .map_err(|e| anyhow!("starting the scheduler: {e}"))?;
     tokio::time::timeout_at(deadline, scheduler.wait_synced())
@@ -430,6 +446,10 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    // The trace written to its end: its writer's CPU counts.
+    if let Some(r) = &recorder {
+        tokio::task::block_in_place(|| r.close(Duration::from_secs(60)));
+    }
     let total = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu_before;
     let (_, peak) = memory_mib();

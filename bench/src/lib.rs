@@ -9,5 +9,6 @@ pub mod objects;
 pub mod profile;
 pub mod report;
 pub mod runner;
+pub mod trace;
 pub mod transport;
 pub mod workloads;

@@ -23,8 +23,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Runs scheduler_perf-style workloads through the berth scheduler.
 #[derive(Debug, Parser)]
-#[command(name = "berth-bench", version)]
+#[command(name = "berth-bench", version, args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Sub>,
+
     /// Run every workload small (a smoke test: no timing is meaningful).
     #[arg(long)]
     quick: bool,
@@ -61,6 +64,11 @@ struct Args {
     #[arg(long)]
     parallelism: Option<usize>,
 
+    /// The kube workloads record a trace to this file while they run, as
+    /// `berthd --record` does (the figures then include its cost).
+    #[arg(long, value_name = "FILE")]
+    record: Option<std::path::PathBuf>,
+
     /// Log the scheduler's output to stderr with this filter (e.g. `info`).
     #[arg(long, value_name = "FILTER")]
     log: Option<String>,
@@ -82,6 +90,51 @@ struct Args {
     /// Internal: the stand-in's pending pods.
     #[arg(long, hide = true, default_value_t = 0)]
     pods: usize,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Sub {
+    /// Write a trace for `berthctl replay`: a cluster file (or generated
+    /// nodes) and pods of berth-bench's templates arriving as a Poisson
+    /// process, each deleted after an exponentially distributed lifetime.
+    Trace {
+        /// Kubernetes YAML (a file or a directory): the first state's
+        /// nodes, pods and other objects.
+        #[arg(long, value_name = "PATH")]
+        cluster: Option<std::path::PathBuf>,
+        /// Nodes to generate besides the cluster file's (4 CPU, 32Gi, 110
+        /// pods, in zones zone1..zone3).
+        #[arg(long, default_value_t = 0)]
+        nodes: usize,
+        /// Pods that arrive.
+        #[arg(long)]
+        pods: usize,
+        /// Over how long (Go duration).
+        #[arg(long, default_value = "1h", value_parser = duration)]
+        duration: Duration,
+        /// Mean lifetime of a pod (Go duration).
+        #[arg(long, default_value = "30m", value_parser = duration)]
+        lifetime: Duration,
+        /// Templates and their weights: name=weight,... (default,
+        /// low-priority, high-priority, high-priority-large-cpu,
+        /// pod-anti-affinity, pod-affinity, topology-spreading,
+        /// preferred-topology-spreading, node-affinity).
+        #[arg(long, default_value = "default")]
+        template: String,
+        /// How many times a node leaves (coming back ten minutes later).
+        #[arg(long, default_value_t = 0)]
+        node_churn: usize,
+        /// The seed: the same seed makes the same trace.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// The file to write (gzip JSON lines).
+        #[arg(long, short = 'o', value_name = "FILE")]
+        out: std::path::PathBuf,
+    },
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    berth_server::config::parse_go_duration(s)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -138,6 +191,11 @@ fn run_child(w: &Workload, args: &Args) -> Outcome {
         .args(["--timeout", &args.timeout.to_string()])
         .args(["--seed", &args.seed.to_string()])
         .args(
+            args.record
+                .iter()
+                .flat_map(|r| ["--record".into(), r.display().to_string()]),
+        )
+        .args(
             args.parallelism
                 .map(|p| vec!["--parallelism".to_string(), p.to_string()])
                 .unwrap_or_default(),
@@ -177,6 +235,39 @@ fn init_logging(filter: &str) {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if let Some(Sub::Trace {
+        cluster,
+        nodes,
+        pods,
+        duration,
+        lifetime,
+        template,
+        node_churn,
+        seed,
+        out,
+    }) = args.command
+    {
+        let templates = berth_bench::trace::parse_templates(&template)
+            .map_err(|e| anyhow::anyhow!("--template: {e}"))?;
+        let spec = berth_bench::trace::TraceSpec {
+            cluster,
+            nodes,
+            pods,
+            duration,
+            lifetime,
+            templates,
+            node_churn,
+            seed,
+            out,
+        };
+        let (records, bytes) = berth_bench::trace::generate(&spec)?;
+        eprintln!(
+            "wrote {}: {records} records, {:.1} MiB",
+            spec.out.display(),
+            bytes as f64 / (1u64 << 20) as f64
+        );
+        return Ok(());
+    }
     if let Some(filter) = &args.log {
         init_logging(filter);
     }
@@ -184,6 +275,7 @@ fn main() -> Result<()> {
         timeout: Duration::from_secs(args.timeout),
         seed: args.seed,
         parallelism: args.parallelism,
+        record: args.record.clone(),
     };
     let all = workloads::all(args.quick);
     if args.serve_apiserver {

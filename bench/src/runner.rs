@@ -124,6 +124,9 @@ pub struct RunOptions {
     pub seed: u64,
     /// Overrides the configuration's `parallelism`.
     pub parallelism: Option<usize>,
+    /// The kube workloads record a trace here, as `berthd --record` does
+    /// (to measure what recording costs).
+    pub record: Option<std::path::PathBuf>,
 }
 
 impl Default for RunOptions {
@@ -132,6 +135,7 @@ impl Default for RunOptions {
             timeout: Duration::from_secs(600),
             seed: 1,
             parallelism: None,
+            record: None,
         }
     }
 }

@@ -357,6 +357,67 @@ impl Client {
         self.dry_run(&v, profile, all_nodes).await
     }
 
+    /// Plays a trace through configurations on berthd (`Scheduler/Replay`):
+    /// sends `start`, then `trace`'s bytes in chunks of 1 MiB as berthd
+    /// takes them, and calls `progress` with each progress message until
+    /// the report comes.
+    pub async fn replay(
+        &mut self,
+        start: pb::ReplayStart,
+        mut trace: impl std::io::Read + Send + 'static,
+        mut progress: impl FnMut(&pb::ReplayProgress),
+    ) -> Result<pb::ReplayReport, ClientError> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<pb::ReplayRequest>(4);
+        let first = pb::ReplayRequest {
+            part: Some(pb::replay_request::Part::Start(start)),
+        };
+        // The first message goes before the call, so the stream is never
+        // empty; the trace is read on a blocking thread as berthd asks.
+        let _ = tx.send(first).await;
+        let reading = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            loop {
+                let mut chunk = vec![0u8; 1 << 20];
+                let mut filled = 0;
+                while filled < chunk.len() {
+                    let n = trace.read(&mut chunk[filled..])?;
+                    if n == 0 {
+                        break;
+                    }
+                    filled += n;
+                }
+                if filled == 0 {
+                    return Ok(());
+                }
+                chunk.truncate(filled);
+                let msg = pb::ReplayRequest {
+                    part: Some(pb::replay_request::Part::TraceChunk(chunk)),
+                };
+                if tx.blocking_send(msg).is_err() {
+                    return Ok(());
+                }
+            }
+        });
+        let mut answers = self
+            .scheduler
+            .replay(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        let mut report = None;
+        while let Some(m) = answers.message().await? {
+            match m.msg {
+                Some(pb::replay_response::Msg::Progress(p)) => progress(&p),
+                Some(pb::replay_response::Msg::Report(r)) => report = Some(r),
+                None => {}
+            }
+        }
+        match reading.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(ClientError::Encode(format!("reading the trace: {e}"))),
+            Err(e) => return Err(ClientError::Encode(format!("reading the trace: {e}"))),
+        }
+        report.ok_or_else(|| ClientError::Encode("berthd ended the replay without a report".into()))
+    }
+
     /// Places `objects` (pods, or workloads whose template is placed
     /// `replicas` times) one after another on a copy of the cluster state.
     /// The answer holds every placement: the pages berthd sends them in

@@ -21,8 +21,11 @@ pub mod outage;
 pub mod plugins;
 pub mod prom;
 pub mod queue;
+pub mod recording;
+pub mod replay;
 pub mod rng;
 pub mod scheduler;
+pub mod sim_clock;
 pub mod testing;
 
 /// How many tokio worker threads berthd runs: `requested` if given (and not

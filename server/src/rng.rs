@@ -13,8 +13,22 @@ impl FastRng {
         Self(seed)
     }
 
-    /// A generator seeded from the clock and the process.
+    /// A generator seeded from the clock and the process; or, while this
+    /// thread builds a scheduler given a seed ([`with_seed`]), from that
+    /// seed, so that every tie a seeded scheduler breaks (preemption's
+    /// candidate offset too) is reproducible.
     pub fn from_entropy() -> Self {
+        if let Some(seed) = SEEDED.with(|s| {
+            let v = s.get();
+            if let Some((seed, n)) = v {
+                s.set(Some((seed, n + 1)));
+            }
+            v
+        }) {
+            let (seed, n) = seed;
+            // A stream of its own for each generator made.
+            return Self(seed ^ (n + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        }
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
@@ -32,4 +46,22 @@ impl FastRng {
     pub fn below(&mut self, n: u64) -> u64 {
         ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
+}
+
+thread_local! {
+    /// The seed generators made on this thread take, and how many were.
+    static SEEDED: std::cell::Cell<Option<(u64, u64)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with [`FastRng::from_entropy`] seeded from `seed` on this
+/// thread (when `seed` is given): what a scheduler builds with a seed
+/// breaks its ties the same way each run.
+pub fn with_seed<T>(seed: Option<u64>, f: impl FnOnce() -> T) -> T {
+    let Some(seed) = seed else {
+        return f();
+    };
+    let before = SEEDED.with(|s| s.replace(Some((seed, 0))));
+    let out = f();
+    SEEDED.with(|s| s.set(before));
+    out
 }

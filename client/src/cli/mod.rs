@@ -10,6 +10,8 @@ pub mod get;
 pub mod output;
 pub mod quantity;
 pub mod queue;
+pub mod replay;
+pub mod replay_html;
 pub mod simulate;
 pub mod table;
 pub mod tls;

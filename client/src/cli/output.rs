@@ -42,6 +42,7 @@ proto_names!(
     SimulateResponse,
     GetQueueResponse,
     QueuedPod,
+    ReplayReport,
     SchedulingEvent,
     WatchEvent,
 );

@@ -9,6 +9,7 @@ mod convert;
 mod error;
 pub mod limits;
 pub mod paging;
+pub mod replay;
 mod scheduler;
 mod scheduler_groups;
 pub mod simulations;

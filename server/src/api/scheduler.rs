@@ -34,6 +34,8 @@ pub struct SchedulerApi {
     closing: Closing,
     /// Simulations whose placements are paged out.
     simulations: std::sync::Arc<Simulations>,
+    /// Whether a Replay is running (one at a time).
+    replaying: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl SchedulerApi {
@@ -43,6 +45,7 @@ impl SchedulerApi {
             scheduler,
             closing: Closing::never(),
             simulations: Default::default(),
+            replaying: Default::default(),
         }
     }
 
@@ -759,6 +762,16 @@ impl SchedulerService for SchedulerApi {
             remaining_item_count: if next.is_empty() { 0 } else { remaining as i64 },
             r#continue: next,
         }))
+    }
+
+    type ReplayStream = super::replay::ReplayStream;
+
+    async fn replay(
+        &self,
+        req: Request<tonic::Streaming<pb::ReplayRequest>>,
+    ) -> Result<Response<Self::ReplayStream>, Status> {
+        let stream = super::replay::replay(req.into_inner(), self.replaying.clone()).await?;
+        Ok(Response::new(Box::pin(self.closing.end(stream))))
     }
 
     type WatchEventsStream = EventStream;

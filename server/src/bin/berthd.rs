@@ -25,6 +25,7 @@ use berth_server::leader::{ElectionConfig, Outcome, default_identity};
 use berth_server::observe::health::{HealthChecks, Scope};
 use berth_server::observe::telemetry::{self, TraceConfig};
 use berth_server::plugins::in_tree_registry;
+use berth_server::recording::{Recorder, RecorderOptions};
 use berth_server::scheduler::{Options, Scheduler};
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
@@ -213,6 +214,22 @@ struct Args {
     /// (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration)]
     failure_summary_interval: Duration,
+
+    /// Record every change the scheduler sees, and its decisions, to this
+    /// trace file (gzip JSON lines; `berthctl replay` plays it back). See
+    /// docs/replay.md.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+
+    /// Rotate the trace once it holds this many MiB (compressed): it
+    /// becomes FILE.1, and a new FILE starts with the state as it stands.
+    /// 0: never.
+    #[arg(long, value_name = "MIB", default_value_t = 256, requires = "record")]
+    record_max_mib: u64,
+
+    /// How many rotated trace files to keep (FILE.1 ... FILE.N).
+    #[arg(long, value_name = "N", default_value_t = 4, requires = "record")]
+    record_keep: usize,
 
     /// On SIGTERM/SIGINT, how long in-flight binding cycles get to bind or
     /// Unreserve before berthd exits anyway (Go duration).
@@ -573,7 +590,30 @@ async fn run(args: Args) -> Result<()> {
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     let (tls_on, mtls_on) = (tls.is_some(), tls.as_ref().is_some_and(TlsConfig::mutual));
-    let scheduler = Scheduler::start(
+    let recorder = match &args.record {
+        Some(path) => {
+            let r = Recorder::start(RecorderOptions {
+                path: path.clone(),
+                max_bytes: args.record_max_mib << 20,
+                keep: args.record_keep,
+                source: if kube_cluster.is_some() {
+                    "kube"
+                } else {
+                    "embedded"
+                },
+                seed: args.seed,
+                profiles: cfg
+                    .profiles
+                    .iter()
+                    .map(|p| p.scheduler_name.clone())
+                    .collect(),
+            })?;
+            tracing::info!(path = %path.display(), "recording a trace to {}", path.display());
+            Some(r)
+        }
+        None => None,
+    };
+    let scheduler = Scheduler::start_observed(
         &cfg,
         &registry,
         source,
@@ -584,6 +624,9 @@ async fn run(args: Args) -> Result<()> {
             batching: true,
             look_ahead: true,
         },
+        recorder
+            .clone()
+            .map(|r| r as Arc<dyn berth_server::recording::Observer>),
     )
     .map_err(|e| match &args.config {
         Some(p) => anyhow::anyhow!("{}: {e}", p.display()),
@@ -710,6 +753,9 @@ async fn run(args: Args) -> Result<()> {
         let _ = stop_serving.send(());
         let _ = server.await;
         let _ = http_stop.send(());
+        if let Some(r) = &recorder {
+            r.close(Duration::from_secs(5));
+        }
         telemetry.shutdown();
         std::process::exit(1);
     };
@@ -745,6 +791,10 @@ async fn run(args: Args) -> Result<()> {
         }
     }
     let _ = http_stop.send(());
+    if let Some(r) = &recorder {
+        r.close(Duration::from_secs(5));
+        tracing::info!("trace closed");
+    }
     telemetry.shutdown();
     tracing::info!("shutdown complete");
     // Exit now rather than return: returning drops the runtime, which

@@ -655,8 +655,11 @@ impl Inner {
             return Err(e);
         }
         let inner = self.clone();
+        // A replay's clock waits for the answer (see crate::sim_clock).
+        let hold = crate::sim_clock::hold();
         Ok(Box::pin(async move {
             let raw = rx.await.unwrap_or(Err(CallError::Disconnected));
+            drop(hold);
             guard.answered = true;
             let mut unusable = None;
             let checked = check(&asked, &guard.session.hello, raw, &mut unusable);
@@ -989,6 +992,8 @@ impl Inner {
 
     /// Dials, handshakes and serves one stream until it ends.
     async fn session_once(self: &Arc<Self>, dial: &Dial) -> Result<(), String> {
+        // A replay's clock waits for the connection (see crate::sim_clock).
+        let hold = crate::sim_clock::hold();
         let channel: Channel = dial().await.map_err(|e| {
             format!(
                 "cannot connect to {}: {}",
@@ -1026,6 +1031,7 @@ impl Inner {
         let (mut inbound, hello) = tokio::time::timeout(self.cfg.timeout, handshake)
             .await
             .map_err(|_| format!("no Hello within {:?}", self.cfg.timeout))??;
+        drop(hold);
         self.check_hello(&hello)
             .map_err(|e| format!("its Hello was refused: {e}"))?;
         let session = Arc::new(Session {

@@ -61,12 +61,19 @@ pub fn leader_slowpath(name: &str) {
 
 /// A ResourceClaim created by the scheduler, or a creation that failed.
 pub fn resource_claim_created(ok: bool, admin_access: bool) {
+    if crate::sim_clock::is_simulated() {
+        return;
+    }
     PROCESS.claims[usize::from(admin_access)][usize::from(!ok)].inc();
 }
 
 /// The event handlers took `took` for one cluster event labelled `event`
 /// (upstream's labels: `NodeAdd`, `AssignedPodUpdate`, ...).
 pub fn event_handled(event: &'static str, took: Duration) {
+    // A replay's schedulers are not this process's (crate::replay).
+    if crate::sim_clock::is_simulated() {
+        return;
+    }
     PROCESS
         .events
         .lock()

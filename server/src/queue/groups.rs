@@ -533,11 +533,13 @@ impl Inner {
             }
             let strategy = self.group_worth_requeuing(g, event, old, new);
             if strategy != Strategy::Skip {
-                moves.push((key.clone(), strategy));
+                moves.push((g.timestamp, key.clone(), strategy));
             }
         }
+        // In the order they were queued, not the map's (as `move_all`).
+        moves.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         let mut activated = false;
-        for (key, strategy) in moves {
+        for (_, key, strategy) in moves {
             if let Some(g) = self.remove_group_unschedulable(&key) {
                 activated |= self.requeue_group(g, strategy, now, *event);
             }

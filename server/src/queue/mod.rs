@@ -511,11 +511,16 @@ impl Inner {
             }
             let strategy = self.worth_requeuing(q, event, old, new);
             if strategy != Strategy::Skip {
-                moves.push((uid.clone(), strategy));
+                moves.push((q.timestamp, uid.clone(), strategy));
             }
         }
+        // In the order they were queued, not the map's (which differs from
+        // run to run): pods of one priority queued at one instant (as in a
+        // simulation, where a cycle takes no time) then come out of the
+        // heaps in the same order each run.
+        moves.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         let mut activated = false;
-        for (uid, strategy) in moves {
+        for (_, uid, strategy) in moves {
             if let Some(q) = self.remove_unschedulable(&uid) {
                 activated |= self.requeue(q, strategy, now, *event);
             }

@@ -31,6 +31,9 @@ pub(crate) async fn run(
     let mut parsed = Parsed::default();
     while let Some(change) = changes.recv().await {
         let started = std::time::Instant::now();
+        if let Some(o) = &shared.observer {
+            o.change(&change);
+        }
         let event = event_label(&change);
         match change {
             ClusterChange::Node(e) => {

@@ -200,10 +200,14 @@ struct EventTee {
     inner: Arc<dyn EventRecorder>,
     events: broadcast::Sender<SchedulingEvent>,
     metrics: Arc<SchedulerMetrics>,
+    observer: Option<Arc<dyn crate::recording::Observer>>,
 }
 
 impl EventRecorder for EventTee {
     fn record(&self, e: PodEvent) {
+        if let Some(o) = &self.observer {
+            o.event(&e);
+        }
         if e.reason == "Preempted" {
             self.metrics.record_preempted();
             let mut ev = SchedulingEvent::new(EventKind::Preempted, &e.pod);
@@ -308,6 +312,8 @@ pub(crate) struct Shared {
     pub prom: Arc<crate::metrics::Metrics>,
     /// The feature gates in force, for `kubernetes_feature_enabled`.
     pub feature_gates: FeatureGates,
+    /// Sees every change the event handler takes (`--record`, replay).
+    pub observer: Option<Arc<dyn crate::recording::Observer>>,
 }
 
 /// A running scheduler's public face.
@@ -349,6 +355,19 @@ impl Scheduler {
         cluster: Arc<dyn ClusterSource>,
         options: Options,
     ) -> Result<Self, ConfigError> {
+        Self::start_observed(config, registry, cluster, options, None)
+    }
+
+    /// [`Scheduler::start`], with `observer` shown every cluster change the
+    /// event handler takes and every event the scheduler records, in the
+    /// order they happen (`berthd --record`, and replay's reports).
+    pub fn start_observed(
+        config: &SchedulerConfig,
+        registry: &Registry,
+        cluster: Arc<dyn ClusterSource>,
+        options: Options,
+        observer: Option<Arc<dyn crate::recording::Observer>>,
+    ) -> Result<Self, ConfigError> {
         let parallelizer = Parallelizer::new(config.parallelism).map_err(|e| {
             ConfigError::new("parallelism", format!("cannot start the CPU pool: {e}"))
         })?;
@@ -358,6 +377,7 @@ impl Scheduler {
             inner: cluster.clone(),
             events: events.clone(),
             metrics: metrics.clone(),
+            observer: observer.clone(),
         });
         let features = config.feature_gates.features();
         let handle = Handle::with_features(cluster.clone(), recorder, parallelizer, features);
@@ -366,7 +386,10 @@ impl Scheduler {
         extenders.register(&mut registry)?;
         let http_extenders = Arc::new(HttpExtenders::new(&config.http_extenders, &handle)?);
         http_extenders.register(&mut registry, &handle)?;
-        let profiles = build_profiles(config, &registry, &handle)?;
+        // Plugins that break ties (preemption's candidate offset) take the
+        // scheduler's seed when it has one.
+        let profiles =
+            crate::rng::with_seed(options.seed, || build_profiles(config, &registry, &handle))?;
         let prom = Arc::new(crate::metrics::Metrics::default());
         if features.enable_generic_workload {
             prom.register_pod_groups();
@@ -434,6 +457,7 @@ impl Scheduler {
             metrics,
             prom,
             feature_gates: config.feature_gates.clone(),
+            observer,
         });
         let (synced_tx, synced) = watch::channel(false);
         tokio::spawn(event_handlers::run(

@@ -19,7 +19,7 @@ use clap::{Parser, Subcommand};
 use cli::Rpc;
 use cli::output::{Output, StdoutClosed};
 use cli::tls::TlsArgs;
-use cli::{apply, dryrun, files, get, queue, simulate, watch, why};
+use cli::{apply, dryrun, files, get, queue, replay, simulate, watch, why};
 
 /// Command-line client for berthd: inspect and change its cluster, and ask
 /// its scheduler where pods would go and why.
@@ -116,6 +116,40 @@ enum Command {
         /// The scheduler profile.
         #[arg(long, default_value = "")]
         profile: String,
+    },
+    /// Play a trace (`berthd --record`, or `berth-bench trace`) through
+    /// configurations on berthd, in simulated time, each on its own copy
+    /// of the cluster, and compare them: pods scheduled and pending (and
+    /// why), time to schedule, preemptions, gangs, utilization and
+    /// fragmentation over time, and where they placed pods differently.
+    Replay {
+        /// The trace's files, in order (rotated segments oldest first:
+        /// FILE.2 FILE.1 FILE).
+        #[arg(required = true, value_name = "TRACE")]
+        traces: Vec<std::path::PathBuf>,
+        /// A KubeSchedulerConfiguration file to replay through
+        /// (repeatable: configurations run side by side, one per core).
+        #[arg(long = "config", required = true, value_name = "FILE")]
+        configs: Vec<std::path::PathBuf>,
+        /// Feature gates for every configuration (as berthd's
+        /// --feature-gates).
+        #[arg(long, value_name = "Name=bool,...")]
+        feature_gates: Vec<String>,
+        /// How long a binding takes in simulated time (Go duration;
+        /// default 0s).
+        #[arg(long, value_name = "DURATION", value_parser = replay::parse_duration)]
+        bind_latency: Option<std::time::Duration>,
+        /// Seed for breaking ties between equally scored nodes (default:
+        /// the recorded berthd's --seed, else 1).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// How long the schedulers may go on after the trace's last record
+        /// while pods are still tried (Go duration; default 10m).
+        #[arg(long, value_name = "DURATION", value_parser = replay::parse_duration)]
+        settle: Option<std::time::Duration>,
+        /// Also write the report as an HTML page with plots to this file.
+        #[arg(long, value_name = "FILE")]
+        html: Option<std::path::PathBuf>,
     },
     /// Pods waiting to be scheduled, by queue, with why they wait.
     Queue {
@@ -230,6 +264,28 @@ async fn run(args: Args) -> Result<u8> {
             let inputs = files::read_all(&files)?;
             let c = &mut connect(server).await?;
             return simulate::run(c, format, &inputs, replicas, &profile).await;
+        }
+        Command::Replay {
+            traces,
+            configs,
+            feature_gates,
+            bind_latency,
+            seed,
+            settle,
+            html,
+        } => {
+            let args = replay::ReplayArgs {
+                traces,
+                configs,
+                feature_gates,
+                bind_latency,
+                seed,
+                settle,
+                html,
+            };
+            // The configurations are read before connecting.
+            replay::start_of(&args)?;
+            replay::run(&mut connect(server).await?, format, &args).await?;
         }
         Command::Queue { namespace } => {
             queue::run(&mut connect(server).await?, format, &namespace).await?;

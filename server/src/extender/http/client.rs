@@ -174,6 +174,8 @@ impl Transport {
 
     /// POSTs `body` to `verb` and returns the body of a 200 answer.
     pub async fn post(&self, verb: &str, body: Vec<u8>) -> Result<Bytes, PostError> {
+        // A replay's clock waits for the answer (see crate::sim_clock).
+        let _hold = crate::sim_clock::hold();
         let url = self.url(verb);
         let post = Post {
             url: url.clone(),

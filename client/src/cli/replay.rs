@@ -1,0 +1,503 @@
+//! `berthctl replay TRACE... --config A.yaml [--config B.yaml ...]`: plays
+//! a trace through configurations on berthd (`Scheduler/Replay`), shows
+//! progress on stderr (a bar on a terminal, a line every few seconds
+//! otherwise) and prints the report: a table, JSON or YAML, and with
+//! `--html FILE` a page with plots that opens in a browser.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use berth_client::{Client, pb};
+
+use super::Rpc;
+use super::output::{Output, emit, emit_proto};
+use super::table::Table;
+
+/// What to replay and how.
+#[derive(Debug, Clone)]
+pub struct ReplayArgs {
+    /// The trace's files, in order (rotated segments oldest first).
+    pub traces: Vec<PathBuf>,
+    /// The configurations' files.
+    pub configs: Vec<PathBuf>,
+    /// Feature gates for every configuration.
+    pub feature_gates: Vec<String>,
+    /// How long a binding takes in simulated time.
+    pub bind_latency: Option<Duration>,
+    /// The seed.
+    pub seed: Option<u64>,
+    /// How long to go on after the last record.
+    pub settle: Option<Duration>,
+    /// Where to write the HTML report.
+    pub html: Option<PathBuf>,
+}
+
+/// Parses a duration as Go writes them (`10ms`, `1m30s`, `2h`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!(
+            "invalid duration {s:?}: use a number and a unit (ns, us, ms, s, m, h), as 10ms or 1m30s"
+        )
+    };
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let n: f64 = rest[..end].parse().map_err(|_| bad())?;
+        rest = &rest[end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += n * scale;
+        rest = &rest[unit_end..];
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+fn pb_duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+fn micros(d: &Option<prost_types::Duration>) -> u64 {
+    d.as_ref().map_or(0, |d| {
+        (d.seconds.max(0) as u64) * 1_000_000 + (d.nanos.max(0) as u64) / 1_000
+    })
+}
+
+/// A configuration's name: its file's, without the extension.
+fn config_name(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// The trace files, one after another.
+struct Files {
+    paths: std::vec::IntoIter<PathBuf>,
+    current: Option<std::fs::File>,
+}
+
+impl Read for Files {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if let Some(f) = self.current.as_mut() {
+                let n = f.read(buf)?;
+                if n > 0 {
+                    return Ok(n);
+                }
+                self.current = None;
+            }
+            match self.paths.next() {
+                Some(p) => self.current = Some(std::fs::File::open(&p)?),
+                None => return Ok(0),
+            }
+        }
+    }
+}
+
+/// Runs the command.
+pub async fn run(client: &mut Client, format: Output, args: &ReplayArgs) -> Result<()> {
+    let start = start_of(args)?;
+    // Every file opens before anything is sent.
+    for t in &args.traces {
+        std::fs::File::open(t).with_context(|| format!("reading {}", t.display()))?;
+    }
+    let trace = Files {
+        paths: args.traces.clone().into_iter(),
+        current: None,
+    };
+    let mut shown = Progress::new(std::io::stderr().is_terminal());
+    let report = client
+        .replay(start, trace, |p| shown.update(p))
+        .await
+        .rpc()?;
+    shown.finish();
+    if let Some(path) = &args.html {
+        let title = args
+            .traces
+            .first()
+            .map(|t| t.display().to_string())
+            .unwrap_or_default();
+        std::fs::write(path, super::replay_html::render(&report, &title))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    match format {
+        Output::Table => emit(&table(&report)),
+        _ => emit_proto(format, &report),
+    }
+}
+
+/// The request's first message, from the files named.
+pub fn start_of(args: &ReplayArgs) -> Result<pb::ReplayStart> {
+    if args.configs.is_empty() {
+        bail!("--config: at least one configuration to replay the trace through");
+    }
+    let mut configs = Vec::new();
+    for path in &args.configs {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut name = config_name(path);
+        // Two files of one name (a/x.yaml, b/x.yaml) get their paths.
+        if args
+            .configs
+            .iter()
+            .filter(|p| config_name(p) == name)
+            .count()
+            > 1
+        {
+            name = path.display().to_string();
+        }
+        configs.push(pb::ReplayConfig {
+            name,
+            config_yaml: text,
+            feature_gates: args.feature_gates.clone(),
+        });
+    }
+    Ok(pb::ReplayStart {
+        configs,
+        bind_latency: args.bind_latency.map(pb_duration),
+        seed: args.seed,
+        settle: args.settle.map(pb_duration),
+    })
+}
+
+/// Simulated time, as a human reads it: `1h02m`, `3m05s`, `12.5s`.
+pub fn sim_time(us: u64) -> String {
+    let s = us / 1_000_000;
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{:.1}s", us as f64 / 1e6)
+    }
+}
+
+/// A duration as the report shows it: `850µs`, `12.3ms`, `4.20s`, `3m05s`.
+pub fn short(us: u64) -> String {
+    if us < 1_000 {
+        format!("{us}µs")
+    } else if us < 1_000_000 {
+        format!("{:.1}ms", us as f64 / 1e3)
+    } else if us < 60_000_000 {
+        format!("{:.2}s", us as f64 / 1e6)
+    } else {
+        sim_time(us)
+    }
+}
+
+struct Progress {
+    tty: bool,
+    last_line: Option<Instant>,
+    drawn: bool,
+}
+
+impl Progress {
+    fn new(tty: bool) -> Self {
+        Self {
+            tty,
+            last_line: None,
+            drawn: false,
+        }
+    }
+
+    fn line(p: &pb::ReplayProgress) -> String {
+        let elapsed = micros(&p.elapsed).max(1);
+        let parts: Vec<String> = p
+            .configs
+            .iter()
+            .map(|c| {
+                let rate = c.records as f64 / (elapsed as f64 / 1e6);
+                format!(
+                    "{}: {} events, {} simulated, {:.0} events/s{}",
+                    c.name,
+                    c.records,
+                    sim_time(micros(&c.simulated)),
+                    rate,
+                    if c.done { ", done" } else { "" }
+                )
+            })
+            .collect();
+        format!(
+            "replay {}: {} read{}; {}",
+            short(elapsed),
+            p.records_read,
+            if p.read_all { " (all)" } else { "" },
+            parts.join("; ")
+        )
+    }
+
+    fn update(&mut self, p: &pb::ReplayProgress) {
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            // A bar per configuration, by events applied of those read.
+            let width = 24usize;
+            let bars: Vec<String> = p
+                .configs
+                .iter()
+                .map(|c| {
+                    let f = if p.records_read == 0 {
+                        0.0
+                    } else {
+                        (c.records as f64 / p.records_read as f64).min(1.0)
+                    };
+                    let full = (f * width as f64) as usize;
+                    format!(
+                        "{} [{}{}]",
+                        c.name,
+                        "#".repeat(full),
+                        ".".repeat(width - full)
+                    )
+                })
+                .collect();
+            let _ = write!(err, "\r\x1b[2K{}  {}", bars.join(" "), Self::line(p));
+            let _ = err.flush();
+            self.drawn = true;
+        } else if self
+            .last_line
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(5))
+        {
+            let _ = writeln!(err, "{}", Self::line(p));
+            self.last_line = Some(Instant::now());
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.drawn {
+            let _ = writeln!(std::io::stderr());
+        }
+    }
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.0}%", v * 100.0)
+}
+
+/// Mean and maximum of a series.
+fn mean_max(v: &[f64]) -> (f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
+    let max = v.iter().cloned().fold(0.0, f64::max);
+    (v.iter().sum::<f64>() / v.len() as f64, max)
+}
+
+fn bytes(b: i64) -> String {
+    const GI: f64 = (1u64 << 30) as f64;
+    const MI: f64 = (1u64 << 20) as f64;
+    if b as f64 >= GI {
+        format!("{:.1}Gi", b as f64 / GI)
+    } else {
+        format!("{:.0}Mi", b as f64 / MI)
+    }
+}
+
+/// The report as text: the configurations side by side, why pods wait,
+/// and where they placed pods differently.
+pub fn table(r: &pb::ReplayReport) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "Replayed {} records ({} segment{}) through {} configuration{}, seed {}.\n\n",
+        r.records,
+        r.segments,
+        if r.segments == 1 { "" } else { "s" },
+        r.configs.len(),
+        if r.configs.len() == 1 { "" } else { "s" },
+        r.seed
+    ));
+    let mut headers = vec![String::new()];
+    headers.extend(r.configs.iter().map(|c| c.name.clone()));
+    let mut t = Table::new(headers);
+    for i in 1..=r.configs.len() {
+        t = t.right(i);
+    }
+    let row = |t: &mut Table, label: &str, f: &dyn Fn(&pb::ReplayConfigReport) -> String| {
+        let mut cells = vec![label.to_string()];
+        cells.extend(r.configs.iter().map(f));
+        t.row(cells);
+    };
+    let ttl = |c: &pb::ReplayConfigReport| c.time_to_schedule.unwrap_or_default();
+    let series = |c: &pb::ReplayConfigReport| c.series.clone().unwrap_or_default();
+    row(&mut t, "pods arrived", &|c| c.arrived.to_string());
+    row(&mut t, "scheduled", &|c| c.scheduled.to_string());
+    row(&mut t, "still pending", &|c| c.pending.to_string());
+    row(&mut t, "deleted while pending", &|c| {
+        c.deleted_pending.to_string()
+    });
+    row(&mut t, "deleted with their node", &|c| {
+        c.deleted_with_node.to_string()
+    });
+    row(&mut t, "time to schedule p50", &|c| {
+        short(ttl(c).p50_micros)
+    });
+    row(&mut t, "time to schedule p99", &|c| {
+        short(ttl(c).p99_micros)
+    });
+    row(&mut t, "time to schedule max", &|c| {
+        short(ttl(c).max_micros)
+    });
+    row(&mut t, "failed attempts", &|c| {
+        c.failed_attempts.to_string()
+    });
+    row(&mut t, "preemptions (victims)", &|c| {
+        format!("{} ({})", c.preemptors, c.victims)
+    });
+    row(&mut t, "gangs placed whole", &|c| {
+        format!("{}/{}", c.gangs_whole, c.gangs)
+    });
+    let resources: Vec<String> = {
+        let mut names: Vec<String> = Vec::new();
+        for c in &r.configs {
+            for u in series(c).utilization {
+                if !names.contains(&u.resource) {
+                    names.push(u.resource);
+                }
+            }
+        }
+        names
+    };
+    for res in &resources {
+        row(&mut t, &format!("{res} use, mean/max"), &|c| {
+            let s = series(c);
+            let v = s
+                .utilization
+                .iter()
+                .find(|u| &u.resource == res)
+                .map(|u| u.ratio.clone())
+                .unwrap_or_default();
+            let (mean, max) = mean_max(&v);
+            format!("{}/{}", pct(mean), pct(max))
+        });
+    }
+    row(&mut t, "largest free cpu, end", &|c| {
+        let s = series(c);
+        s.largest_free_cpu_milli
+            .last()
+            .map_or("-".into(), |m| format!("{m}m"))
+    });
+    row(&mut t, "largest free memory, end", &|c| {
+        let s = series(c);
+        s.largest_free_memory_bytes
+            .last()
+            .map_or("-".into(), |b| bytes(*b))
+    });
+    row(&mut t, "simulated time", &|c| {
+        sim_time(micros(&c.simulated))
+    });
+    row(&mut t, "wall time", &|c| short(micros(&c.wall)));
+    out.push_str(&t.render());
+    if let Some(n) = r.recorded_scheduled {
+        out.push_str(&format!("\nThe recorded scheduler bound {n} pods.\n"));
+    }
+    let refused: Vec<String> = r
+        .configs
+        .iter()
+        .filter(|c| c.refused_records > 0)
+        .map(|c| {
+            format!(
+                "{}: {} records refused, the first {}",
+                c.name, c.refused_records, c.first_refusal
+            )
+        })
+        .collect();
+    if !refused.is_empty() {
+        out.push('\n');
+        for l in refused {
+            out.push_str(&format!("{l}\n"));
+        }
+    }
+    if r.configs.iter().any(|c| !c.pending_reasons.is_empty()) {
+        out.push_str("\nWhy pods are still pending (pods per reason of their last attempt):\n");
+        let mut t = Table::new(["CONFIG", "PODS", "REASON"]).right(1);
+        for c in &r.configs {
+            for reason in c.pending_reasons.iter().take(5) {
+                t.row([
+                    c.name.clone(),
+                    reason.pods.to_string(),
+                    reason.reason.clone(),
+                ]);
+            }
+        }
+        out.push_str(&t.render());
+    }
+    if !r.comparisons.is_empty() {
+        out.push_str("\nPlacements compared, pod by pod (pods either placed):\n");
+        let mut t = Table::new([
+            "A",
+            "B",
+            "PODS",
+            "SAME NODE",
+            "DIFFERENT",
+            "ONLY A",
+            "ONLY B",
+        ]);
+        for i in 2..=6 {
+            t = t.right(i);
+        }
+        for c in &r.comparisons {
+            let share = |n: u64| {
+                if c.compared == 0 {
+                    n.to_string()
+                } else {
+                    format!("{n} ({:.0}%)", n as f64 * 100.0 / c.compared as f64)
+                }
+            };
+            t.row([
+                c.a.clone(),
+                c.b.clone(),
+                c.compared.to_string(),
+                share(c.same_node),
+                share(c.different_node),
+                share(c.only_a),
+                share(c.only_b),
+            ]);
+        }
+        out.push_str(&t.render());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_go_writes_them() {
+        assert_eq!(parse_duration("10ms"), Ok(Duration::from_millis(10)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("ten").is_err());
+    }
+
+    #[test]
+    fn times_read_at_a_glance() {
+        assert_eq!(short(850), "850µs");
+        assert_eq!(short(12_345), "12.3ms");
+        assert_eq!(short(4_200_000), "4.20s");
+        assert_eq!(sim_time(3_723_000_000), "1h02m");
+        assert_eq!(sim_time(185_000_000), "3m05s");
+    }
+}
