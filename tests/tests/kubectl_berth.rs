@@ -254,15 +254,25 @@ async fn why_explains_a_pending_pod_through_a_port_forward_to_the_leader() -> Re
     ] {
         ensure!(out.contains(want), "{want:?} in:\n{out}");
     }
+    // One row for the reason both nodes share.
     let listed = rows(&out);
-    ensure!(listed.len() == 2, "{out}");
-    for (row, node) in listed.iter().zip(["n1", "n2"]) {
-        let cells: Vec<&str> = row.split_whitespace().collect();
-        ensure!(
-            cells[0] == node && cells[2] == "NodeResourcesFit" && row.ends_with("Insufficient cpu"),
-            "{row}"
-        );
-    }
+    ensure!(listed.len() == 1, "{out}");
+    let cells: Vec<&str> = listed[0]
+        .split("   ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    ensure!(
+        cells
+            == [
+                "2",
+                "unresolvable",
+                "NodeResourcesFit",
+                "Insufficient cpu",
+                "n1, n2"
+            ],
+        "{out}"
+    );
     // Reached through the leader's pod, as the Lease names it, not the
     // first ready pod.
     let forwards = c.forwards();
