@@ -8,7 +8,7 @@
 //! embedded cluster. kubectl itself finds the plugin on the PATH (tests/run.sh
 //! installs kubectl; without one that test fails, as the deploy tests do).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
