@@ -29,8 +29,24 @@ from types import ModuleType
 HERE = Path(__file__).resolve().parent
 #: The repository's proto/ directory (extenders/python/ -> the root).
 DEFAULT_PROTO_DIR = HERE.parent.parent / "proto"
-#: Where generated code is cached (ignored by git).
-DEFAULT_CACHE_DIR = HERE / ".gen"
+
+
+def _default_cache_dir() -> Path:
+    """The user's cache directory, never the source tree:
+    ``$XDG_CACHE_HOME/berth/python-extender``, else
+    ``~/.cache/berth/python-extender``, else (no home) the temporary
+    directory. The cache key keeps checkouts and versions apart."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg) / "berth" / "python-extender"
+    try:
+        return Path.home() / ".cache" / "berth" / "python-extender"
+    except RuntimeError:
+        return Path(tempfile.gettempdir()) / "berth-python-extender"
+
+
+#: Where generated code is cached (``--gen-dir`` chooses another place).
+DEFAULT_CACHE_DIR = _default_cache_dir()
 #: The protocol file, relative to the proto directory.
 PROTO_FILE = "berth/extender/v1/extender.proto"
 #: The generated modules.

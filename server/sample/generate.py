@@ -87,14 +87,25 @@ def pod(name, ns="default", cpu=None, mem=None, extra=None, labels=None,
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
+# The tier label the Python example extender (extenders/python/label_tier.py)
+# scores nodes by: gold 100, silver 50, anything else 0. Three nodes in a
+# row share a tier, so each zone has every tier.
+TIERS = ["gold", "silver", "bronze"]
+
+
+def general(instance_type, i):
+    return {"node.kubernetes.io/instance-type": instance_type,
+            "example.com/tier": TIERS[(i // 3) % 3]}
+
+
 # Nodes: 15 small, 15 medium, 6 large, 2 GPU, 1 cordoned, 1 control plane.
 nodes = []
 for i in range(15):
-    nodes.append(node(f"small-{i:02d}", 4, 16, ZONES[i % 3], extra_labels={"node.kubernetes.io/instance-type": "m5.xlarge"}))
+    nodes.append(node(f"small-{i:02d}", 4, 16, ZONES[i % 3], extra_labels=general("m5.xlarge", i)))
 for i in range(15):
-    nodes.append(node(f"medium-{i:02d}", 8, 32, ZONES[i % 3], extra_labels={"node.kubernetes.io/instance-type": "m5.2xlarge"}))
+    nodes.append(node(f"medium-{i:02d}", 8, 32, ZONES[i % 3], extra_labels=general("m5.2xlarge", i)))
 for i in range(6):
-    nodes.append(node(f"large-{i:02d}", 16, 64, ZONES[i % 3], extra_labels={"node.kubernetes.io/instance-type": "m5.4xlarge"}))
+    nodes.append(node(f"large-{i:02d}", 16, 64, ZONES[i % 3], extra_labels=general("m5.4xlarge", i)))
 for i in range(2):
     nodes.append(node(f"gpu-{i:02d}", 16, 64, ZONES[i % 3],
                       extra_labels={"node.kubernetes.io/instance-type": "p3.8xlarge", "accelerator": "nvidia-v100"},

@@ -753,15 +753,30 @@ async fn why_explains_a_pod_of_the_embedded_cluster() -> Result<()> {
         text.contains("Now: does not fit. 0/4 nodes are available:"),
         "{text}"
     );
-    // The cordoned node is rejected by NodeUnschedulable, the others by
-    // NodeResourcesFit.
-    assert!(
-        cells(row(&text, "n4")).contains(&"NodeUnschedulable"),
+    // One row per reason, with how many nodes share it and which: the
+    // cordoned node is rejected by NodeUnschedulable, the tainted one by
+    // TaintToleration, the others by NodeResourcesFit.
+    assert_eq!(
+        cells(row(&text, "n4")),
+        [
+            "1",
+            "unresolvable",
+            "NodeUnschedulable",
+            "node(s) were unschedulable",
+            "n4"
+        ],
         "{text}"
     );
     assert_eq!(
-        cells(row(&text, "n1"))[2..],
-        ["NodeResourcesFit", "Insufficient cpu"]
+        cells(row(&text, "n1, n2")),
+        [
+            "2",
+            "unresolvable",
+            "NodeResourcesFit",
+            "Insufficient cpu",
+            "n1, n2"
+        ],
+        "{text}"
     );
 
     let out = ctl(&b.addr, &["why", "gated"]).await?;

@@ -4,15 +4,17 @@
 //! it. berthd is reached as in a cluster, through the API server: a
 //! port-forward (the `pods/portforward` WebSocket) to a ready pod of the
 //! `kube-system/berth` Service, the Lease holder's first; or directly with
-//! `--berth`. When a kubectl binary is present, kubectl itself finds the
-//! plugin on the PATH.
+//! `--berth`; with `--berth` and no kubeconfig at all, berthd alone on its
+//! embedded cluster. kubectl itself finds the plugin on the PATH (tests/run.sh
+//! installs kubectl; without one that test fails, as the deploy tests do).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use berth_e2e::fake_apiserver::{FakeApiServer, Recorded};
+use berth_e2e::manifests::kubectl;
 use berth_e2e::{Berthd, TempDir, kubectl_berth_path, message};
 use serde_json::{Value, json};
 use tokio::process::Command;
@@ -252,15 +254,25 @@ async fn why_explains_a_pending_pod_through_a_port_forward_to_the_leader() -> Re
     ] {
         ensure!(out.contains(want), "{want:?} in:\n{out}");
     }
+    // One row for the reason both nodes share.
     let listed = rows(&out);
-    ensure!(listed.len() == 2, "{out}");
-    for (row, node) in listed.iter().zip(["n1", "n2"]) {
-        let cells: Vec<&str> = row.split_whitespace().collect();
-        ensure!(
-            cells[0] == node && cells[2] == "NodeResourcesFit" && row.ends_with("Insufficient cpu"),
-            "{row}"
-        );
-    }
+    ensure!(listed.len() == 1, "{out}");
+    let cells: Vec<&str> = listed[0]
+        .split("   ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    ensure!(
+        cells
+            == [
+                "2",
+                "unresolvable",
+                "NodeResourcesFit",
+                "Insufficient cpu",
+                "n1, n2"
+            ],
+        "{out}"
+    );
     // Reached through the leader's pod, as the Lease names it, not the
     // first ready pod.
     let forwards = c.forwards();
@@ -491,18 +503,9 @@ fn standby_port(c: &Cluster) -> Result<u64> {
 /// plugin, and passes the arguments and the exit code through.
 #[tokio::test]
 async fn kubectl_runs_the_plugin_from_the_path() -> Result<()> {
-    let kubectl = match std::env::var_os("KUBECTL") {
-        Some(k) => PathBuf::from(k),
-        None => match which("kubectl") {
-            Some(k) => k,
-            // tests/run.sh installs kubectl for the deploy test; without
-            // one there is nothing to run the plugin through.
-            None => {
-                eprintln!("no kubectl: skipping the PATH lookup");
-                return Ok(());
-            }
-        },
-    };
+    // tests/run.sh installs kubectl (for the deploy tests too): a machine
+    // without one fails here rather than passing without the PATH lookup.
+    let kubectl = kubectl()?;
     let c = start("kubectl").await?;
     let plugin = kubectl_berth_path()?;
     let dir = plugin.parent().context("the plugin's directory")?;
@@ -528,8 +531,157 @@ async fn kubectl_runs_the_plugin_from_the_path() -> Result<()> {
     Ok(())
 }
 
-fn which(name: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+/// berthd alone: its embedded cluster, no API server anywhere.
+const ALONE: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {kubernetes.io/hostname: n1}}
+status:
+  allocatable: {cpu: "4", memory: 16Gi, pods: "110"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2, labels: {kubernetes.io/hostname: n2}}
+status:
+  allocatable: {cpu: "4", memory: 16Gi, pods: "110"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: huge, namespace: default}
+spec:
+  containers:
+  - {name: c, resources: {requests: {cpu: "64"}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bound, namespace: shop}
+spec:
+  nodeName: n1
+  containers:
+  - {name: c, resources: {requests: {cpu: "1"}}}
+"#;
+
+/// A pod without a namespace, for dry-run and simulate.
+const SMALL: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: small}\n\
+                     spec: {containers: [{name: c, resources: {requests: {cpu: 500m}}}]}\n";
+
+/// Runs kubectl-berth with no kubeconfig anywhere: KUBECONFIG unset, HOME
+/// an empty directory, not in a pod.
+async fn alone(home: &Path, args: &[&str]) -> Result<Output> {
+    let mut cmd = Command::new(kubectl_berth_path()?);
+    cmd.args(args)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("HOME", home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    tokio::time::timeout(GUARD, cmd.output())
+        .await
+        .with_context(|| format!("kubectl-berth {args:?} hung"))?
+        .context("running kubectl-berth")
+}
+
+/// [`alone`], which must exit with `code`; its stdout and stderr.
+async fn alone_expect(home: &Path, args: &[&str], code: i32) -> Result<(String, String)> {
+    let out = alone(home, args).await?;
+    let (stdout, stderr) = (
+        String::from_utf8(out.stdout)?,
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    ensure!(
+        out.status.code() == Some(code),
+        "kubectl-berth {args:?}: {} (wanted {code})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    Ok((stdout, stderr))
+}
+
+/// Issue 36, item 2: with `--berth ADDR` and no kubeconfig, `why`,
+/// `dry-run`, `simulate` and `queue` read what they need from berthd, as
+/// berthctl does (the namespace is `-n`, else `default`); errors say what
+/// was tried and what to pass.
+#[tokio::test]
+async fn with_berth_and_no_kubeconfig_it_asks_berthd_alone() -> Result<()> {
+    let dir = TempDir::new("kubectl-berth-alone")?;
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home)?;
+    let cluster = dir.write("cluster.yaml", ALONE)?;
+    let pod = dir.write("small.yaml", SMALL)?;
+    let mut b = Berthd::start(&["--cluster", &cluster]).await?;
+    b.wait_idle().await?;
+    let addr = b.addr.clone();
+    let with = |args: &[&str]| {
+        let mut all = vec!["--berth", addr.as_str()];
+        all.extend_from_slice(args);
+        all.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let expect = async |args: &[&str], code: i32| {
+        let args = with(args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        alone_expect(&home, &args, code).await
+    };
+
+    // why: the pod from berthd's cluster.
+    let (out, _) = expect(&["why", "huge"], 1).await?;
+    for want in [
+        "Pod default/huge, scheduler default-scheduler\n",
+        "In berth's queue: unschedulable, 1 attempt\n",
+        "Now: does not fit. 0/2 nodes are available: 2 Insufficient cpu.",
+    ] {
+        ensure!(out.contains(want), "{want:?} in:\n{out}");
+    }
+    let (out, _) = expect(&["why", "bound", "-n", "shop"], 0).await?;
+    ensure!(out.contains("Bound to n1: nothing to explain."), "{out}");
+    let (_, err) = expect(&["why", "missing"], 2).await?;
+    for want in [
+        &format!("pod default/missing, read from berthd at {addr} as no kubeconfig was found"),
+        "tried KUBECONFIG (not set), ",
+        &format!("{}/.kube/config (absent)", home.display()),
+        "--kubeconfig FILE reads it from the API server",
+        "NotFound",
+    ] {
+        ensure!(err.contains(want), "{want:?} in:\n{err}");
+    }
+
+    // dry-run and simulate: objects without a namespace get `default`.
+    let (out, _) = expect(&["dry-run", "-f", &pod], 0).await?;
+    ensure!(out.contains("* selected"), "{out}");
+    let (out, _) = expect(&["simulate", "-f", &pod, "--replicas", "3"], 0).await?;
+    ensure!(out.contains("3 scheduled, 0 unschedulable"), "{out}");
+    let (out, _) = expect(&["dry-run", "-f", &pod, "-o", "json"], 0).await?;
+    let v: Value = serde_json::from_str(&out)?;
+    ensure!(
+        v["selectedNode"]
+            .as_str()
+            .is_some_and(|n| n.starts_with('n')),
+        "{v}"
+    );
+
+    // queue: the namespace's, or every one with -A.
+    let (out, _) = expect(&["queue"], 0).await?;
+    ensure!(out.contains("huge"), "{out}");
+    let (out, _) = expect(&["queue", "-n", "shop"], 0).await?;
+    ensure!(!out.contains("huge"), "{out}");
+    let (out, _) = expect(&["queue", "-A"], 0).await?;
+    ensure!(out.contains("huge"), "{out}");
+
+    // Without --berth there is nothing to ask: the error says what was
+    // looked at and what to pass.
+    let (_, err) = alone_expect(&home, &["why", "huge"], 2).await?;
+    ensure!(
+        err.contains(&format!(
+            "no kubeconfig found (tried KUBECONFIG (not set), {}/.kube/config (absent), the in-cluster service account (KUBERNETES_SERVICE_HOST not set)): give --kubeconfig FILE, or --berth ADDR to ask berthd alone",
+            home.display()
+        )),
+        "{err}"
+    );
+    let (_, err) = alone_expect(&home, &["queue"], 1).await?;
+    ensure!(err.contains("--berth ADDR to ask berthd alone"), "{err}");
+    b.stop().await?;
+    Ok(())
 }

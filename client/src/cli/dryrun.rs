@@ -81,16 +81,14 @@ pub async fn run(
 }
 
 /// Short column names for plugins: their capitals (NodeResourcesFit ->
-/// NRF), or their first four letters, made unique with a digit.
+/// NRF; the legend under the table spells them out), or, for a name
+/// without two capitals (an extender's, such as `label-tier`), the whole
+/// name; made unique with a digit.
 pub fn abbreviate(names: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for n in names {
         let caps: String = n.chars().filter(char::is_ascii_uppercase).collect();
-        let base = if caps.len() >= 2 {
-            caps
-        } else {
-            n.chars().take(4).collect()
-        };
+        let base = if caps.len() >= 2 { caps } else { n.clone() };
         let mut a = base.clone();
         let mut i = 2;
         while out.contains(&a) {
@@ -680,7 +678,10 @@ Scores are normalized × weight: NRF=NodeResourcesFit TT=TaintToleration
             "NodeResourcesBalancedAllocation",
         ]
         .map(String::from);
-        assert_eq!(abbreviate(&names), ["NRF", "NA", "NA2", "spre", "NRBA"]);
+        assert_eq!(abbreviate(&names), ["NRF", "NA", "NA2", "spread", "NRBA"]);
+        // An extender's name is shown whole, not cut to "labe".
+        let names = ["TaintToleration", "label-tier"].map(String::from);
+        assert_eq!(abbreviate(&names), ["TT", "label-tier"]);
     }
 
     #[test]

@@ -216,9 +216,8 @@ fn other_fields(v: &Value, known: &[&str], indent: &str) -> String {
     out
 }
 
-/// The first plugin that rejected a node, and its reasons; with `wide`,
-/// every plugin that did.
-fn rejection(n: &NodeResult, wide: bool) -> (String, String) {
+/// The first plugin that rejected a node, and its reasons.
+fn rejection(n: &NodeResult) -> (String, String) {
     let failures: Vec<_> = n
         .filters
         .iter()
@@ -226,7 +225,6 @@ fn rejection(n: &NodeResult, wide: bool) -> (String, String) {
         .collect();
     match failures.first() {
         None => (String::new(), String::new()),
-        Some(_) if wide => (String::new(), filter_cell(n)),
         Some(f) => {
             let reason = if f.reasons.is_empty() {
                 f.code.clone()
@@ -238,7 +236,171 @@ fn rejection(n: &NodeResult, wide: bool) -> (String, String) {
     }
 }
 
-/// The human answer; `wide` adds scores and every rejecting plugin.
+/// Why PreFilter left a node out, when it did: the first PreFilter plugin
+/// that narrowed the search to a set of nodes without it (its name, and
+/// what it kept), or the PreFilter plugin that rejected the pod outright.
+fn excluded_by<'a>(d: &'a DryRunResponse, node: &str) -> Option<(&'a str, String)> {
+    for r in &d.pre_filter {
+        match r.code.as_str() {
+            "Skip" => {}
+            "Success" => {
+                if r.node_names.is_empty() || r.node_names.iter().any(|n| n == node) {
+                    continue;
+                }
+                let kept = match r.node_names.as_slice() {
+                    [one] => format!("only {one}"),
+                    many => format!("{} nodes", many.len()),
+                };
+                let why = narrowed_by(&r.plugin);
+                let why = if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({why})")
+                };
+                return Some((&r.plugin, format!("PreFilter kept {kept}{why}")));
+            }
+            code => {
+                let reason = if r.reasons.is_empty() {
+                    code.to_string()
+                } else {
+                    r.reasons.join(", ")
+                };
+                return Some((&r.plugin, format!("PreFilter: {reason}")));
+            }
+        }
+    }
+    None
+}
+
+/// What a built-in PreFilter narrows the nodes by (upstream's
+/// PreFilterResult carries node names, not a reason).
+fn narrowed_by(plugin: &str) -> &'static str {
+    match plugin {
+        "VolumeBinding" => "the node affinity of the pod's bound local PersistentVolumes",
+        "NodeAffinity" => "the pod's required node affinity on metadata.name",
+        "NodeName" => "the pod's spec.nodeName",
+        _ => "",
+    }
+}
+
+/// Up to three names, then how many more.
+fn some_names(names: &[&str]) -> String {
+    let shown = names.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+    match names.len() {
+        0..=3 => shown,
+        n => format!("{shown} and {} more", n - 3),
+    }
+}
+
+/// The default view of the nodes: one row per verdict, plugin and reason,
+/// with how many nodes share it and a few of their names, so that the
+/// answer has as many rows as there are reasons, not nodes. The selected
+/// node has a row of its own; the other feasible nodes are counted; nodes
+/// a PreFilter left out name that plugin and what it kept; nodes the
+/// search never reached (it stops once it has enough feasible nodes) are
+/// counted.
+fn summary_table(d: &DryRunResponse) -> String {
+    struct Group<'a> {
+        verdict: String,
+        plugin: String,
+        reason: String,
+        nodes: Vec<&'a str>,
+    }
+    let mut groups: Vec<Group> = Vec::new();
+    for n in sorted(&d.nodes) {
+        let verdict = NodeVerdict::try_from(n.verdict).unwrap_or(NodeVerdict::Unspecified);
+        let (label, plugin, reason) = match verdict {
+            NodeVerdict::Feasible if n.selected => (
+                "feasible (selected)".to_string(),
+                String::new(),
+                String::new(),
+            ),
+            NodeVerdict::Feasible => (verdict_name(n.verdict), String::new(), String::new()),
+            NodeVerdict::NotEvaluated => match excluded_by(d, &n.node) {
+                Some((plugin, reason)) => ("excluded".to_string(), plugin.to_string(), reason),
+                None => (
+                    verdict_name(n.verdict),
+                    String::new(),
+                    "the search stopped once enough nodes were feasible".to_string(),
+                ),
+            },
+            _ => {
+                let (plugin, mut reason) = rejection(n);
+                if reason.is_empty() {
+                    reason = n.reason.clone();
+                }
+                (verdict_name(n.verdict), plugin, reason)
+            }
+        };
+        match groups
+            .iter_mut()
+            .find(|g| g.verdict == label && g.plugin == plugin && g.reason == reason)
+        {
+            Some(g) => g.nodes.push(&n.node),
+            None => groups.push(Group {
+                verdict: label,
+                plugin,
+                reason,
+                nodes: vec![&n.node],
+            }),
+        }
+    }
+    // Within a verdict, the reasons most nodes share first.
+    let rank = |g: &Group| match g.verdict.as_str() {
+        "feasible (selected)" => 0,
+        "feasible" => 1,
+        "excluded" => 4,
+        "not evaluated" => 5,
+        _ if g.verdict == verdict_name(NodeVerdict::Unknown as i32) => 2,
+        _ => 3,
+    };
+    groups.sort_by_key(|g| (rank(g), std::cmp::Reverse(g.nodes.len())));
+    let mut t = Table::new(["NODES", "VERDICT", "PLUGIN", "REASON", "WHICH"]).right(0);
+    for g in &groups {
+        t.row([
+            g.nodes.len().to_string(),
+            g.verdict.clone(),
+            g.plugin.clone(),
+            g.reason.clone(),
+            some_names(&g.nodes),
+        ]);
+    }
+    let mut out = t.render();
+    out.push_str(&claim_lines(d));
+    out
+}
+
+/// The wide view: every node, its total score and every plugin that
+/// rejected it (or the PreFilter that left it out).
+fn node_table(d: &DryRunResponse) -> String {
+    let mut t = Table::new(["NODE", "VERDICT", "SCORE", "FILTERS"]);
+    for n in sorted(&d.nodes) {
+        let mut verdict = verdict_name(n.verdict);
+        if n.selected {
+            verdict.push_str(" (selected)");
+        }
+        let score = if n.scores.is_empty() {
+            String::new()
+        } else {
+            n.total_score.to_string()
+        };
+        let filters = match excluded_by(d, &n.node) {
+            Some((plugin, reason))
+                if NodeVerdict::try_from(n.verdict) == Ok(NodeVerdict::NotEvaluated) =>
+            {
+                format!("excluded by {plugin}: {reason}")
+            }
+            _ => filter_cell(n),
+        };
+        t.row([n.node.clone(), verdict, score, filters]);
+    }
+    let mut out = t.render();
+    out.push_str(&claim_lines(d));
+    out
+}
+
+/// The human answer; `wide` lists every node with its score and every
+/// rejecting plugin.
 pub fn render(why: &Why, wide: bool) -> Result<String> {
     let pod = &why.pod;
     let ns = str_at(pod, &["metadata", "namespace"]);
@@ -391,41 +553,12 @@ pub fn render(why: &Why, wide: bool) -> Result<String> {
         ));
     }
 
-    let mut headers = vec!["NODE", "VERDICT"];
-    if wide {
-        headers.push("SCORE");
-        headers.push("FILTERS");
-    } else {
-        headers.push("PLUGIN");
-        headers.push("REASON");
-    }
-    let mut t = Table::new(headers);
-    // Without `wide`, the feasible nodes other than the one chosen are
-    // counted above, not listed: the question is what rejects the pod.
-    let shown = sorted(&d.nodes).into_iter().filter(|n| {
-        wide || n.selected || NodeVerdict::try_from(n.verdict) != Ok(NodeVerdict::Feasible)
-    });
-    for n in shown {
-        let mut verdict = verdict_name(n.verdict);
-        if n.selected {
-            verdict.push_str(" (selected)");
-        }
-        let (plugin, reason) = rejection(n, wide);
-        let row = if wide {
-            let score = if n.scores.is_empty() {
-                String::new()
-            } else {
-                n.total_score.to_string()
-            };
-            vec![n.node.clone(), verdict, score, filter_cell(n)]
-        } else {
-            vec![n.node.clone(), verdict, plugin, reason]
-        };
-        t.row(row);
-    }
     out.push('\n');
-    out.push_str(&t.render());
-    out.push_str(&claim_lines(d));
+    if wide {
+        out.push_str(&node_table(d));
+    } else {
+        out.push_str(&summary_table(d));
+    }
     Ok(out)
 }
 
@@ -769,20 +902,34 @@ mod tests {
             text.contains("Preemption would not help: preemption: 0/2"),
             "{text}"
         );
-        let rows: Vec<&str> = text
+        let rows: Vec<Vec<&str>> = text
             .lines()
-            .skip_while(|l| !l.starts_with("NODE"))
+            .skip_while(|l| !l.starts_with("NODES"))
+            .map(cells)
             .collect();
         assert_eq!(rows.len(), 3, "{text}");
-        assert!(
-            rows[1].starts_with("a ") && rows[1].contains("unresolvable"),
+        assert_eq!(
+            rows[1],
+            [
+                "1",
+                "unresolvable",
+                "NodeUnschedulable",
+                "node(s) were unschedulable",
+                "a"
+            ],
             "{text}"
         );
-        assert!(
-            rows[1].contains("NodeUnschedulable")
-                && rows[1].ends_with("node(s) were unschedulable")
+        assert_eq!(
+            rows[2],
+            [
+                "1",
+                "unschedulable",
+                "NodeResourcesFit",
+                "Insufficient cpu",
+                "b"
+            ],
+            "{text}"
         );
-        assert!(rows[2].contains("NodeResourcesFit") && rows[2].ends_with("Insufficient cpu"));
 
         let v = to_value(&why).unwrap();
         assert_eq!(v["fits"], false);
@@ -792,6 +939,96 @@ mod tests {
             "NODE_VERDICT_UNSCHEDULABLE"
         );
         assert_eq!(v["pod"]["schedulerName"], "default-scheduler");
+    }
+
+    /// The cells of a table line (columns are separated by 3+ spaces).
+    fn cells(line: &str) -> Vec<&str> {
+        line.split("   ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect()
+    }
+
+    /// Issue 36, item 3: at 300 nodes, a pod whose volume pins it to one
+    /// full node gets a few rows, not 300: the nodes VolumeBinding's
+    /// PreFilter left out are one row naming it and what it kept.
+    #[test]
+    fn nodes_left_out_at_pre_filter_are_one_row_naming_the_plugin() {
+        let mut nodes: Vec<NodeResult> = (0..300)
+            .map(|i| node(&format!("n-{i:03}"), NodeVerdict::NotEvaluated, &[]))
+            .collect();
+        nodes[117] = node(
+            "n-117",
+            NodeVerdict::Unschedulable,
+            &[("NodeResourcesFit", "Unschedulable", &["Insufficient cpu"])],
+        );
+        let d = DryRunResponse {
+            message: "0/300 nodes are available: 1 Insufficient cpu, 299 node(s) didn't satisfy plugin(s) [VolumeBinding].".into(),
+            pre_filter: vec![
+                berth_client::pb::PluginResult {
+                    plugin: "NodeAffinity".into(),
+                    code: "Success".into(),
+                    ..Default::default()
+                },
+                berth_client::pb::PluginResult {
+                    plugin: "VolumeBinding".into(),
+                    code: "Success".into(),
+                    node_names: vec!["n-117".into()],
+                    ..Default::default()
+                },
+            ],
+            nodes,
+            evaluated_nodes: 1,
+            ..Default::default()
+        };
+        let why = Why {
+            pod: pod(json!({})),
+            profile: "default-scheduler".into(),
+            queue: None,
+            dry_run: Some(d),
+        };
+        let text = render(&why, false).unwrap();
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("NODES"))
+            .skip(1)
+            .map(cells)
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                vec![
+                    "1",
+                    "unschedulable",
+                    "NodeResourcesFit",
+                    "Insufficient cpu",
+                    "n-117"
+                ],
+                vec![
+                    "299",
+                    "excluded",
+                    "VolumeBinding",
+                    "PreFilter kept only n-117 (the node affinity of the pod's bound local PersistentVolumes)",
+                    "n-000, n-001, n-002 and 296 more"
+                ],
+            ],
+            "{text}"
+        );
+        assert!(text.lines().count() < 12, "{text}");
+        // The wide view lists every node, the excluded ones with the
+        // plugin that left them out.
+        let wide = render(&why, true).unwrap();
+        let listed: Vec<&str> = wide
+            .lines()
+            .skip_while(|l| !l.starts_with("NODE "))
+            .skip(1)
+            .collect();
+        assert_eq!(listed.len(), 300, "{wide}");
+        assert!(
+            listed.iter().any(|l| l.starts_with("n-000 ")
+                && l.ends_with("excluded by VolumeBinding: PreFilter kept only n-117 (the node affinity of the pod's bound local PersistentVolumes)")),
+            "{wide}"
+        );
     }
 
     #[test]

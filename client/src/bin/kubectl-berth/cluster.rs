@@ -31,6 +31,60 @@ pub struct Access {
     pub context: Option<String>,
 }
 
+/// Where a kubeconfig is looked for without `--kubeconfig`, as kubectl and
+/// `kube::Config::infer` look: the files `KUBECONFIG` lists, else
+/// `~/.kube/config`, else the pod's service account (in a cluster).
+pub struct Search {
+    /// Whether one of them is there.
+    pub found: bool,
+    /// What was looked at, for errors: "KUBECONFIG (not set),
+    /// /home/me/.kube/config (absent), the in-cluster service account
+    /// (KUBERNETES_SERVICE_HOST not set)".
+    pub tried: String,
+}
+
+impl Search {
+    /// Looks now.
+    pub fn now() -> Self {
+        let mut tried = Vec::new();
+        // KUBECONFIG with at least one non-empty path is read (and must be
+        // readable); empty, it is as if unset.
+        let listed = std::env::var_os("KUBECONFIG")
+            .is_some_and(|v| std::env::split_paths(&v).any(|p| !p.as_os_str().is_empty()));
+        if listed {
+            return Self {
+                found: true,
+                tried: "KUBECONFIG".into(),
+            };
+        }
+        tried.push("KUBECONFIG (not set)".to_string());
+        match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+            Some(home) => {
+                let path = PathBuf::from(home).join(".kube").join("config");
+                if path.exists() {
+                    return Self {
+                        found: true,
+                        tried: path.display().to_string(),
+                    };
+                }
+                tried.push(format!("{} (absent)", path.display()));
+            }
+            None => tried.push("~/.kube/config (HOME not set)".into()),
+        }
+        if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+            return Self {
+                found: true,
+                tried: "the in-cluster service account".into(),
+            };
+        }
+        tried.push("the in-cluster service account (KUBERNETES_SERVICE_HOST not set)".into());
+        Self {
+            found: false,
+            tried: tried.join(", "),
+        }
+    }
+}
+
 /// A client of the API server and the namespace the context names.
 pub struct Cluster {
     client: kube::Client,
@@ -88,9 +142,18 @@ impl Cluster {
             None if access.context.is_some() => kube::Config::from_kubeconfig(&options)
                 .await
                 .context("reading the kubeconfig")?,
-            None => kube::Config::infer().await.context(
-                "no kubeconfig found (give --kubeconfig, or --berth ADDR for berthd alone)",
-            )?,
+            None => {
+                let search = Search::now();
+                if !search.found {
+                    bail!(
+                        "no kubeconfig found (tried {}): give --kubeconfig FILE, or --berth ADDR to ask berthd alone",
+                        search.tried
+                    );
+                }
+                kube::Config::infer()
+                    .await
+                    .with_context(|| format!("reading the kubeconfig (from {})", search.tried))?
+            }
         };
         let namespace = config.default_namespace.clone();
         let client = kube::Client::try_from(config).context("the kubeconfig's cluster")?;

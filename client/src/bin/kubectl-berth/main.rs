@@ -6,7 +6,9 @@
 //! (default: the context's namespace), `-A`, `-o json|yaml|wide`. berthd is
 //! reached through the API server, by a port-forward to a ready pod of the
 //! berth Service (the Lease holder's first), or directly with
-//! `--berth ADDR`.
+//! `--berth ADDR`. With `--berth` and no kubeconfig to be found, it asks
+//! berthd alone, as berthctl does: pods come from berthd's Cluster service
+//! and the namespace is `-n`, else `default`.
 //!
 //! Exit codes: 0 on success, 1 on errors, 2 on usage errors, 3 when a dry
 //! run's or simulation's answer is incomplete (as berthctl's); `why`
@@ -24,7 +26,7 @@ mod cluster;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use berth_client::{Client, ConnectOptions};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -32,7 +34,7 @@ use cli::Rpc;
 use cli::output::{Output, StdoutClosed};
 use cli::tls::TlsArgs;
 use cli::{dryrun, files, queue, simulate, why};
-use cluster::{Access, Cluster, Forward, ObjectName};
+use cluster::{Access, Cluster, Forward, ObjectName, Search};
 
 /// Output formats, as kubectl spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -176,9 +178,29 @@ struct Lazy<'a> {
     cluster: Option<Cluster>,
     /// The port-forward berthd is reached through, once made.
     forward: Option<Forward>,
+    /// Set when berthd is asked alone: `--berth` given, neither
+    /// `--kubeconfig` nor `--context`, and no kubeconfig where kubectl
+    /// looks (what was looked at, for errors).
+    alone: Option<String>,
 }
 
-impl Lazy<'_> {
+impl<'a> Lazy<'a> {
+    fn new(args: &'a Args) -> Self {
+        let alone = match (&args.berth, &args.kubeconfig, &args.context) {
+            (Some(_), None, None) => {
+                let search = Search::now();
+                (!search.found).then_some(search.tried)
+            }
+            _ => None,
+        };
+        Self {
+            args,
+            cluster: None,
+            forward: None,
+            alone,
+        }
+    }
+
     async fn get(&mut self) -> Result<&Cluster> {
         if self.cluster.is_none() {
             let access = Access {
@@ -190,10 +212,12 @@ impl Lazy<'_> {
         Ok(self.cluster.as_ref().expect("connected just above"))
     }
 
-    /// `-n`, else the context's namespace.
+    /// `-n`, else the context's namespace (berthd alone: `default`, as
+    /// berthctl's).
     async fn namespace(&mut self) -> Result<String> {
         match &self.args.namespace {
             Some(n) => Ok(n.clone()),
+            None if self.alone.is_some() => Ok("default".into()),
             None => Ok(self.get().await?.namespace.clone()),
         }
     }
@@ -246,10 +270,25 @@ async fn run(args: &Args, lazy: &mut Lazy<'_>) -> Result<Outcome> {
     match &args.command {
         Command::Why { pod, profile } => {
             let namespace = lazy.namespace().await?;
-            let object = lazy.get().await?.pod(&namespace, pod).await?;
-            let object = serde_json::to_value(&object)?;
-            let c = &mut lazy.berthd(&cx).await?;
-            let answer = why::ask(c, object, profile, cx.wide).await?;
+            let (object, mut c) = match (lazy.alone.clone(), &args.berth) {
+                // berthd alone: the pod from its Cluster service, as
+                // berthctl reads it.
+                (Some(tried), Some(addr)) => {
+                    let mut c = lazy.berthd(&cx).await?;
+                    let object = c.get("Pod", &namespace, pod).await.rpc().with_context(|| {
+                        format!(
+                            "pod {namespace}/{pod}, read from berthd at {addr} as no kubeconfig was found \
+                             (tried {tried}; --kubeconfig FILE reads it from the API server)"
+                        )
+                    })?;
+                    (object, c)
+                }
+                _ => {
+                    let object = lazy.get().await?.pod(&namespace, pod).await?;
+                    (serde_json::to_value(&object)?, lazy.berthd(&cx).await?)
+                }
+            };
+            let answer = why::ask(&mut c, object, profile, cx.wide).await?;
             why::print(&answer, cx.format, cx.wide)?;
             Ok(if answer.fits() {
                 Outcome::Done
@@ -306,11 +345,7 @@ async fn main() -> ExitCode {
     } else {
         1
     };
-    let mut lazy = Lazy {
-        args: &args,
-        cluster: None,
-        forward: None,
-    };
+    let mut lazy = Lazy::new(&args);
     match run(&args, &mut lazy).await {
         Ok(Outcome::Done) => ExitCode::SUCCESS,
         Ok(Outcome::DoesNotFit) => ExitCode::from(1),
