@@ -527,6 +527,8 @@ pub fn render(why: &Why, wide: bool) -> Result<String> {
             "evaluatedNodes",
             "feasibleNodes",
             "preemption",
+            // The "Now:" line above says whether the answer is complete.
+            "completeness",
         ],
         "",
     ));
@@ -1089,6 +1091,17 @@ mod tests {
             text.contains("Now: cannot tell: the answer is incomplete (x at Filter:"),
             "{text}"
         );
+        // The "Now:" line is the answer's completeness: the enum is not
+        // printed again beneath it, complete or not.
+        assert!(!text.contains("completeness"), "{text}");
+        let mut complete = why.clone();
+        let d = complete.dry_run.as_mut().unwrap();
+        d.completeness = berth_client::pb::Completeness::Complete as i32;
+        d.incomplete.clear();
+        d.nodes.clear();
+        let text = render(&complete, false).unwrap();
+        assert!(text.contains("Now: does not fit."), "{text}");
+        assert!(!text.contains("completeness"), "{text}");
         // An answer without `completeness` (an older berthd) with an
         // unknown verdict is incomplete too, even if it selected a node.
         let mut older = why.clone();
