@@ -295,8 +295,14 @@ async fn submit(
     // hints for the group (with its pods' rejectors) are its.
     let group_plugin = group_status.plugin();
     let mut scheduled = 0usize;
-    for q in queued {
-        let at = result.pods.iter().position(|r| r.pod.uid == q.pod.uid);
+    // The algorithm went through the queued pods in order: the i-th queued
+    // pod is the i-th result when it was reached (no search per pod, which
+    // made a gang's submission quadratic in its size).
+    for (i, q) in queued.into_iter().enumerate() {
+        let at = match result.pods.get(i) {
+            Some(r) if r.pod.uid == q.pod.uid => Some(i),
+            _ => result.pods.iter().position(|r| r.pod.uid == q.pod.uid),
+        };
         // A pod's attempt started its algorithm's duration ago.
         let pod_start = at
             .and_then(|i| Instant::now().checked_sub(result.pods[i].took))
