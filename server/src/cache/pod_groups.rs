@@ -24,7 +24,7 @@
 //! transitions) and never while taking another: plugins and the queue read
 //! it without the cache.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -53,13 +53,15 @@ pub struct PodGroupState {
 
 impl PodGroupState {
     fn pods_in(&self, state: Option<MemberState>) -> Vec<PodRef> {
-        let mut v: BTreeMap<u64, PodRef> = BTreeMap::new();
-        for (seq, s, p) in self.members.values() {
-            if state.is_none_or(|want| *s == want) {
-                v.insert(*seq, p.clone());
-            }
-        }
-        v.into_values().collect()
+        // One vector sorted once (Permit asks this once per pod of a gang).
+        let mut v: Vec<(u64, PodRef)> = self
+            .members
+            .values()
+            .filter(|(_, s, _)| state.is_none_or(|want| *s == want))
+            .map(|(seq, _, p)| (*seq, p.clone()))
+            .collect();
+        v.sort_unstable_by_key(|(seq, _)| *seq);
+        v.into_iter().map(|(_, p)| p).collect()
     }
 
     fn count(&self, f: impl Fn(MemberState) -> bool) -> usize {
