@@ -70,14 +70,20 @@ async fn an_api_server_outage_is_a_line_down_summaries_and_a_line_back() -> Resu
         .await?;
     // Every pod is bound, once.
     let mut bound = std::collections::BTreeSet::new();
-    berthd
+    let all_bound = berthd
         .wait_for(|l| {
             if message(l) == "scheduled" {
                 bound.insert(l["fields"]["pod"].as_str().unwrap_or("").to_string());
             }
             bound.len() == names.len()
         })
-        .await?;
+        .await;
+    if let Err(e) = all_bound {
+        // Once in a full suite run this timed out; say which pods were
+        // left and what berthd said last, to find out why.
+        let tail: Vec<&Value> = berthd.seen.iter().rev().take(60).collect();
+        anyhow::bail!("{e}: bound only {bound:?}; berthd's last lines, newest first: {tail:#?}");
+    }
     for n in &names {
         let bindings: Vec<u16> = fake
             .requests_to("POST", &format!("/{n}/binding"))
