@@ -325,6 +325,35 @@ impl Berthd {
             .await
     }
 
+    /// Reads the last "scheduler idle" summary seen to its end. Its first
+    /// line counts the `pending:` lines it lists after it (pending less
+    /// unchanged), and those may still be on their way when the first one
+    /// has been read; a window that must stay quiet starts only after them.
+    pub async fn finish_idle_summary(&mut self) -> Result<()> {
+        loop {
+            self.read_available();
+            let start = self
+                .seen
+                .iter()
+                .rposition(|l| message(l).starts_with("scheduler idle"))
+                .context("no idle summary")?;
+            let header = &self.seen[start]["fields"];
+            let listed = header["pending"]
+                .as_u64()
+                .unwrap_or(0)
+                .saturating_sub(header["unchanged"].as_u64().unwrap_or(0));
+            let read = self.seen[start + 1..]
+                .iter()
+                .filter(|l| message(l).starts_with("pending:"))
+                .count() as u64;
+            if read >= listed {
+                return Ok(());
+            }
+            self.wait_for(|l| message(l).starts_with("pending:"))
+                .await?;
+        }
+    }
+
     /// The HTTP address (`--http-listen`) berthd logged.
     pub fn http_addr(&self) -> Result<String> {
         self.seen

@@ -261,27 +261,7 @@ async fn a_gang_refused_at_group_permit_rests_until_its_extender_is_back() -> Re
     if !berthd.seen.iter().any(refused) {
         berthd.wait_for(refused).await?;
     }
-    loop {
-        berthd.read_available();
-        let start = berthd
-            .seen
-            .iter()
-            .rposition(|l| message(l).starts_with("scheduler idle"))
-            .context("no idle summary")?;
-        let header = &berthd.seen[start]["fields"];
-        let listed =
-            header["pending"].as_u64().unwrap_or(0) - header["unchanged"].as_u64().unwrap_or(0);
-        let read = berthd.seen[start + 1..]
-            .iter()
-            .filter(|l| message(l).starts_with("pending:"))
-            .count() as u64;
-        if read >= listed {
-            break;
-        }
-        berthd
-            .wait_for(|l| message(l).starts_with("pending:"))
-            .await?;
-    }
+    berthd.finish_idle_summary().await?;
     let lines = berthd.seen.len();
     let pid = berthd.pid().context("berthd exited")?;
     let ticks = berthd_e2e_cpu(pid)?;

@@ -484,8 +484,8 @@ async fn an_idle_berthd_holding_a_gang_that_cannot_fit_rests() -> Result<()> {
     berthd.wait_idle().await?;
     let pid = berthd.pid().context("berthd exited")?;
     let before = counters(&berthd).await?;
+    berthd.finish_idle_summary().await?;
     let ticks = cpu_ticks(pid)?;
-    berthd.read_available();
     let lines = berthd.seen.len();
     tokio::time::sleep(IDLE_WINDOW).await;
     let used = cpu_ticks(pid)? - ticks;
