@@ -227,14 +227,16 @@ impl Outage {
         let Some(d) = down.take() else {
             return;
         };
-        drop(down);
+        // Said under the lock: an attempt that succeeds meanwhile waits,
+        // so nothing it logs comes before the line that says it is back.
         self.back(d);
     }
 
     /// The subject answered: the end of an outage, if there was one, is
     /// one INFO line.
     pub fn succeeded(&self) {
-        let Some(d) = self.down.lock().take() else {
+        let mut down = self.down.lock();
+        let Some(d) = down.take() else {
             return;
         };
         self.back(d);
