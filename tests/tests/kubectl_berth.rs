@@ -295,7 +295,7 @@ async fn why_explains_a_pending_pod_through_a_port_forward_to_the_leader() -> Re
         "{out}"
     );
     ensure!(
-        out.contains("Now: fits. berth would schedule it to n"),
+        out.contains("Now: gated. Once its gates are removed berth would schedule it to n"),
         "{out}"
     );
 

@@ -471,6 +471,14 @@ pub fn render(why: &Why, wide: bool) -> Result<String> {
                     q.unschedulable_plugins.join(", ")
                 ));
             }
+            // When its backoff ends matters while it waits in backoffQ;
+            // elsewhere (unschedulable, gated) a change moves it, and the
+            // time only decides which queue it goes to then.
+            if q.queue == QueueName::Backoff as i32
+                && let Some(t) = &q.backoff_expires_at
+            {
+                out.push_str(&format!("  its backoff ends at {t}\n"));
+            }
             let v = serde_json::to_value(dynamic(q)?)?;
             out.push_str(&other_fields(
                 &v,
@@ -483,6 +491,7 @@ pub fn render(why: &Why, wide: bool) -> Result<String> {
                     "schedulerName",
                     "attempts",
                     "lastFailure",
+                    "backoffExpiresAt",
                 ],
                 "  ",
             ));
@@ -509,6 +518,14 @@ pub fn render(why: &Why, wide: bool) -> Result<String> {
         ));
     } else if d.selected_node.is_empty() {
         out.push_str(&format!("Now: does not fit. {}\n", d.message));
+    } else if !gates.is_empty() {
+        // The exit code says "does not fit now": so does the line.
+        out.push_str(&format!(
+            "Now: gated. Once its gates are removed berth would schedule it to {} ({} of {} nodes feasible).\n",
+            d.selected_node,
+            d.feasible_nodes,
+            d.nodes.len()
+        ));
     } else {
         out.push_str(&format!(
             "Now: fits. berth would schedule it to {} ({} of {} nodes feasible).\n",
@@ -1058,7 +1075,12 @@ mod tests {
             text.contains("Waiting for scheduling gates: [example.com/quota]"),
             "{text}"
         );
-        assert!(text.contains("Now: fits. berth would schedule it to a (1 of 1 nodes feasible)."));
+        assert!(
+            text.contains(
+                "Now: gated. Once its gates are removed berth would schedule it to a (1 of 1 nodes feasible)."
+            ),
+            "{text}"
+        );
     }
 
     #[test]
