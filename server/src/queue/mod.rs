@@ -1247,7 +1247,15 @@ impl SchedulingQueue {
                 )
                 .map(|q| entry(QueueName::Backoff, q)),
         );
-        out.extend(inner.groups.unschedulable.values().flat_map(|g| {
+        // The pools below are maps: listed in the order their entries
+        // entered (then by UID), the same from one call to the next.
+        let by_time = |a: &&QueuedPodInfo, b: &&QueuedPodInfo| {
+            (a.timestamp, &a.pod.uid).cmp(&(b.timestamp, &b.pod.uid))
+        };
+        let mut groups: Vec<(&Arc<str>, &QueuedPodGroupInfo)> =
+            inner.groups.unschedulable.iter().collect();
+        groups.sort_by_key(|(key, _)| *key);
+        out.extend(groups.into_iter().flat_map(|(_, g)| {
             let queue = if g.gated() {
                 QueueName::Gated
             } else {
@@ -1255,12 +1263,13 @@ impl SchedulingQueue {
             };
             g.pods.iter().map(move |q| entry(queue, q))
         }));
+        let mut incomplete: Vec<(&GroupKey, &Vec<QueuedPodInfo>)> =
+            inner.groups.incomplete.iter().collect();
+        incomplete.sort_by(|a, b| a.0.cmp(b.0));
         out.extend(
-            inner
-                .groups
-                .incomplete
-                .values()
-                .flatten()
+            incomplete
+                .into_iter()
+                .flat_map(|(_, pods)| pods)
                 .map(|q| entry(QueueName::Incomplete, q)),
         );
         out.extend(
@@ -1270,7 +1279,9 @@ impl SchedulingQueue {
                 .iter()
                 .map(|q| entry(QueueName::Pending, q)),
         );
-        out.extend(inner.unschedulable.values().map(|q| {
+        let mut unschedulable: Vec<&QueuedPodInfo> = inner.unschedulable.values().collect();
+        unschedulable.sort_by(by_time);
+        out.extend(unschedulable.into_iter().map(|q| {
             entry(
                 if q.gated() {
                     QueueName::Gated
@@ -1280,14 +1291,14 @@ impl SchedulingQueue {
                 q,
             )
         }));
-        out.extend(
-            inner
-                .in_flight
-                .values()
-                .map(|(q, _)| q)
-                .chain(inner.binding.values())
-                .map(|q| entry(QueueName::InFlight, q)),
-        );
+        let mut in_flight: Vec<&QueuedPodInfo> = inner
+            .in_flight
+            .values()
+            .map(|(q, _)| q)
+            .chain(inner.binding.values())
+            .collect();
+        in_flight.sort_by(by_time);
+        out.extend(in_flight.into_iter().map(|q| entry(QueueName::InFlight, q)));
         out
     }
 }
