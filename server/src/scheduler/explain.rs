@@ -868,9 +868,11 @@ impl Simulation<'_> {
         Ok(())
     }
 
-    /// The outcome: each pod in order, and every node afterwards.
+    /// The outcome: each pod in order, and every node afterwards, by
+    /// name (the snapshot's order interleaves zones, which reads as no
+    /// order at all).
     pub fn finish(self) -> SimulationReport {
-        let nodes = self
+        let mut nodes: Vec<NodeUse> = self
             .snapshot
             .list()
             .iter()
@@ -879,6 +881,7 @@ impl Simulation<'_> {
                 node: n.clone(),
             })
             .collect();
+        nodes.sort_by(|a, b| a.node.name().cmp(b.node.name()));
         SimulationReport {
             pods: self.out,
             groups: self.groups,
