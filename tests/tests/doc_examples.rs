@@ -533,3 +533,8 @@ async fn cli() -> Result<()> {
 async fn api() -> Result<()> {
     page("docs/api.md").await
 }
+
+#[tokio::test]
+async fn gang_scheduling() -> Result<()> {
+    page("docs/gang-scheduling.md").await
+}
