@@ -2,9 +2,14 @@
 //! prints (issue 36). A page marks its examples with HTML comments, which
 //! neither GitHub nor mdBook shows:
 //!
-//! - `<!-- doc-test: berthd ARGS -->` starts the berthd the examples after
-//!   it ask (built like every test's, JSON logs, a port of its own), and
-//!   waits until it is idle; a later one replaces it.
+//! - `<!-- doc-test: berthd [ADDR] ARGS -->` starts the berthd the
+//!   examples after it ask (built like every test's, JSON logs, a port of
+//!   its own), and waits until it is idle; a later one replaces it. ADDR
+//!   (`127.0.0.1:50051` unless given) is the address the page's commands
+//!   name it by.
+//! - `<!-- doc-test: python SCRIPT --listen ADDR ARGS -->` starts the
+//!   Python extender `extenders/python/SCRIPT` (the test venv's Python)
+//!   on ADDR and waits until it serves; it runs to the page's end.
 //! - `<!-- doc-test: output -->` before a fenced block: the block is the
 //!   output of commands. They are the block's own `$ ` lines (each run on
 //!   its own, its output after it), or else the last `sh` block above.
@@ -21,8 +26,8 @@
 //! nothing is written into the source tree), with the test build's
 //! berthd, berthctl, kubectl-berth and berth-bench and the test venv's
 //! grpcurl first on `PATH`, `BERTH_SERVER` set to the page's berthd and no
-//! kubeconfig. `127.0.0.1:50051` in a command is the page's berthd, and
-//! its real address in an output reads `127.0.0.1:50051` again.
+//! kubeconfig. The berthd's ADDR in a command is its real address, and
+//! its real address in an output reads ADDR again.
 //!
 //! Outputs are compared with snapbox's patterns: `...` on a line of its
 //! own stands for any lines, `[..]` for any text within a line. What must
@@ -67,6 +72,7 @@ struct Block {
 #[derive(Debug)]
 enum Step {
     Berthd(Vec<String>),
+    Python(Vec<String>),
     Output { commands: Commands, block: Block },
     Log { block: Block },
     File { name: String, block: Block },
@@ -147,6 +153,10 @@ fn parse(text: &str) -> Result<Vec<Step>> {
                 Commands::Prompted(prompted)
             };
             steps.push(Step::Output { commands, block });
+        } else if let Some(args) = d.strip_prefix("python ") {
+            steps.push(Step::Python(
+                args.split_whitespace().map(str::to_string).collect(),
+            ));
         } else if let Some(name) = d.strip_prefix("file ") {
             steps.push(Step::File {
                 name: name.trim().to_string(),
@@ -259,8 +269,8 @@ impl Scratch {
 
     /// Runs `script` under bash, stdout and stderr together as a terminal
     /// shows them; the page's address in and out.
-    async fn run(&self, script: &str, addr: &str) -> Result<String> {
-        let script = script.replace(DOC_ADDR, addr);
+    async fn run(&self, script: &str, doc_addr: &str, addr: &str) -> Result<String> {
+        let script = script.replace(doc_addr, addr);
         let mut cmd = tokio::process::Command::new("bash");
         cmd.arg("-c")
             .arg(format!("exec 2>&1\n{script}"))
@@ -277,7 +287,7 @@ impl Scratch {
         let out = tokio::time::timeout(GUARD, cmd.output())
             .await
             .with_context(|| format!("{script:?} did not end"))??;
-        let text = String::from_utf8_lossy(&out.stdout).replace(addr, DOC_ADDR);
+        let text = String::from_utf8_lossy(&out.stdout).replace(addr, doc_addr);
         Ok(text.trim_end().to_string())
     }
 }
@@ -351,8 +361,18 @@ async fn run_page(page: &str) -> Result<Vec<Mismatch>> {
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {page}"))?;
     let steps = parse(&text).with_context(|| page.to_string())?;
     ensure!(!steps.is_empty(), "{page} has no doc-test examples");
+    // A Python extender listens where its page says (the configuration
+    // the page shows dials that port): pages that start one take turns.
+    static FIXED_PORTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _turn = if steps.iter().any(|s| matches!(s, Step::Python(_))) {
+        Some(FIXED_PORTS.lock().await)
+    } else {
+        None
+    };
     let scratch = Scratch::new("docs")?;
     let mut berthd: Option<Berthd> = None;
+    let mut doc_addr = DOC_ADDR.to_string();
+    let mut extenders = Vec::new();
     let mut args: Vec<String> = Vec::new();
     let mut results: Vec<(Block, String)> = Vec::new();
     for step in steps {
@@ -362,10 +382,31 @@ async fn run_page(page: &str) -> Result<Vec<Mismatch>> {
                 text.push('\n');
                 std::fs::write(scratch.dir.0.join(&name), text)?;
             }
-            Step::Berthd(a) => {
+            Step::Python(a) => {
+                let (script, rest) = a.split_first().context("python: no script")?;
+                let at = rest
+                    .iter()
+                    .position(|x| x == "--listen")
+                    .context("python: no --listen ADDR")?;
+                let listen = rest.get(at + 1).context("python: --listen without ADDR")?;
+                let others: Vec<&str> = rest
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != at && *i != at + 1)
+                    .map(|(_, x)| x.as_str())
+                    .collect();
+                extenders.push(
+                    berth_e2e::python::PyExtender::start_script(script, listen, &others).await?,
+                );
+            }
+            Step::Berthd(mut a) => {
                 if let Some(old) = berthd.take() {
                     old.stop().await?;
                 }
+                doc_addr = match a.first() {
+                    Some(first) if !first.starts_with('-') && first.contains(':') => a.remove(0),
+                    _ => DOC_ADDR.to_string(),
+                };
                 // Files the page wrote are named from the scratch
                 // directory, where the page's commands run.
                 let a: Vec<String> = a.into_iter().map(|arg| scratch.resolve(&arg)).collect();
@@ -390,12 +431,12 @@ async fn run_page(page: &str) -> Result<Vec<Mismatch>> {
                     .map(|b| b.addr.clone())
                     .with_context(|| format!("{page}:{}: no berthd above it", block.open + 1))?;
                 let actual = match commands {
-                    Commands::Script(s) => scratch.run(&s, &addr).await?,
+                    Commands::Script(s) => scratch.run(&s, &doc_addr, &addr).await?,
                     Commands::Prompted(cmds) => {
                         let mut out = Vec::new();
                         for c in cmds {
                             out.push(format!("$ {c}"));
-                            let o = scratch.run(&c, &addr).await?;
+                            let o = scratch.run(&c, &doc_addr, &addr).await?;
                             if !o.is_empty() {
                                 out.push(o);
                             }
@@ -532,6 +573,11 @@ async fn cli() -> Result<()> {
 #[tokio::test]
 async fn api() -> Result<()> {
     page("docs/api.md").await
+}
+
+#[tokio::test]
+async fn python_extender() -> Result<()> {
+    page("docs/extenders/python.md").await
 }
 
 #[tokio::test]
