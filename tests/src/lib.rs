@@ -641,10 +641,16 @@ pub struct Extender {
 impl Extender {
     /// Starts example `name` with `args`.
     pub async fn start(name: &str, args: &[&str]) -> Result<Self> {
+        Self::start_at(name, "127.0.0.1:0", args).await
+    }
+
+    /// As [`Extender::start`], listening on `listen` (a page's example
+    /// names its port).
+    pub async fn start_at(name: &str, listen: &str, args: &[&str]) -> Result<Self> {
         let (changed, _) = watch::channel(0);
         let book = std::sync::Arc::<LogBook>::default();
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let (child, addr) = spawn_extender(name, &args, "127.0.0.1:0", 1, &book, &changed).await?;
+        let (child, addr) = spawn_extender(name, &args, listen, 1, &book, &changed).await?;
         Ok(Self {
             name: name.to_string(),
             args,

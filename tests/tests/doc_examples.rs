@@ -10,6 +10,9 @@
 //! - `<!-- doc-test: python SCRIPT --listen ADDR ARGS -->` starts the
 //!   Python extender `extenders/python/SCRIPT` (the test venv's Python)
 //!   on ADDR and waits until it serves; it runs to the page's end.
+//! - `<!-- doc-test: extender NAME --listen ADDR ARGS -->` does the same
+//!   for the Rust SDK's example NAME. A berthd started after extenders
+//!   is waited for until it has connected to as many as run.
 //! - `<!-- doc-test: output -->` before a fenced block: the block is the
 //!   output of commands. They are the block's own `$ ` lines (each run on
 //!   its own, its output after it), or else the last `sh` block above.
@@ -73,6 +76,7 @@ struct Block {
 enum Step {
     Berthd(Vec<String>),
     Python(Vec<String>),
+    Extender(Vec<String>),
     Output { commands: Commands, block: Block },
     Log { block: Block },
     File { name: String, block: Block },
@@ -153,6 +157,10 @@ fn parse(text: &str) -> Result<Vec<Step>> {
                 Commands::Prompted(prompted)
             };
             steps.push(Step::Output { commands, block });
+        } else if let Some(args) = d.strip_prefix("extender ") {
+            steps.push(Step::Extender(
+                args.split_whitespace().map(str::to_string).collect(),
+            ));
         } else if let Some(args) = d.strip_prefix("python ") {
             steps.push(Step::Python(
                 args.split_whitespace().map(str::to_string).collect(),
@@ -292,6 +300,24 @@ impl Scratch {
     }
 }
 
+/// A directive's `NAME --listen ADDR ARGS`: the name, the address, the
+/// other arguments.
+fn listening(args: &[String]) -> Result<(String, String, Vec<String>)> {
+    let (name, rest) = args.split_first().context("no name")?;
+    let at = rest
+        .iter()
+        .position(|x| x == "--listen")
+        .context("no --listen ADDR")?;
+    let listen = rest.get(at + 1).context("--listen without ADDR")?;
+    let others = rest
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != at && *i != at + 1)
+        .map(|(_, x)| x.clone())
+        .collect();
+    Ok((name.clone(), listen.clone(), others))
+}
+
 /// berthd's log in text format from its start to the end of its first
 /// idle summary.
 async fn text_log(args: &[String]) -> Result<String> {
@@ -361,10 +387,13 @@ async fn run_page(page: &str) -> Result<Vec<Mismatch>> {
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {page}"))?;
     let steps = parse(&text).with_context(|| page.to_string())?;
     ensure!(!steps.is_empty(), "{page} has no doc-test examples");
-    // A Python extender listens where its page says (the configuration
+    // An extender listens where its page says (the configuration
     // the page shows dials that port): pages that start one take turns.
     static FIXED_PORTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _turn = if steps.iter().any(|s| matches!(s, Step::Python(_))) {
+    let _turn = if steps
+        .iter()
+        .any(|s| matches!(s, Step::Python(_) | Step::Extender(_)))
+    {
         Some(FIXED_PORTS.lock().await)
     } else {
         None
@@ -372,7 +401,8 @@ async fn run_page(page: &str) -> Result<Vec<Mismatch>> {
     let scratch = Scratch::new("docs")?;
     let mut berthd: Option<Berthd> = None;
     let mut doc_addr = DOC_ADDR.to_string();
-    let mut extenders = Vec::new();
+    let mut python = Vec::new();
+    let mut rust = Vec::new();
     let mut args: Vec<String> = Vec::new();
     let mut results: Vec<(Block, String)> = Vec::new();
     for step in steps {
@@ -383,21 +413,16 @@ async fn run_page(page: &str) -> Result<Vec<Mismatch>> {
                 std::fs::write(scratch.dir.0.join(&name), text)?;
             }
             Step::Python(a) => {
-                let (script, rest) = a.split_first().context("python: no script")?;
-                let at = rest
-                    .iter()
-                    .position(|x| x == "--listen")
-                    .context("python: no --listen ADDR")?;
-                let listen = rest.get(at + 1).context("python: --listen without ADDR")?;
-                let others: Vec<&str> = rest
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| *i != at && *i != at + 1)
-                    .map(|(_, x)| x.as_str())
-                    .collect();
-                extenders.push(
-                    berth_e2e::python::PyExtender::start_script(script, listen, &others).await?,
+                let (script, listen, others) = listening(&a)?;
+                let others: Vec<&str> = others.iter().map(String::as_str).collect();
+                python.push(
+                    berth_e2e::python::PyExtender::start_script(&script, &listen, &others).await?,
                 );
+            }
+            Step::Extender(a) => {
+                let (name, listen, others) = listening(&a)?;
+                let others: Vec<&str> = others.iter().map(String::as_str).collect();
+                rust.push(berth_e2e::Extender::start_at(&name, &listen, &others).await?);
             }
             Step::Berthd(mut a) => {
                 if let Some(old) = berthd.take() {
@@ -418,6 +443,17 @@ async fn run_page(page: &str) -> Result<Vec<Mismatch>> {
                 let synced = b
                     .wait_for(|l| berth_e2e::message(l).starts_with("cache synced"))
                     .await?;
+                let running = python.len() + rust.len();
+                let mut connected = b
+                    .seen
+                    .iter()
+                    .filter(|l| berth_e2e::message(l) == "extender connected")
+                    .count();
+                while connected < running {
+                    b.wait_for(|l| berth_e2e::message(l) == "extender connected")
+                        .await?;
+                    connected += 1;
+                }
                 if synced["fields"]["pending"].as_u64().unwrap_or(0) > 0 {
                     b.wait_idle().await?;
                     b.finish_idle_summary().await?;
@@ -573,6 +609,11 @@ async fn cli() -> Result<()> {
 #[tokio::test]
 async fn api() -> Result<()> {
     page("docs/api.md").await
+}
+
+#[tokio::test]
+async fn extenders() -> Result<()> {
+    page("docs/extenders.md").await
 }
 
 #[tokio::test]
