@@ -55,6 +55,20 @@ impl Drop for TempDir {
     }
 }
 
+/// Fails unless `page` (from the workspace root) has a line that is
+/// `line` exactly: a page quoting what berth prints where the suite has no
+/// runnable example for it (kube mode, against the stand-in API server)
+/// is held to what the test saw printed.
+pub fn page_shows(page: &str, line: &str) -> Result<()> {
+    let text = std::fs::read_to_string(workspace_root().join(page))
+        .with_context(|| format!("reading {page}"))?;
+    ensure!(
+        text.lines().any(|l| l == line),
+        "{page} does not show the line berth prints:\n{line}"
+    );
+    Ok(())
+}
+
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

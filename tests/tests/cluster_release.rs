@@ -294,6 +294,10 @@ async fn deploy_as_written_binds_a_plain_a_pvc_and_a_dra_pod_on_v1_36_and_v1_37(
                 notes[0].ends_with("not watched; DRADeviceTaintRules, which reads them, is off"),
                 "{notes:?}"
             );
+            // docs/feature-gates.md quotes these lines as printed.
+            for n in &notes {
+                berth_e2e::page_shows("docs/feature-gates.md", n)?;
+            }
         }
         // Nothing asked of what is not served.
         ensure!(
@@ -309,12 +313,13 @@ async fn deploy_as_written_binds_a_plain_a_pvc_and_a_dra_pod_on_v1_36_and_v1_37(
         let (_, metrics) = http_get(&http, "/metrics").await?;
         let minor = &release[3..];
         let previous = minor.parse::<u16>()? - 1;
-        ensure!(
-            metrics.contains(&format!(
-                "version_info{{binary=\"1.37\",component=\"kube\",emulation=\"1.{minor}\",min_compat=\"1.{previous}\"}} 1"
-            )),
-            "{release}: {metrics}"
+        let version_info = format!(
+            "version_info{{binary=\"1.37\",component=\"kube\",emulation=\"1.{minor}\",min_compat=\"1.{previous}\"}} 1"
         );
+        ensure!(metrics.contains(&version_info), "{release}: {metrics}");
+        if release == "v1.36" {
+            berth_e2e::page_shows("docs/feature-gates.md", &version_info)?;
+        }
         for family in [
             "process_resident_memory_bytes",
             "process_cpu_seconds_total",
@@ -383,6 +388,11 @@ async fn a_gate_set_for_a_kind_the_server_lacks_stops_startup_naming_it() -> Res
         ),
         "{stderr}"
     );
+    let refusal = stderr
+        .lines()
+        .find(|l| l.starts_with("Error: feature gate GenericWorkload=true"))
+        .context("no Error line")?;
+    berth_e2e::page_shows("docs/feature-gates.md", refusal)?;
     // It asked what the server is, and nothing else.
     ensure!(
         fake.requests().iter().all(|r| r.method == "GET"

@@ -472,15 +472,11 @@ async fn a_port_forward_that_fails_says_why() -> Result<()> {
     );
     // docs/cli.md shows the line as printed (the stand-in's Service is
     // deploy/'s: kube-system/berth, selector app=berth).
-    let cli = std::fs::read_to_string(berth_e2e::workspace_root().join("docs/cli.md"))?;
     let printed = err
         .lines()
         .find(|l| l.starts_with("error: service kube-system/berth has no ready pod"))
         .with_context(|| format!("no error line:\n{err}"))?;
-    ensure!(
-        cli.lines().any(|l| l == printed),
-        "docs/cli.md does not show the line kubectl berth prints:\n{printed}"
-    );
+    berth_e2e::page_shows("docs/cli.md", printed)?;
     // And the way it names works.
     let addr = c.berthd.addr.clone();
     let out = c.expect(&["queue", "--berth", &addr], 0).await?;
