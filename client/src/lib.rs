@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod answer;
+pub mod cli;
 
 use berth_proto::json::{from_struct, to_struct};
 use berth_proto::v1::cluster_client::ClusterClient;

@@ -1,8 +1,8 @@
 //! `berthctl apply` and `berthctl delete`: changing the embedded cluster.
 
+use crate::pb::{ApplyAction, ApplyResponse, DeleteResponse, ObjectReference};
+use crate::{Client, ClientError};
 use anyhow::{Result, anyhow, bail};
-use berth_client::pb::{ApplyAction, ApplyResponse, DeleteResponse, ObjectReference};
-use berth_client::{Client, ClientError};
 use serde_json::Value;
 
 use crate::cli::files::{Doc, Source};

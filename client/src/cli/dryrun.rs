@@ -1,10 +1,10 @@
 //! `berthctl dry-run`: where a pod would go and why, as a node × plugin
 //! matrix.
 
+use crate::answer::describe;
+use crate::pb::{DryRunResponse, NodeResult, NodeVerdict, PluginResult};
+use crate::{Client, ClientError, Conclusion, pb};
 use anyhow::{Result, bail};
-use berth_client::answer::describe;
-use berth_client::pb::{DryRunResponse, NodeResult, NodeVerdict, PluginResult};
-use berth_client::{Client, ClientError, Conclusion, pb};
 
 use crate::cli::files::{Doc, Source, locate_field};
 use crate::cli::output::{Output, emit, emit_proto};
@@ -203,6 +203,8 @@ pub fn plugin_lines(title: &str, results: &[PluginResult]) -> String {
     format!("{title}:\n{}\n", lines.join("\n"))
 }
 
+/// What preemption would do, as one line: the node the pod would be
+/// nominated to and the pods evicted, or why it cannot help.
 pub fn preemption(p: &pb::Preemption) -> String {
     if p.nominated_node.is_empty() {
         return format!("Preemption would not help: {}\n", p.message);
@@ -431,7 +433,7 @@ pub fn render(resp: &DryRunResponse, pod: &str) -> String {
                 .chain([total, filter_cell(n)]),
         );
     }
-    if t.len() > 0 {
+    if !t.is_empty() {
         out.push('\n');
         out.push_str(&t.render());
         out.push('\n');
@@ -473,7 +475,7 @@ pub fn render(resp: &DryRunResponse, pod: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use berth_client::pb::{FilterResult, ScoreResult};
+    use crate::pb::{FilterResult, ScoreResult};
 
     fn filter(plugin: &str, code: &str, reasons: &[&str]) -> FilterResult {
         FilterResult {

@@ -1,8 +1,8 @@
 //! `berthctl get`: objects of the embedded cluster, as tables or as
 //! Kubernetes JSON/YAML.
 
+use crate::Client;
 use anyhow::Result;
-use berth_client::Client;
 use serde_json::{Value, json};
 
 use crate::cli::Rpc;
@@ -100,7 +100,7 @@ pub async fn run(
 
 /// Nodes as the server summarized them: requested/allocatable CPU, memory
 /// and pods, status, taints, zone.
-pub fn usage_table(nodes: &[berth_client::pb::NodeUsage]) -> String {
+pub fn usage_table(nodes: &[crate::pb::NodeUsage]) -> String {
     let mut t = Table::new(["NAME", "STATUS", "CPU", "MEMORY", "PODS", "TAINTS", "ZONE"]);
     for n in nodes {
         let mut status = match n.ready.as_str() {
@@ -310,7 +310,7 @@ mod tests {
     #[test]
     fn nodes_show_the_servers_summary() {
         let nodes = [
-            berth_client::pb::NodeUsage {
+            crate::pb::NodeUsage {
                 node: "a".into(),
                 ready: "True".into(),
                 unschedulable: true,
@@ -323,7 +323,7 @@ mod tests {
                 pods: 2,
                 pods_allocatable: 110,
             },
-            berth_client::pb::NodeUsage {
+            crate::pb::NodeUsage {
                 node: "b".into(),
                 ready: "Unknown".into(),
                 cpu_allocatable_milli: 2000,

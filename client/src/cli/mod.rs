@@ -1,7 +1,8 @@
 //! What berthctl and kubectl-berth share: the commands that talk to berthd
 //! (dry-run, simulate, queue, why, ...) and how they print. Both binaries
-//! compile this one module tree (`#[path]` from their `main.rs`), so the
-//! two faces of the client take the same code path; each uses its part.
+//! use this one module of the library, so the two faces of the client
+//! take the same code path; each uses its part (kubectl berth asks, it
+//! does not write: apply, get and watch are berthctl's).
 
 pub mod apply;
 pub mod dryrun;
@@ -18,8 +19,8 @@ pub mod tls;
 pub mod watch;
 pub mod why;
 
+use crate::ClientError;
 use anyhow::Result;
-use berth_client::ClientError;
 
 /// A gRPC error from berthd: its code and message.
 #[derive(Debug, thiserror::Error)]

@@ -4,8 +4,8 @@
 use std::io::Write;
 use std::sync::OnceLock;
 
+use crate::pb;
 use anyhow::{Context, Result, anyhow};
-use berth_client::pb;
 use clap::ValueEnum;
 use prost_reflect::{DescriptorPool, DynamicMessage};
 

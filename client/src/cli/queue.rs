@@ -1,8 +1,8 @@
 //! `berthctl queue`: the pods waiting to be scheduled and why.
 
+use crate::Client;
+use crate::pb::{GetQueueResponse, QueueName, QueuedPod};
 use anyhow::Result;
-use berth_client::Client;
-use berth_client::pb::{GetQueueResponse, QueueName, QueuedPod};
 
 use crate::cli::Rpc;
 use crate::cli::output::{Output, emit, emit_proto};
@@ -167,10 +167,10 @@ default     a      unschedulable          0          1   0/3 nodes are available
     fn a_pod_held_at_permit_says_by_whom_and_until_when() {
         let at = |seconds| prost_types::Timestamp { seconds, nanos: 0 };
         let mut p = pod("first", QueueName::InFlight);
-        p.permit_wait = Some(berth_client::pb::PermitWait {
+        p.permit_wait = Some(crate::pb::PermitWait {
             node: "n1".into(),
             since: Some(at(0)),
-            waiting_for: vec![berth_client::pb::PermitWaiter {
+            waiting_for: vec![crate::pb::PermitWaiter {
                 plugin: "Coscheduling".into(),
                 until: Some(at(600)),
             }],

@@ -8,8 +8,8 @@ use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::{Client, pb};
 use anyhow::{Context, Result, bail};
-use berth_client::{Client, pb};
 
 use super::Rpc;
 use super::output::{Output, emit, emit_proto};

@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use berth_client::pb;
+use crate::pb;
 
 /// Line colours, one per configuration (colour-blind safe, Okabe-Ito).
 const COLOURS: [&str; 8] = [

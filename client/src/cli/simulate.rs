@@ -1,10 +1,10 @@
 //! `berthctl simulate`: where a batch of pods would go, and what it would
 //! do to the nodes that take them.
 
+use crate::answer::describe;
+use crate::pb::{SimulateResponse, SimulatedOutcome};
+use crate::{Client, ClientError, Conclusion};
 use anyhow::{Result, bail};
-use berth_client::answer::describe;
-use berth_client::pb::{SimulateResponse, SimulatedOutcome};
-use berth_client::{Client, ClientError, Conclusion};
 
 use crate::cli::files::{Doc, Source, locate_field};
 use crate::cli::output::{Output, emit, emit_proto};
@@ -126,7 +126,7 @@ pub fn render(resp: &SimulateResponse) -> String {
             format!("{}/{}", n.pods, n.pods_allocatable),
         ]);
     }
-    if nodes.len() > 0 {
+    if !nodes.is_empty() {
         out.push_str("\nAfter the simulation:\n");
         out.push_str(&nodes.render());
     }
@@ -136,7 +136,7 @@ pub fn render(resp: &SimulateResponse) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use berth_client::pb::{NodeUtilization, SimulatedPod};
+    use crate::pb::{NodeUtilization, SimulatedPod};
 
     #[test]
     fn placements_summary_and_touched_nodes() {
@@ -199,7 +199,7 @@ n1          1   75% (3/4)   25% (1Gi/4Gi)   3/110
                 ..Default::default()
             }],
             unknown: 1,
-            incomplete: vec![berth_client::pb::PluginNote {
+            incomplete: vec![crate::pb::PluginNote {
                 plugin: "quota".into(),
                 point: "Filter".into(),
                 reason: "not connected".into(),

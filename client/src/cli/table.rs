@@ -49,6 +49,11 @@ impl Table {
         self.rows.len()
     }
 
+    /// Whether no row has been added.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
     /// The table as text, one line per row, each ending in a newline.
     pub fn render(&self) -> String {
         let width = |s: &str| s.chars().count();

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::{Client, ClientError, ConnectOptions};
 use anyhow::{Context, Result};
-use berth_client::{Client, ClientError, ConnectOptions};
 
 use crate::cli::RpcError;
 

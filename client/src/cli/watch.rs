@@ -1,9 +1,9 @@
 //! `berthctl watch`: scheduling events, or changes to the cluster's objects,
 //! one line each as they happen, until Ctrl-C or the server ends the stream.
 
+use crate::pb::{EventType, PodReference, SchedulingEvent, WatchEvent};
+use crate::{Client, ClientError};
 use anyhow::Result;
-use berth_client::pb::{EventType, PodReference, SchedulingEvent, WatchEvent};
-use berth_client::{Client, ClientError};
 
 use crate::cli::Rpc;
 use crate::cli::output::{Output, ProtoMessage, dynamic, emit};

@@ -9,11 +9,9 @@
 //! their enum names, and fields of the queue entry and of the dry run that
 //! this module does not know are shown as they come.
 
+use crate::pb::{DryRunResponse, NodeResult, NodeVerdict, PodGroupDryRun, QueueName, QueuedPod};
+use crate::{Client, Conclusion};
 use anyhow::{Result, bail};
-use berth_client::pb::{
-    DryRunResponse, NodeResult, NodeVerdict, PodGroupDryRun, QueueName, QueuedPod,
-};
-use berth_client::{Client, Conclusion};
 use serde_json::{Value, json};
 
 use crate::cli::Rpc;
@@ -774,7 +772,7 @@ pub fn print(why: &Why, format: Output, wide: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use berth_client::pb::{self, FilterResult, Preemption};
+    use crate::pb::{self, FilterResult, Preemption};
 
     fn pod(extra: Value) -> Value {
         let mut p = json!({
@@ -984,12 +982,12 @@ mod tests {
         let d = DryRunResponse {
             message: "0/300 nodes are available: 1 Insufficient cpu, 299 node(s) didn't satisfy plugin(s) [VolumeBinding].".into(),
             pre_filter: vec![
-                berth_client::pb::PluginResult {
+                crate::pb::PluginResult {
                     plugin: "NodeAffinity".into(),
                     code: "Success".into(),
                     ..Default::default()
                 },
-                berth_client::pb::PluginResult {
+                crate::pb::PluginResult {
                     plugin: "VolumeBinding".into(),
                     code: "Success".into(),
                     node_names: vec!["n-117".into()],
@@ -1096,8 +1094,8 @@ mod tests {
                 selected_node: String::new(),
                 message: "extender \"x\" failed at Filter: not connected".into(),
                 nodes: vec![node("a", NodeVerdict::Unknown, &[("x", "Error", &[])])],
-                completeness: berth_client::pb::Completeness::Incomplete as i32,
-                incomplete: vec![berth_client::pb::PluginNote {
+                completeness: crate::pb::Completeness::Incomplete as i32,
+                incomplete: vec![crate::pb::PluginNote {
                     plugin: "x".into(),
                     point: "Filter".into(),
                     reason: "extender \"x\" failed at Filter: not connected".into(),
@@ -1118,7 +1116,7 @@ mod tests {
         assert!(!text.contains("completeness"), "{text}");
         let mut complete = why.clone();
         let d = complete.dry_run.as_mut().unwrap();
-        d.completeness = berth_client::pb::Completeness::Complete as i32;
+        d.completeness = crate::pb::Completeness::Complete as i32;
         d.incomplete.clear();
         d.nodes.clear();
         let text = render(&complete, false).unwrap();

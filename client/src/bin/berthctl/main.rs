@@ -7,13 +7,10 @@
 //! would fit now, 1 when not (or when berthd could not tell), and 2 on any
 //! error.
 
-#[path = "../../cli/mod.rs"]
-mod cli;
-
 use std::process::ExitCode;
 
 use anyhow::Result;
-use berth_client::{Client, ConnectOptions};
+use berth_client::{Client, ConnectOptions, cli};
 use clap::{Parser, Subcommand};
 
 use cli::Rpc;

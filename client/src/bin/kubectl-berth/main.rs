@@ -16,18 +16,13 @@
 //! berthd could not tell), and 2 on errors (as `kubectl diff` answers 0, 1
 //! and above 1).
 
-#[path = "../../cli/mod.rs"]
-// kubectl berth uses the questions of the shared commands, not the
-// embedded cluster's writes and reads (apply, get, watch).
-#[allow(dead_code)]
-mod cli;
 mod cluster;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
-use berth_client::{Client, ConnectOptions};
+use berth_client::{Client, ConnectOptions, cli};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use cli::Rpc;
