@@ -275,7 +275,7 @@ pub static GATES: &[GateDef] = &[
         &[s(35, false, Alpha), s(37, false, Beta)],
         &[],
         Both,
-        "PodGroups (scheduling.k8s.io/v1beta1) scheduled as groups: the queue's group entities, the PodGroup cycle, GangScheduling, PodGroupPostFilter, the PodGroup metrics",
+        "Workload and PodGroup (scheduling.k8s.io/v1beta1) gang scheduling: PodGroups watched and stored, the queue's group entities, the PodGroup cycle, GangScheduling, PodGroupPostFilter, workload-aware preemption, group DryRun and Simulate, the PodGroup metrics",
     ),
     g(
         F::InPlacePodLevelResourcesVerticalScaling,
