@@ -2,7 +2,8 @@
 //! (`berth_server::metrics::upstream::FAMILIES`, one entry per family with
 //! upstream's name, type, labels and stability): scraped from the real
 //! berthd in kube mode (leader election on, a pod bound, against the
-//! stand-in API server), every family marked served is declared with its
+//! stand-in API server, with GenericWorkload on as every other gate berth
+//! implements both ways is by default), every family marked served is declared with its
 //! type, its help starts with its stability as component-base writes it,
 //! and each of its samples has exactly its labels; a family marked not
 //! served is absent; and no family under an upstream prefix is served that
@@ -84,8 +85,16 @@ async fn metrics_match_kube_scheduler_v1_37s_names_labels_and_stability() -> Res
     let kubeconfig = dir.join("kubeconfig");
     fake.write_kubeconfig(&kubeconfig)?;
     let path = kubeconfig.display().to_string();
-    let mut berthd =
-        Berthd::start(&["--kubeconfig", &path, "--http-listen", "127.0.0.1:0"]).await?;
+    // Every gate berth implements both ways on (GenericWorkload is the one
+    // off by default): the families it registers are listed too.
+    let mut berthd = Berthd::start(&[
+        "--kubeconfig",
+        &path,
+        "--http-listen",
+        "127.0.0.1:0",
+        "--feature-gates=GenericWorkload=true",
+    ])
+    .await?;
     berthd
         .wait_for(|l| message(l) == "scheduled" && l["fields"]["pod"] == "default/p")
         .await?;

@@ -198,7 +198,7 @@ impl PodGroupMetrics {
         e.family(
             "scheduler_preemption_workload_disruptions",
             "histogram",
-            "Number of workload units disrupted by a preemption, by the kind of preemptor.",
+            "Number of workload preemption units being preempted. A single preemption unit can be all pods in a pod group (in case of DisruptionMode=all), or a single pod (in case of DisruptionMode=single).",
         );
         if self.workload_disruptions.count() > 0 {
             e.histogram(

@@ -11,7 +11,7 @@
 //! marked not served appears, or when berthd serves an upstream-looking
 //! family this list does not name. A family added to berth is added here
 //! by one entry (issue 25's `kubernetes_feature_enabled`, issue 26's
-//! PodGroup families).
+//! PodGroup families, which the scrape sees with GenericWorkload on).
 
 /// How upstream marks a family's stability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -247,6 +247,65 @@ pub const FAMILIES: &[Family] = &[
         &["profile"],
         Alpha,
         "berth's batching is its own, not upstream's node hints",
+    ),
+    // Registered with GenericWorkload on (berthd serves them then; the
+    // scrape of tests/tests/metrics_upstream.rs turns it on).
+    served(
+        "scheduler_podgroup_schedule_attempts_total",
+        "counter",
+        &["profile", "result"],
+        Alpha,
+    ),
+    served(
+        "scheduler_podgroup_scheduling_attempt_duration_seconds",
+        "histogram",
+        &["profile", "result"],
+        Alpha,
+    ),
+    served(
+        "scheduler_podgroup_scheduling_algorithm_duration_seconds",
+        "histogram",
+        &[],
+        Alpha,
+    ),
+    served(
+        "scheduler_workload_preemption_attempts_total",
+        "counter",
+        &["result"],
+        Alpha,
+    ),
+    served(
+        "scheduler_workload_preemption_victims",
+        "histogram",
+        &[],
+        Alpha,
+    ),
+    served(
+        "scheduler_preemption_workload_disruptions",
+        "histogram",
+        &["preemptor"],
+        Alpha,
+    ),
+    not_served(
+        "scheduler_preemption_evaluation_duration_seconds",
+        "histogram",
+        &["preemptor", "result"],
+        Alpha,
+        NOT_YET,
+    ),
+    not_served(
+        "scheduler_preemption_execution_duration_seconds",
+        "histogram",
+        &["preemptor", "result"],
+        Alpha,
+        NOT_YET,
+    ),
+    not_served(
+        "scheduler_preemption_pdb_violations_total",
+        "counter",
+        &["preemptor"],
+        Alpha,
+        NOT_YET,
     ),
     not_served(
         "scheduler_preemption_goroutines_duration_seconds",
