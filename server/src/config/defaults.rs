@@ -1,6 +1,7 @@
 //! Upstream's default profile: every default plugin enabled through
 //! `multiPoint`, in kube-scheduler's order, with its Score weight.
 
+use super::plugin_names as n;
 use crate::features::{Feature, FeatureGates};
 
 /// The default `multiPoint.enabled` list of `kubescheduler.config.k8s.io/v1`
@@ -15,27 +16,27 @@ use crate::features::{Feature, FeatureGates};
 /// left out of the default profile. [`default_multi_point`] gives the list
 /// for other gates.
 pub const DEFAULT_MULTI_POINT: &[(&str, Option<i32>)] = &[
-    ("SchedulingGates", None),
-    ("PrioritySort", None),
-    ("NodeUnschedulable", None),
-    ("NodeName", None),
-    ("TaintToleration", Some(3)),
-    ("NodeAffinity", Some(2)),
-    ("NodePorts", None),
-    ("NodeResourcesFit", Some(1)),
-    ("VolumeRestrictions", None),
-    ("NodeVolumeLimits", None),
-    ("VolumeBinding", None),
-    ("VolumeZone", None),
-    ("PodTopologySpread", Some(2)),
-    ("InterPodAffinity", Some(2)),
-    ("DynamicResources", Some(2)),
-    ("DefaultPreemption", None),
-    ("NodeResourcesBalancedAllocation", Some(1)),
-    ("ImageLocality", Some(1)),
-    ("DefaultBinder", None),
-    ("NodeDeclaredFeatures", None),
-    ("GangScheduling", None),
+    (n::SCHEDULING_GATES, None),
+    (n::PRIORITY_SORT, None),
+    (n::NODE_UNSCHEDULABLE, None),
+    (n::NODE_NAME, None),
+    (n::TAINT_TOLERATION, Some(3)),
+    (n::NODE_AFFINITY, Some(2)),
+    (n::NODE_PORTS, None),
+    (n::NODE_RESOURCES_FIT, Some(1)),
+    (n::VOLUME_RESTRICTIONS, None),
+    (n::NODE_VOLUME_LIMITS, None),
+    (n::VOLUME_BINDING, None),
+    (n::VOLUME_ZONE, None),
+    (n::POD_TOPOLOGY_SPREAD, Some(2)),
+    (n::INTER_POD_AFFINITY, Some(2)),
+    (n::DYNAMIC_RESOURCES, Some(2)),
+    (n::DEFAULT_PREEMPTION, None),
+    (n::NODE_RESOURCES_BALANCED_ALLOCATION, Some(1)),
+    (n::IMAGE_LOCALITY, Some(1)),
+    (n::DEFAULT_BINDER, None),
+    (n::NODE_DECLARED_FEATURES, None),
+    (n::GANG_SCHEDULING, None),
 ];
 
 /// The default `multiPoint.enabled` list under `gates`: the gated entries
@@ -44,9 +45,9 @@ pub fn default_multi_point(gates: &FeatureGates) -> Vec<(&'static str, Option<i3
     DEFAULT_MULTI_POINT
         .iter()
         .filter(|(name, _)| match *name {
-            "NodeDeclaredFeatures" => gates.enabled(Feature::NodeDeclaredFeatures),
-            "DynamicResources" => gates.enabled(Feature::DynamicResourceAllocation),
-            "GangScheduling" => gates.enabled(Feature::GenericWorkload),
+            n::NODE_DECLARED_FEATURES => gates.enabled(Feature::NodeDeclaredFeatures),
+            n::DYNAMIC_RESOURCES => gates.enabled(Feature::DynamicResourceAllocation),
+            n::GANG_SCHEDULING => gates.enabled(Feature::GenericWorkload),
             _ => true,
         })
         .copied()

@@ -14,6 +14,7 @@ mod defaults;
 mod duration;
 mod error;
 pub mod extenders;
+pub mod plugin_names;
 mod points;
 mod types;
 
@@ -682,7 +683,7 @@ fn pinned_http_extenders(extenders: &[HttpExtenderConfig]) -> Vec<PinnedPlugin> 
 
 /// Appends `names` to NodeResourcesFit's `ignoredResources` in `profile`.
 fn add_ignored_resources(profile: &mut Profile, names: &[&str]) -> Result<(), ConfigError> {
-    const FIT: &str = "NodeResourcesFit";
+    const FIT: &str = plugin_names::NODE_RESOURCES_FIT;
     let i = match profile.plugin_config.iter().position(|c| c.name == FIT) {
         Some(i) => i,
         None => {

@@ -8,7 +8,9 @@ pub mod gang_scheduling;
 pub mod helper;
 pub mod image_locality;
 pub mod inter_pod_affinity;
-pub mod names;
+/// The in-tree plugins' names, owned by the configuration that spells
+/// them ([`crate::config::plugin_names`]).
+pub use crate::config::plugin_names as names;
 pub mod node_affinity;
 pub mod node_declared_features;
 pub mod node_name;

@@ -1,4 +1,6 @@
-//! The names of the in-tree plugins, as configuration spells them.
+//! The names of the in-tree plugins, as configuration spells them: the
+//! one place they are written (the default profile, the plugins'
+//! registrations and their statuses all name them from here).
 
 /// QueueSort by priority, then arrival.
 pub const PRIORITY_SORT: &str = "PrioritySort";
