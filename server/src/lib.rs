@@ -26,7 +26,9 @@ pub mod replay;
 pub mod rng;
 pub mod scheduler;
 pub mod sim_clock;
-pub mod testing;
+// Builders for unit tests: compiled only into them, never into the product.
+#[cfg(test)]
+pub(crate) mod testing;
 
 /// How many tokio worker threads berthd runs: `requested` if given (and not
 /// zero), else `TOKIO_WORKER_THREADS` if set to a positive number, else one

@@ -305,29 +305,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// Counts the lines each reporter writes, by level.
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<(tracing::Level, String)>>>);
-
-    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Lines {
-        fn on_event(
-            &self,
-            event: &tracing::Event<'_>,
-            _: tracing_subscriber::layer::Context<'_, S>,
-        ) {
-            struct Message(String);
-            impl tracing::field::Visit for Message {
-                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
-                    if f.name() == "message" {
-                        self.0 = format!("{v:?}");
-                    }
-                }
-            }
-            let mut m = Message(String::new());
-            event.record(&mut m);
-            self.0.lock().push((*event.metadata().level(), m.0));
-        }
-    }
+    use crate::testing::Lines;
 
     /// Attempts under way when the subject goes down or comes back answer
     /// late: an answer to one sent before the outage began does not end

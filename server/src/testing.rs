@@ -1,4 +1,5 @@
-//! Fluent builders for pods and nodes, for tests and benchmarks:
+//! Fluent builders for pods and nodes, for the unit tests (compiled only
+//! into them):
 //! `make_pod("web").req_cpu("500m").node("n1").build()`.
 
 use std::collections::BTreeMap;
@@ -285,4 +286,26 @@ pub fn default_framework(handle: &crate::framework::Handle) -> Arc<crate::framew
         .into_values()
         .next()
         .expect("one profile")
+}
+
+/// A tracing layer keeping each event's level and message, for tests that
+/// count what a reporter says (`tracing::subscriber::with_default` or
+/// `set_default` with `registry().with(lines.clone())`).
+#[derive(Clone, Default)]
+pub struct Lines(pub Arc<parking_lot::Mutex<Vec<(tracing::Level, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Lines {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                if f.name() == "message" {
+                    self.0 = format!("{v:?}");
+                }
+            }
+        }
+        let mut m = Message(String::new());
+        event.record(&mut m);
+        self.0.lock().push((*event.metadata().level(), m.0));
+    }
 }
