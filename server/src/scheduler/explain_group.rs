@@ -21,7 +21,7 @@ use super::Scheduler;
 use super::algorithm::{Algorithm, ScheduleError};
 use super::explain::UnknownProfile;
 use super::pod_group_cycle::{
-    GroupCycle, GroupResult, POD_GROUP_UNSCHEDULABLE, PodOutcome, validate_pod_group,
+    GroupCycle, GroupResult, POD_GROUP_UNSCHEDULABLE, PodOutcome, validate_group_cycle,
 };
 use super::schedule_one_podgroup::ReRun;
 use crate::cache::{Snapshot, group_key_of};
@@ -202,7 +202,7 @@ impl Scheduler {
             report.pre_enqueue = Some(s);
             return Ok(report);
         }
-        if let Err(e) = validate_pod_group(
+        if let Err(e) = validate_group_cycle(
             &info,
             &self.shared.profiles,
             self.shared.pod_group_preemption_policy,
@@ -426,7 +426,7 @@ impl super::Simulation<'_> {
             });
             return Ok(());
         }
-        if let Err(e) = validate_pod_group(
+        if let Err(e) = validate_group_cycle(
             &info,
             &self.scheduler.shared.profiles,
             self.scheduler.shared.pod_group_preemption_policy,

@@ -372,7 +372,7 @@ impl GroupCycle<'_> {
 /// priority, and share a preemption policy (with the
 /// `PodGroupPreemptionPolicy` gate: the group's); the scheduler name must
 /// be a profile's. Returns the first violation, in upstream's words.
-pub fn validate_pod_group(
+pub fn validate_group_cycle(
     info: &PodGroupCycleInfo,
     profiles: &HashMap<Arc<str>, Arc<Framework>>,
     group_preemption_policy: bool,

@@ -346,7 +346,7 @@ type ValidateCase = (
 
 /// Upstream's TestValidatePodGroup, transposed.
 #[test]
-fn validate_pod_group_as_upstream_tests_it() {
+fn validate_group_cycle_as_upstream_tests_validate_pod_group() {
     let cluster = EmbeddedCluster::new();
     let handle = Handle::new(cluster.clone(), cluster, Parallelizer::inline());
     let profiles = crate::testing::default_profiles(&handle);
@@ -496,7 +496,7 @@ fn validate_pod_group_as_upstream_tests_it() {
             pods,
             scheduled,
         };
-        let got = validate_pod_group(&info, &profiles, gate).err();
+        let got = validate_group_cycle(&info, &profiles, gate).err();
         assert_eq!(got.as_deref(), want, "{name}");
     }
 }

@@ -4,7 +4,7 @@
 //! 1. the snapshot is brought up to date; the group's PodGroup is the one
 //!    the scheduler holds now (none: the attempt fails, nothing written
 //!    on the group);
-//! 2. the group is validated ([`validate_pod_group`]); a violation fails
+//! 2. the group is validated ([`validate_group_cycle`]); a violation fails
 //!    every pod with a `SchedulerError` and the PodGroup with the same;
 //! 3. pods being deleted or already assumed are dropped from the attempt;
 //!    with none left the attempt ends there;
@@ -31,7 +31,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::pod_group_cycle::{
-    GroupCycle, GroupResult, POD_GROUP_UNSCHEDULABLE, PodOutcome, validate_pod_group,
+    GroupCycle, GroupResult, POD_GROUP_UNSCHEDULABLE, PodOutcome, validate_group_cycle,
 };
 use super::schedule_one::{Failure, Loop, failure_handler, record, spawn_binding};
 use super::{FastRng, Shared};
@@ -132,7 +132,7 @@ impl Loop {
             scheduled,
         };
         if let Err(e) =
-            validate_pod_group(&info, &shared.profiles, shared.pod_group_preemption_policy)
+            validate_group_cycle(&info, &shared.profiles, shared.pod_group_preemption_policy)
         {
             return fail_before(&shared, g, Some(pod_group), e, start).await;
         }
