@@ -1,368 +1,60 @@
-//! One Session stream: the handshake, the node cache, the cycles' pods, and
-//! the dispatch of requests to handlers, each in its own task.
+//! The reading side of a session: each message from berthd taken in
+//! order (nodes, pods, cycles, requests, cancels), requests dispatched to
+//! their handlers in tasks of their own.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use berth_proto::extender::v1 as pb;
 use futures::FutureExt;
-use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use parking_lot::Mutex;
 use pb::request::Kind;
 use pb::response::Result as Reply;
 use pb::scheduler_message::Message as In;
-use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, warn};
 
-use crate::context::{Context, DecisionError, Nodes, PermitDecider, Table};
-use crate::groups::{self, CycleGroup, GroupHandlers};
+use crate::context::{Context, Nodes, PermitDecider, Table};
+use crate::groups::{self, CycleGroup};
 use crate::pods::{PlacedPod, Pods};
 use crate::points::{
     Bind, CycleHooks, Filter, Permit, PostBind, PostFilter, PreBind, PreFilter, PreScore, Reserve,
     Score,
 };
-use crate::preemption::{CandidatePod, PreemptionCandidate, PreemptionVerdict};
-use crate::reservations::{ReservationBook, UnreserveStart};
+use crate::preemption::{CandidatePod, PreemptionCandidate};
+use crate::reservations::UnreserveStart;
 use crate::types::check_code;
 use crate::types::{
-    Code, CyclePod, ExtensionPoint, NodeRef, NodeStatus, PermitOutcome, PodIdentity, Reservation,
+    Code, CyclePod, NodeRef, NodeStatus, PermitOutcome, PodIdentity, Reservation,
     ScoreNormalization, Status, Unreservation,
 };
 
-/// What the session's outbound stream carries.
-pub(crate) type Outbound = Result<pb::ExtenderMessage, tonic::Status>;
+use super::checks::*;
+use super::core::*;
 
-/// The handlers registered with the builder.
-#[derive(Clone, Default)]
-pub(crate) struct Handlers {
-    pub(crate) pre_filter: Option<Arc<dyn PreFilter>>,
-    pub(crate) filter: Option<Arc<dyn Filter>>,
-    pub(crate) post_filter: Option<Arc<dyn PostFilter>>,
-    pub(crate) pre_score: Option<Arc<dyn PreScore>>,
-    pub(crate) score: Option<Arc<dyn Score>>,
-    pub(crate) reserve: Option<Arc<dyn Reserve>>,
-    pub(crate) permit: Option<Arc<dyn Permit>>,
-    pub(crate) pre_bind: Option<Arc<dyn PreBind>>,
-    pub(crate) bind: Option<Arc<dyn Bind>>,
-    pub(crate) post_bind: Option<Arc<dyn PostBind>>,
-    pub(crate) hooks: Option<Arc<dyn CycleHooks>>,
-    pub(crate) groups: GroupHandlers,
-}
+pub(super) type CycleSlot = Result<Arc<CyclePod>, String>;
 
-/// What every session of an extender shares.
-pub(crate) struct Shared {
-    pub(crate) name: String,
-    pub(crate) handlers: Handlers,
-    pub(crate) wants_nodes: bool,
-    pub(crate) wants_pods: bool,
-    pub(crate) normalization: ScoreNormalization,
-    pub(crate) points: Vec<ExtensionPoint>,
-    pub(crate) reservations: Arc<ReservationBook>,
-    pub(crate) next_session: AtomicU64,
-}
-
-impl Shared {
-    pub(crate) fn hello(&self) -> pb::Hello {
-        pb::Hello {
-            name: self.name.clone(),
-            protocol_version: pb::ProtocolVersion::ProtocolVersion2 as i32,
-            points: self.points.iter().map(|p| *p as i32).collect(),
-            score_normalization: self.normalization as i32,
-            wants_nodes: self.wants_nodes,
-            wants_pods: self.wants_pods,
-            preemption_filter: self.handlers.filter.is_some(),
-            filter_ignores_pods: self
-                .handlers
-                .filter
-                .as_ref()
-                .is_some_and(|f| f.ignores_pods()),
-        }
-    }
-}
-
-/// A decision made while the Permit handler of its reservation still ran.
-#[derive(Debug)]
-struct Decision {
-    allow: bool,
-    reasons: Vec<String>,
-}
-
-impl Decision {
-    fn status(self) -> pb::Status {
-        if self.allow {
-            Status::success().into_proto()
-        } else {
-            Status {
-                code: Code::Unschedulable,
-                reasons: self.reasons,
-            }
-            .into_proto()
-        }
-    }
-}
-
-#[derive(Debug, Default)]
-struct PermitBook {
-    /// Reservations whose Permit handler runs, with a decision made
-    /// meanwhile.
-    running: HashMap<String, Option<Decision>>,
-    /// Reservations whose Permit answered Wait and await a decision.
-    waiting: HashSet<String>,
-}
-
-/// The part of a session that outlives the reader's borrow: the outbound
-/// sender and the Permit bookkeeping. Handlers' deciders hold it weakly, so
-/// the outbound stream ends once the session's tasks are gone.
-#[derive(Debug)]
-pub(crate) struct SessionCore {
-    id: u64,
-    out: mpsc::UnboundedSender<Outbound>,
-    permits: Mutex<PermitBook>,
-    closed: AtomicBool,
-}
-
-impl SessionCore {
-    pub(crate) fn new(id: u64, out: mpsc::UnboundedSender<Outbound>) -> Arc<Self> {
-        Arc::new(Self {
-            id,
-            out,
-            permits: Mutex::default(),
-            closed: AtomicBool::new(false),
-        })
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-    }
-
-    fn send(&self, m: pb::extender_message::Message) -> bool {
-        self.out
-            .send(Ok(pb::ExtenderMessage { message: Some(m) }))
-            .is_ok()
-    }
-
-    fn respond(&self, id: u64, result: Reply) {
-        self.send(pb::extender_message::Message::Response(pb::Response {
-            id,
-            result: Some(result),
-        }));
-    }
-
-    fn respond_error(&self, id: u64, message: String) {
-        warn!(request = id, error = %message, "request failed");
-        self.respond(id, Reply::Error(pb::Error { message }));
-    }
-
-    pub(crate) fn decide(
-        &self,
-        reservation_id: &str,
-        allow: bool,
-        reasons: Vec<String>,
-    ) -> Result<(), DecisionError> {
-        if self.is_closed() {
-            return Err(DecisionError::SessionClosed);
-        }
-        let mut book = self.permits.lock();
-        if let Some(slot) = book.running.get_mut(reservation_id) {
-            *slot = Some(Decision { allow, reasons });
-            return Ok(());
-        }
-        if !book.waiting.remove(reservation_id) {
-            return Err(DecisionError::NotWaiting(reservation_id.to_string()));
-        }
-        // Sent under the lock, like Permit answers, so that order holds.
-        let sent = self.send(pb::extender_message::Message::PermitDecision(
-            pb::PermitDecision {
-                reservation_id: reservation_id.to_string(),
-                allow,
-                reasons,
-            },
-        ));
-        drop(book);
-        if sent {
-            debug!(
-                session = self.id,
-                reservation = reservation_id,
-                allow,
-                "permit decision sent"
-            );
-            Ok(())
-        } else {
-            Err(DecisionError::SessionClosed)
-        }
-    }
-
-    /// Answers a Permit request, turning a Wait into the decision made
-    /// meanwhile if there is one.
-    fn deliver_permit(&self, id: u64, reservation_id: &str, result: Reply) {
-        let mut book = self.permits.lock();
-        let decided = book.running.remove(reservation_id).flatten();
-        let result = match result {
-            Reply::Permit(p)
-                if p.status
-                    .as_ref()
-                    .is_some_and(|s| s.code == Code::Wait as i32) =>
-            {
-                match decided {
-                    Some(d) => Reply::Permit(pb::PermitResponse {
-                        status: Some(d.status()),
-                        wait_timeout: None,
-                    }),
-                    None => {
-                        book.waiting.insert(reservation_id.to_string());
-                        Reply::Permit(p)
-                    }
-                }
-            }
-            other => {
-                if decided.is_some() {
-                    debug!(
-                        reservation = reservation_id,
-                        "a decision made while the permit handler ran is moot: it did not wait"
-                    );
-                }
-                other
-            }
-        };
-        // Under the lock: a decision for this reservation cannot overtake
-        // the Wait it decides.
-        self.respond(id, result);
-    }
-}
-
-/// Removes a Permit's "running" mark if its task goes away unanswered
-/// (cancelled, or the session ended).
-struct PermitRunning {
-    core: Arc<SessionCore>,
-    reservation_id: String,
-}
-
-impl Drop for PermitRunning {
-    fn drop(&mut self) {
-        self.core
-            .permits
-            .lock()
-            .running
-            .remove(&self.reservation_id);
-    }
-}
-
-struct InFlight {
-    abort: AbortHandle,
-    token: CancellationToken,
-}
-
-/// Serves one stream until berthd closes it, it breaks, or `stop` fires.
-pub(crate) async fn run(
-    shared: Arc<Shared>,
-    mut inbound: tonic::Streaming<pb::SchedulerMessage>,
-    core: Arc<SessionCore>,
-    stop: CancellationToken,
-) {
-    let span = tracing::info_span!("session", id = core.id);
-    async move {
-        let first = tokio::select! {
-            m = inbound.message() => m,
-            _ = stop.cancelled() => return,
-        };
-        let open = match first {
-            Ok(Some(pb::SchedulerMessage {
-                message: Some(In::Open(open)),
-            })) => open,
-            Ok(Some(_)) => {
-                warn!("the first message was not Open: closing the stream");
-                let _ = core.out.send(Err(tonic::Status::failed_precondition(
-                    "the first message of a session must be Open",
-                )));
-                return;
-            }
-            Ok(None) => {
-                debug!("the stream closed before Open");
-                return;
-            }
-            Err(e) => {
-                warn!(error = %e, "the stream broke before Open");
-                return;
-            }
-        };
-        if open.protocol_version != pb::ProtocolVersion::ProtocolVersion2 as i32 {
-            warn!(
-                version = open.protocol_version,
-                "berthd speaks another protocol version than this extender (2); it will close the stream"
-            );
-        }
-        info!(
-            scheduler = %open.scheduler,
-            configured_name = %open.extender_name,
-            "session opened"
-        );
-        core.send(pb::extender_message::Message::Hello(shared.hello()));
-
-        let mut reader = Reader {
-            shared,
-            core,
-            nodes: Nodes::default(),
-            pods: Pods::default(),
-            cycles: HashMap::new(),
-            groups: HashMap::new(),
-            inflight: Arc::new(Mutex::new(HashMap::new())),
-            token: CancellationToken::new(),
-            scheduler: Arc::from(open.scheduler.as_str()),
-        };
-        loop {
-            let msg = tokio::select! {
-                biased;
-                _ = stop.cancelled() => {
-                    info!("the server is shutting down: ending the session");
-                    break;
-                }
-                m = inbound.message() => m,
-            };
-            match msg {
-                Ok(Some(m)) => reader.on_message(m),
-                Ok(None) => {
-                    info!("berthd closed the session");
-                    break;
-                }
-                Err(e) => {
-                    info!(error = %e, "the session's stream broke");
-                    break;
-                }
-            }
-        }
-        reader.close();
-    }
-    .instrument(span)
-    .await
-}
-
-type CycleSlot = Result<Arc<CyclePod>, String>;
-
-struct Reader {
-    shared: Arc<Shared>,
-    core: Arc<SessionCore>,
-    nodes: Nodes,
-    pods: Pods,
-    cycles: HashMap<u64, CycleSlot>,
+pub(super) struct Reader {
+    pub(super) shared: Arc<Shared>,
+    pub(super) core: Arc<SessionCore>,
+    pub(super) nodes: Nodes,
+    pub(super) pods: Pods,
+    pub(super) cycles: HashMap<u64, CycleSlot>,
     /// Group cycles' groups (GroupCycleStart), until their CycleEnd.
-    groups: HashMap<u64, Result<Arc<CycleGroup>, String>>,
-    inflight: Arc<Mutex<HashMap<u64, InFlight>>>,
+    pub(super) groups: HashMap<u64, Result<Arc<CycleGroup>, String>>,
+    pub(super) inflight: Arc<Mutex<HashMap<u64, InFlight>>>,
     /// Cancelled when the session ends; every request's token is a child.
-    token: CancellationToken,
-    scheduler: Arc<str>,
+    pub(super) token: CancellationToken,
+    pub(super) scheduler: Arc<str>,
 }
-
-type Work = BoxFuture<'static, Result<Reply, String>>;
 
 impl Reader {
-    fn close(self) {
+    pub(super) fn close(self) {
         self.core.closed.store(true, Ordering::Release);
         self.token.cancel();
         let inflight: Vec<InFlight> = self.inflight.lock().drain().map(|(_, f)| f).collect();
@@ -376,7 +68,7 @@ impl Reader {
         debug!(aborted = inflight.len(), "session closed");
     }
 
-    fn on_message(&mut self, m: pb::SchedulerMessage) {
+    pub(super) fn on_message(&mut self, m: pb::SchedulerMessage) {
         let Some(m) = m.message else {
             warn!("a message of a kind this SDK does not know (a newer berthd?): ignored");
             return;
@@ -1149,266 +841,5 @@ impl Reader {
                 token: cx.token,
             },
         );
-    }
-}
-
-/// Runs `inner` in a task nothing aborts, and waits for it: dropping the
-/// returned future (Cancel, timeout, session end) leaves `inner` running.
-fn shielded(inner: impl Future<Output = Result<Reply, String>> + Send + 'static) -> Work {
-    let handle = tokio::spawn(inner);
-    async move {
-        match handle.await {
-            Ok(r) => r,
-            Err(e) if e.is_panic() => Err(format!(
-                "the handler panicked: {}",
-                panic_message(&*e.into_panic())
-            )),
-            Err(e) => Err(format!("the handler's task ended: {e}")),
-        }
-    }
-    .boxed()
-}
-
-fn point_of(kind: &Kind) -> (ExtensionPoint, &'static str) {
-    match kind {
-        Kind::PreFilter(_) => (ExtensionPoint::PreFilter, "PreFilter"),
-        Kind::Filter(_) => (ExtensionPoint::Filter, "Filter"),
-        Kind::PostFilter(_) => (ExtensionPoint::PostFilter, "PostFilter"),
-        Kind::PreScore(_) => (ExtensionPoint::PreScore, "PreScore"),
-        Kind::Score(_) => (ExtensionPoint::Score, "Score"),
-        Kind::NormalizeScore(_) => (ExtensionPoint::Score, "NormalizeScore"),
-        Kind::Reserve(_) => (ExtensionPoint::Reserve, "Reserve"),
-        Kind::Unreserve(_) => (ExtensionPoint::Reserve, "Unreserve"),
-        Kind::Permit(_) => (ExtensionPoint::Permit, "Permit"),
-        Kind::PreBind(_) => (ExtensionPoint::PreBind, "PreBind"),
-        Kind::Bind(_) => (ExtensionPoint::Bind, "Bind"),
-        Kind::PostBind(_) => (ExtensionPoint::PostBind, "PostBind"),
-        Kind::PlacementFeasible(_) => (ExtensionPoint::PlacementFeasible, "PlacementFeasible"),
-        Kind::PodGroupPostFilter(_) => (ExtensionPoint::PodGroupPostFilter, "PodGroupPostFilter"),
-        Kind::GroupPermit(_) => (ExtensionPoint::GroupPermit, "GroupPermit"),
-        Kind::PreemptionFilter(_) => (ExtensionPoint::Filter, "PreemptionFilter"),
-    }
-}
-
-const REJECTIONS: [Code; 3] = [
-    Code::Unschedulable,
-    Code::UnschedulableAndUnresolvable,
-    Code::Error,
-];
-const PRE_FILTER_CODES: &[Code] = &[
-    Code::Success,
-    Code::Skip,
-    Code::Unschedulable,
-    Code::UnschedulableAndUnresolvable,
-    Code::Error,
-];
-const POST_FILTER_CODES: &[Code] = &[
-    Code::Success,
-    Code::Unschedulable,
-    Code::UnschedulableAndUnresolvable,
-    Code::Error,
-];
-const PRE_SCORE_CODES: &[Code] = &[Code::Success, Code::Skip, Code::Error];
-const RESERVE_CODES: &[Code] = POST_FILTER_CODES;
-const PERMIT_REJECT_CODES: &[Code] = &REJECTIONS;
-const PRE_BIND_CODES: &[Code] = POST_FILTER_CODES;
-const BIND_CODES: &[Code] = PRE_FILTER_CODES;
-
-/// The rejected nodes of a Filter answer, by position in the request and
-/// with their ids; refuses a node that was not asked about.
-fn check_filter(
-    asked: &[NodeRef<'_>],
-    rejected: Vec<NodeStatus>,
-) -> Result<Vec<(usize, pb::NodeStatus)>, String> {
-    let index: Option<HashMap<&str, usize>> = (rejected.len() > 16).then(|| {
-        asked
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name(), i))
-            .collect()
-    });
-    let mut seen = HashSet::new();
-    let mut out = Vec::with_capacity(rejected.len());
-    for r in rejected {
-        if r.status.is_success() {
-            continue;
-        }
-        let at = match &index {
-            Some(index) => index.get(r.node.as_str()).copied(),
-            None => asked.iter().position(|n| n.name() == r.node),
-        };
-        let Some(at) = at else {
-            return Err(format!(
-                "the Filter handler rejected node {:?}, which was not in the request",
-                r.node
-            ));
-        };
-        if !REJECTIONS.contains(&r.status.code) {
-            return Err(format!(
-                "the Filter handler answered {} for node {:?}",
-                r.status.code.as_str_name(),
-                r.node
-            ));
-        }
-        if !seen.insert(at) {
-            continue;
-        }
-        out.push((
-            at,
-            pb::NodeStatus {
-                node_id: asked[at].id(),
-                code: r.status.code as i32,
-                reasons: r.status.reasons,
-                plugin: String::new(),
-            },
-        ));
-    }
-    Ok(out)
-}
-
-/// The answer to a PreemptionFilter request from its handler's verdicts:
-/// one per candidate, rejections with a rejection code, needed pods among
-/// the candidate's.
-fn check_preemption(
-    candidates: &[PreemptionCandidate<'_>],
-    verdicts: Vec<PreemptionVerdict>,
-) -> Result<Reply, String> {
-    if verdicts.len() != candidates.len() {
-        return Err(format!(
-            "the Filter handler answered {} preemption verdicts for {} candidates",
-            verdicts.len(),
-            candidates.len()
-        ));
-    }
-    let mut out = pb::PreemptionFilterResponse::default();
-    for (c, v) in candidates.iter().zip(verdicts) {
-        match v {
-            PreemptionVerdict::Victims => {}
-            PreemptionVerdict::Rejected(s) if s.is_success() => {}
-            PreemptionVerdict::Rejected(s) => {
-                if !REJECTIONS.contains(&s.code) {
-                    return Err(format!(
-                        "the Filter handler answered {} for preemption candidate {:?}",
-                        s.code.as_str_name(),
-                        c.node.name()
-                    ));
-                }
-                out.rejected.push(pb::NodeStatus {
-                    node_id: c.node.id(),
-                    code: s.code as i32,
-                    reasons: s.reasons,
-                    plugin: String::new(),
-                });
-            }
-            PreemptionVerdict::Needs { mut uids, reasons } => {
-                if let Some(u) = uids.iter().find(|u| !c.pods.iter().any(|p| p.uid == **u)) {
-                    return Err(format!(
-                        "the Filter handler needs pod uid {u:?} gone from preemption candidate {:?}, which does not list it",
-                        c.node.name()
-                    ));
-                }
-                uids.sort_unstable();
-                uids.dedup();
-                out.needed.push(pb::NeededEvictions {
-                    node_id: c.node.id(),
-                    uids,
-                    reasons,
-                });
-            }
-        }
-    }
-    Ok(Reply::PreemptionFilter(out))
-}
-
-fn check_scores(
-    nodes: &[NodeRef<'_>],
-    scores: &[i64],
-    norm: ScoreNormalization,
-) -> Result<(), String> {
-    if nodes.len() != scores.len() {
-        return Err(format!(
-            "the handler answered {} scores for {} nodes",
-            scores.len(),
-            nodes.len()
-        ));
-    }
-    let bad = |ok: &dyn Fn(i64) -> bool, range: &str| match nodes
-        .iter()
-        .zip(scores)
-        .find(|(_, s)| !ok(**s))
-    {
-        Some((n, s)) => Err(format!(
-            "the handler scored node {:?} {s}, outside {range}",
-            n.name()
-        )),
-        None => Ok(()),
-    };
-    match norm {
-        ScoreNormalization::None => bad(&|s| (0..=100).contains(&s), "0..=100"),
-        ScoreNormalization::Scale => bad(&|s| s >= 0, "0.."),
-        ScoreNormalization::Extender => Ok(()),
-    }
-}
-
-/// The request's nodes, in order, from the table they were resolved in.
-fn refs<'t>(table: &'t Table, ids: &[u32]) -> Vec<NodeRef<'t>> {
-    ids.iter()
-        .filter_map(|id| table.get(*id))
-        .map(NodeRef::of)
-        .collect()
-}
-
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(a panic without a message)".to_string()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn filter_answers_are_checked() {
-        let (a, b) = (NodeRef::new("a", None), NodeRef::new("b", None));
-        let asked = vec![a, b];
-        let ok = check_filter(
-            &asked,
-            vec![
-                NodeStatus::new("a", Status::unschedulable("no")),
-                NodeStatus::new("b", Status::success()),
-                NodeStatus::new("a", Status::unschedulable("again")),
-            ],
-        );
-        assert_eq!(
-            ok.map(|v| v
-                .into_iter()
-                .map(|(i, n)| (i, n.reasons))
-                .collect::<Vec<_>>()),
-            Ok(vec![(0, vec!["no".to_string()])])
-        );
-        assert!(
-            check_filter(
-                &asked,
-                vec![NodeStatus::new("c", Status::unschedulable("x"))]
-            )
-            .is_err_and(|e| e.contains("\"c\""))
-        );
-        assert!(check_filter(&asked, vec![NodeStatus::new("a", Status::skip())]).is_err());
-    }
-
-    #[test]
-    fn scores_are_checked_against_the_normalization() {
-        let nodes = vec![NodeRef::new("a", None), NodeRef::new("b", None)];
-        assert!(check_scores(&nodes, &[0, 100], ScoreNormalization::None).is_ok());
-        assert!(check_scores(&nodes, &[0, 101], ScoreNormalization::None).is_err());
-        assert!(check_scores(&nodes, &[0, 1000], ScoreNormalization::Scale).is_ok());
-        assert!(check_scores(&nodes, &[-1, 10], ScoreNormalization::Scale).is_err());
-        assert!(check_scores(&nodes, &[-5, 10], ScoreNormalization::Extender).is_ok());
-        assert!(check_scores(&nodes, &[1], ScoreNormalization::Extender).is_err());
     }
 }
