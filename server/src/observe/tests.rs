@@ -191,7 +191,7 @@ async fn pod_group_families_appear_with_generic_workload() {
     let text = super::render(&scheduler);
     let lines: BTreeSet<&str> = text.lines().collect();
     for want in [
-        "# HELP scheduler_podgroup_schedule_attempts_total Number of attempts to schedule pod group, by the result. 'unschedulable' means a pod group could not be scheduled, while 'error' means an internal scheduler problem.",
+        "# HELP scheduler_podgroup_schedule_attempts_total [ALPHA] Number of attempts to schedule pod group, by the result. 'unschedulable' means a pod group could not be scheduled, while 'error' means an internal scheduler problem.",
         "# TYPE scheduler_podgroup_schedule_attempts_total counter",
         r#"scheduler_podgroup_schedule_attempts_total{profile="default-scheduler",result="scheduled"} 1"#,
         r#"scheduler_podgroup_schedule_attempts_total{profile="default-scheduler",result="waiting_on_preemption"} 0"#,
@@ -199,7 +199,7 @@ async fn pod_group_families_appear_with_generic_workload() {
         r#"scheduler_podgroup_schedule_attempts_total{profile="default-scheduler",result="error"} 0"#,
         "# TYPE scheduler_podgroup_scheduling_attempt_duration_seconds histogram",
         r#"scheduler_podgroup_scheduling_attempt_duration_seconds_count{profile="default-scheduler",result="scheduled"} 1"#,
-        "# HELP scheduler_podgroup_scheduling_algorithm_duration_seconds Pod group scheduling algorithm latency in seconds",
+        "# HELP scheduler_podgroup_scheduling_algorithm_duration_seconds [ALPHA] Pod group scheduling algorithm latency in seconds",
         "scheduler_podgroup_scheduling_algorithm_duration_seconds_count 1",
         "# TYPE scheduler_workload_preemption_attempts_total counter",
         "# TYPE scheduler_workload_preemption_victims histogram",
