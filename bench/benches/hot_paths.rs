@@ -11,7 +11,14 @@
 //!   of 5000 nodes changed (a pod added to each);
 //! * `queue/push_pop_100k`: 100,000 pods added to the scheduling queue, then
 //!   popped (and marked done) in priority order;
-//! * `construct/*`: PodInfo from each pod template, NodeInfo from a node.
+//! * `construct/*`: PodInfo from each pod template, NodeInfo from a node;
+//! * `record/update_check/*`: what `berthd --record` does for each pod or
+//!   node update it sees, to tell whether what scheduling reads changed:
+//!   a kubelet's status update of a bound pod (its IPs, container statuses
+//!   and conditions) and a node's heartbeat (its conditions), which change
+//!   nothing scheduling reads, so the whole of both sides is compared; as
+//!   the recorder does it (`raw`) and as values (`values`, what it did
+//!   before and falls back to).
 //!
 //! Run: `cargo bench -p berth-bench --bench hot_paths` (add a filter, e.g.
 //! `-- filter/`, to run some).
@@ -271,11 +278,78 @@ fn construction(c: &mut Criterion) {
     group.finish();
 }
 
+fn record_update_check(c: &mut Criterion) {
+    let mut group = c.benchmark_group("record/update_check");
+    // A bound pod as the scheduler left it, then as its kubelet reports
+    // it starting: only IPs, container statuses and conditions differ.
+    let pod_json = |rv: &str, started: bool| {
+        let mut pod = PodTemplate::Default.pod("default", "p");
+        pod.metadata.uid = Some("uid-p".into());
+        pod.metadata.resource_version = Some(rv.into());
+        pod.spec.as_mut().expect("a spec").node_name = Some("node-7".into());
+        let mut status = serde_json::json!({
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True",
+                "lastTransitionTime": "2026-03-01T09:00:00Z"}],
+        });
+        if started {
+            status["hostIP"] = "10.0.0.7".into();
+            status["hostIPs"] = serde_json::json!([{"ip": "10.0.0.7"}]);
+            status["podIP"] = "10.244.7.12".into();
+            status["podIPs"] = serde_json::json!([{"ip": "10.244.7.12"}]);
+            status["conditions"] = serde_json::json!([
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-03-01T09:00:00Z"},
+                {"type": "Initialized", "status": "True", "lastTransitionTime": "2026-03-01T09:00:01Z"},
+            ]);
+            status["containerStatuses"] = serde_json::json!([{"name": "pause", "ready": false,
+                "restartCount": 0, "image": "registry.k8s.io/pause:3.10", "imageID": "",
+                "state": {"waiting": {"reason": "ContainerCreating"}}}]);
+        }
+        pod.status = serde_json::from_value(status).expect("a pod status");
+        serde_json::to_vec(&pod).expect("a pod encodes")
+    };
+    let (old_pod, new_pod) = (pod_json("100", false), pod_json("101", true));
+    let mut node = objects::node(7, ZONES);
+    node.metadata.resource_version = Some("100".into());
+    let old_node = serde_json::to_vec(&node).expect("a node encodes");
+    node.metadata.resource_version = Some("101".into());
+    for c in node
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.as_mut())
+        .into_iter()
+        .flatten()
+    {
+        c.last_heartbeat_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-03-01T09:05:00Z".parse().expect("a time"),
+        ));
+    }
+    let new_node = serde_json::to_vec(&node).expect("a node encodes");
+    for (what, old, new) in [("pod", &old_pod, &new_pod), ("node", &old_node, &new_node)] {
+        assert!(!berth_server::recording::scheduling_changed(old, new));
+        assert!(!berth_server::recording::scheduling_changed_as_values(
+            old, new
+        ));
+        group.bench_function(BenchmarkId::new("raw", what), |b| {
+            b.iter(|| black_box(berth_server::recording::scheduling_changed(old, new)))
+        });
+        group.bench_function(BenchmarkId::new("values", what), |b| {
+            b.iter(|| {
+                black_box(berth_server::recording::scheduling_changed_as_values(
+                    old, new,
+                ))
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     plugins,
     snapshot_update,
     queue_push_pop,
-    construction
+    construction,
+    record_update_check
 );
 criterion_main!(benches);

@@ -37,7 +37,9 @@ pub mod format;
 mod recorder;
 
 pub use format::{Body, FormatError, Header, Object, Reader, Record, Writer};
-pub use recorder::{RecordError, Recorder, RecorderOptions};
+pub use recorder::{
+    RecordError, Recorder, RecorderOptions, scheduling_changed, scheduling_changed_as_values,
+};
 
 use crate::cluster::ClusterChange;
 use crate::framework::PodEvent;

@@ -338,24 +338,126 @@ struct SegmentWriter {
     last_t: u64,
 }
 
-/// Pod and node fields no scheduling decision reads but the scheduler
-/// (or the kubelet) writes: an update that changed only these is not
-/// recorded.
+/// Metadata fields no scheduling decision reads but the API server
+/// writes on every change.
+const VOLATILE_METADATA: [&str; 3] = ["resourceVersion", "managedFields", "generation"];
+/// Status fields no scheduling decision reads but the scheduler (or the
+/// kubelet) writes.
+const VOLATILE_STATUS: [&str; 7] = [
+    "conditions",
+    "nominatedNodeName",
+    "containerStatuses",
+    "hostIP",
+    "hostIPs",
+    "podIP",
+    "podIPs",
+];
+
+/// Whether a pod's or node's update changed what scheduling reads: not
+/// when only the [`VOLATILE_METADATA`] and [`VOLATILE_STATUS`] fields
+/// changed (an update changing only those is not recorded).
+///
+/// Both sides come from one encoder (k8s-openapi's field order, maps in
+/// key order), so the check compares the JSON's raw fields as bytes,
+/// skipping the volatile ones, without building a tree of either side:
+/// equal bytes are equal values, and bytes that differ in form only (never
+/// from one encoder) would record an update that changes nothing, never
+/// lose one. What does not parse so is compared as values.
+pub fn scheduling_changed(old: &[u8], new: &[u8]) -> bool {
+    if old == new {
+        return false;
+    }
+    match (RawView::parse(old), RawView::parse(new)) {
+        (Some(a), Some(b)) => a != b,
+        _ => scheduling_changed_as_values(old, new),
+    }
+}
+
+type RawFields<'a> = BTreeMap<&'a str, &'a serde_json::value::RawValue>;
+
+/// What scheduling reads of an object's JSON, as raw slices of it.
+struct RawView<'a> {
+    /// The top-level fields but `metadata` and `status`.
+    top: RawFields<'a>,
+    metadata: Option<RawFields<'a>>,
+    /// Without the volatile fields; `None` when none is left.
+    status: Option<RawFields<'a>>,
+}
+
+impl PartialEq for RawView<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        fn same(a: &RawFields<'_>, b: &RawFields<'_>) -> bool {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|((ka, va), (kb, vb))| ka == kb && va.get() == vb.get())
+        }
+        let both = |a: &Option<RawFields<'_>>, b: &Option<RawFields<'_>>| match (a, b) {
+            (Some(a), Some(b)) => same(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        same(&self.top, &other.top)
+            && both(&self.metadata, &other.metadata)
+            && both(&self.status, &other.status)
+    }
+}
+
+impl<'a> RawView<'a> {
+    fn parse(json: &'a [u8]) -> Option<Self> {
+        let mut top: RawFields<'a> = serde_json::from_slice(json).ok()?;
+        let object = |v: &'a serde_json::value::RawValue| -> Option<RawFields<'a>> {
+            serde_json::from_str(v.get()).ok()
+        };
+        let metadata = match top.remove("metadata") {
+            Some(m) => {
+                let mut m = object(m)?;
+                for k in VOLATILE_METADATA {
+                    m.remove(k);
+                }
+                Some(m)
+            }
+            None => None,
+        };
+        let status = match top.remove("status") {
+            Some(s) => {
+                let mut s = object(s)?;
+                for k in VOLATILE_STATUS {
+                    s.remove(k);
+                }
+                (!s.is_empty()).then_some(s)
+            }
+            None => None,
+        };
+        Some(Self {
+            top,
+            metadata,
+            status,
+        })
+    }
+}
+
+/// The check [`scheduling_changed`] falls back to: both sides parsed into
+/// values, the volatile fields removed, compared. (Public for the
+/// micro-benchmark that compares the two.)
+#[doc(hidden)]
+pub fn scheduling_changed_as_values(old: &[u8], new: &[u8]) -> bool {
+    scheduling_view(old) != scheduling_view(new)
+}
+
+/// [`scheduling_changed`]'s view as a value, for JSON it cannot take
+/// apart raw (keys with escapes).
 fn scheduling_view(json: &[u8]) -> Option<serde_json::Value> {
     let mut v: serde_json::Value = serde_json::from_slice(json).ok()?;
     if let Some(m) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
-        m.remove("resourceVersion");
-        m.remove("managedFields");
-        m.remove("generation");
+        for k in VOLATILE_METADATA {
+            m.remove(k);
+        }
     }
     if let Some(s) = v.get_mut("status").and_then(|s| s.as_object_mut()) {
-        s.remove("conditions");
-        s.remove("nominatedNodeName");
-        s.remove("containerStatuses");
-        s.remove("hostIP");
-        s.remove("hostIPs");
-        s.remove("podIP");
-        s.remove("podIPs");
+        for k in VOLATILE_STATUS {
+            s.remove(k);
+        }
     }
     if let Some(m) = v.as_object_mut()
         && m.get("status")
@@ -482,7 +584,7 @@ impl SegmentWriter {
                     self.evicted.insert((ns.clone(), name.clone()));
                 }
                 let changed = match kind {
-                    "Pod" | "Node" => scheduling_view(&old.json()) != scheduling_view(&json),
+                    "Pod" | "Node" => scheduling_changed(&old.json(), &json),
                     _ => true,
                 };
                 if changed {
@@ -638,6 +740,147 @@ mod tests {
                 serde_json::json!({"conditions": [{"type": t, "status": "True", "reason": r}]});
         }
         Arc::new(serde_json::from_value(v).unwrap())
+    }
+
+    /// The raw check agrees with comparing the views as values, on
+    /// updates that change only what scheduling does not read and on ones
+    /// that change what it does, pods and nodes alike.
+    #[test]
+    fn an_update_counts_only_when_what_scheduling_reads_changed() {
+        let base = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default", "uid": "u",
+                "resourceVersion": "1", "labels": {"app": "a"}},
+            "spec": {"containers": [{"name": "c"}], "nodeName": "n1"},
+            "status": {"phase": "Pending"},
+        });
+        let node = serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1", "resourceVersion": "1"},
+            "spec": {"unschedulable": false},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                "allocatable": {"cpu": "4"}},
+        });
+        type Edit = fn(&mut serde_json::Value);
+        let cases: Vec<(&str, &serde_json::Value, Edit, bool)> = vec![
+            ("nothing", &base, |_| {}, false),
+            (
+                "resourceVersion",
+                &base,
+                |v| v["metadata"]["resourceVersion"] = "2".into(),
+                false,
+            ),
+            (
+                "managedFields",
+                &base,
+                |v| v["metadata"]["managedFields"] = serde_json::json!([{"manager": "k"}]),
+                false,
+            ),
+            (
+                "podIP and containerStatuses",
+                &base,
+                |v| {
+                    v["status"]["podIP"] = "10.0.0.1".into();
+                    v["status"]["containerStatuses"] =
+                        serde_json::json!([{"name": "c", "ready": true}]);
+                },
+                false,
+            ),
+            (
+                "a condition",
+                &base,
+                |v| {
+                    v["status"]["conditions"] =
+                        serde_json::json!([{"type": "Ready", "status": "True"}])
+                },
+                false,
+            ),
+            (
+                "status emptied of what is not read",
+                &base,
+                |v| {
+                    v["status"] = serde_json::json!({"podIP": "10.0.0.1"});
+                },
+                true,
+            ),
+            (
+                "status gone",
+                &base,
+                |v| {
+                    v.as_object_mut().unwrap().remove("status");
+                },
+                true,
+            ),
+            (
+                "phase",
+                &base,
+                |v| v["status"]["phase"] = "Running".into(),
+                true,
+            ),
+            (
+                "a label",
+                &base,
+                |v| v["metadata"]["labels"]["app"] = "b".into(),
+                true,
+            ),
+            (
+                "a label added",
+                &base,
+                |v| v["metadata"]["labels"]["tier"] = "x".into(),
+                true,
+            ),
+            (
+                "the spec",
+                &base,
+                |v| v["spec"]["priority"] = 5.into(),
+                true,
+            ),
+            ("a top-level field", &base, |v| v["extra"] = 1.into(), true),
+            (
+                "heartbeat",
+                &node,
+                |v| v["status"]["conditions"][0]["lastHeartbeatTime"] = "now".into(),
+                false,
+            ),
+            (
+                "cordoned",
+                &node,
+                |v| v["spec"]["unschedulable"] = true.into(),
+                true,
+            ),
+            (
+                "allocatable",
+                &node,
+                |v| v["status"]["allocatable"]["cpu"] = "8".into(),
+                true,
+            ),
+        ];
+        for (what, before, edit, changed) in cases {
+            let mut after = before.clone();
+            edit(&mut after);
+            let (a, b) = (
+                serde_json::to_vec(before).unwrap(),
+                serde_json::to_vec(&after).unwrap(),
+            );
+            assert_eq!(scheduling_changed(&a, &b), changed, "{what}");
+            assert_eq!(
+                scheduling_view(&a) != scheduling_view(&b),
+                changed,
+                "{what}, as values"
+            );
+            assert!(
+                RawView::parse(&a).is_some() && RawView::parse(&b).is_some(),
+                "{what}"
+            );
+        }
+        // "status emptied": the old view has a phase, the new none: both
+        // ways say changed. Keys with escapes go the value way.
+        let escaped = br#"{"metadata":{"name":"p","a\u0062":1}}"#;
+        assert!(RawView::parse(escaped).is_none());
+        assert!(!scheduling_changed(
+            escaped,
+            br#"{"metadata":{"name":"p","ab":1,"resourceVersion":"2"}}"#
+        ));
     }
 
     fn read(paths: &[&Path]) -> Vec<Body> {

@@ -30,6 +30,10 @@
 //! inter-pod affinity) score every node every cycle. ImageLocality reads
 //! how many nodes have each image: the scores are kept only while the
 //! snapshot's image counts and node count stay.
+//!
+//! What is kept is kept per signature, for the last few signatures seen
+//! ([`KEPT_SIGNATURES`]), so that the pods of several Deployments arriving
+//! interleaved each find their own.
 
 use std::sync::Arc;
 
@@ -89,7 +93,7 @@ struct ScoreKey {
 }
 
 /// One position of the node list: the node judged there and its verdict
-/// (its raw scores are in [`Batch::scores`], flat).
+/// (its raw scores are in [`Kept::scores`], flat).
 #[derive(Debug, Default, Clone)]
 struct Slot {
     node: Option<Arc<NodeInfo>>,
@@ -97,16 +101,40 @@ struct Slot {
     scored: bool,
 }
 
-/// Verdicts and raw scores kept across cycles (see the module).
+/// How many signatures' verdicts are kept at once. Pods of several
+/// Deployments arrive interleaved; with one signature kept, each change
+/// of signature threw away what the previous one had judged, and a replay
+/// of two kinds of pod mixed 8:2 (`berth-bench trace --template
+/// default=8,low-priority=2` at 5000 nodes) cost four times the CPU per
+/// pod of one kind alone. Each signature kept costs a slot and a row of
+/// raw scores per node (about 120 bytes: 0.6 MiB at 5000 nodes) and keeps
+/// the node versions it judged alive until it judges their positions
+/// again or is dropped.
+const KEPT_SIGNATURES: usize = 4;
+
+/// The verdicts and raw scores kept for one signature.
 #[derive(Debug, Default)]
-pub(super) struct Batch {
-    enabled: bool,
+struct Kept {
     filter_key: Option<FilterKey>,
     score_key: Option<ScoreKey>,
     slots: Vec<Slot>,
     /// Raw scores, `width` per slot, valid where the slot is `scored`.
     scores: Vec<i64>,
     width: usize,
+    /// The cycle that last used it (the least recently used goes first).
+    used: u64,
+}
+
+/// Verdicts and raw scores kept across cycles (see the module), for the
+/// last [`KEPT_SIGNATURES`] signatures seen.
+#[derive(Debug, Default)]
+pub(super) struct Batch {
+    enabled: bool,
+    kept: Vec<Kept>,
+    /// The entry of `kept` this cycle uses.
+    current: usize,
+    /// Cycles begun (for `Kept::used`).
+    cycles: u64,
     /// Whether this cycle reuses (decided after PreFilter).
     filters_on: bool,
     /// In this cycle, where the plugins not covered by a kept verdict
@@ -155,13 +183,35 @@ impl Batch {
             skip_filter: state.skip_filter,
             prefix,
         };
-        if self.filter_key.as_ref() != Some(&key) {
-            self.filter_key = Some(key);
-            self.score_key = None;
-            self.slots.clear();
-        }
-        self.slots.resize(snapshot.num_nodes(), Slot::default());
-        self.scores.resize(self.slots.len() * self.width, 0);
+        self.cycles += 1;
+        self.current = match self
+            .kept
+            .iter()
+            .position(|k| k.filter_key.as_ref() == Some(&key))
+        {
+            Some(i) => i,
+            None => {
+                let i = if self.kept.len() < KEPT_SIGNATURES {
+                    self.kept.push(Kept::default());
+                    self.kept.len() - 1
+                } else {
+                    self.kept
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, k)| k.used)
+                        .map_or(0, |(i, _)| i)
+                };
+                let k = &mut self.kept[i];
+                k.filter_key = Some(key);
+                k.score_key = None;
+                k.slots.clear();
+                i
+            }
+        };
+        let k = &mut self.kept[self.current];
+        k.used = self.cycles;
+        k.slots.resize(snapshot.num_nodes(), Slot::default());
+        k.scores.resize(k.slots.len() * k.width, 0);
         self.filters_on = true;
         self.rest_from = (prefix < fw.num_filter_plugins()).then_some(prefix);
         true
@@ -180,7 +230,7 @@ impl Batch {
         if !self.filters_on {
             return None;
         }
-        let slot = self.slots.get(position)?;
+        let slot = self.kept[self.current].slots.get(position)?;
         match &slot.node {
             Some(kept) if Arc::ptr_eq(kept, node) => slot.verdict.as_ref(),
             _ => None,
@@ -192,7 +242,7 @@ impl Batch {
         if !self.filters_on {
             return;
         }
-        let Some(slot) = self.slots.get_mut(position) else {
+        let Some(slot) = self.kept[self.current].slots.get_mut(position) else {
             return;
         };
         if !slot
@@ -231,9 +281,10 @@ impl Batch {
             images_version: snapshot.images_version,
             num_nodes: snapshot.num_nodes(),
         };
-        if self.score_key != Some(key) {
-            self.score_key = Some(key);
-            for slot in &mut self.slots {
+        let k = &mut self.kept[self.current];
+        if k.score_key != Some(key) {
+            k.score_key = Some(key);
+            for slot in &mut k.slots {
                 slot.scored = false;
             }
         }
@@ -250,14 +301,15 @@ impl Batch {
         if !self.scores_on {
             return Vec::new();
         }
+        let k = &self.kept[self.current];
         nodes
             .iter()
             .zip(positions)
             .map(|(node, &p)| {
-                let slot = self.slots.get(p)?;
+                let slot = k.slots.get(p)?;
                 match &slot.node {
                     Some(kept) if slot.scored && Arc::ptr_eq(kept, node) => {
-                        self.scores.get(p * self.width..(p + 1) * self.width)
+                        k.scores.get(p * k.width..(p + 1) * k.width)
                     }
                     _ => None,
                 }
@@ -277,16 +329,17 @@ impl Batch {
         if !self.scores_on || per_node == 0 {
             return;
         }
-        if self.width != per_node {
-            self.width = per_node;
-            self.scores.clear();
-            self.scores.resize(self.slots.len() * per_node, 0);
-            for slot in &mut self.slots {
+        let k = &mut self.kept[self.current];
+        if k.width != per_node {
+            k.width = per_node;
+            k.scores.clear();
+            k.scores.resize(k.slots.len() * per_node, 0);
+            for slot in &mut k.slots {
                 slot.scored = false;
             }
         }
         for ((node, &p), row) in nodes.iter().zip(positions).zip(raw.chunks(per_node)) {
-            if let Some(slot) = self.slots.get_mut(p)
+            if let Some(slot) = k.slots.get_mut(p)
                 && slot
                     .node
                     .as_ref()
@@ -294,7 +347,7 @@ impl Batch {
                 && !slot.scored
             {
                 slot.scored = true;
-                self.scores[p * per_node..(p + 1) * per_node].copy_from_slice(row);
+                k.scores[p * per_node..(p + 1) * per_node].copy_from_slice(row);
             }
         }
     }
@@ -317,11 +370,11 @@ mod tests {
 
     use super::*;
 
-    /// The pods of the stream: runs of identical pods of several kinds,
-    /// including ones whose verdicts batching keeps only in part (spreading,
-    /// anti-affinity) and one that never fits; `kinds` picks which.
-    fn stream(kinds_in: &[u64]) -> Vec<PodInfo> {
-        let kinds = |k: usize, i: usize| {
+    /// The `i`th pod of the stream, of kind `k`: several kinds, including
+    /// ones whose verdicts batching keeps only in part (spreading,
+    /// anti-affinity) and one that never fits.
+    fn pod_of_kind(k: usize, i: usize) -> PodInfo {
+        {
             let name = format!("p{i}");
             match k {
                 0 => make_pod(&name).req_cpu("100m").req_memory("200Mi"),
@@ -368,17 +421,29 @@ mod tests {
                     ),
             }
             .build()
-        };
+        }
+    }
+
+    /// The pods of the stream: runs of identical pods of the `kinds` given
+    /// (see [`pod_of_kind`]).
+    fn stream(kinds: &[u64]) -> Vec<PodInfo> {
         let mut rng = FastRng::new(3);
         let mut out = Vec::new();
         while out.len() < 600 {
-            let k = kinds_in[rng.below(kinds_in.len() as u64) as usize] as usize;
+            let k = kinds[rng.below(kinds.len() as u64) as usize] as usize;
             for _ in 0..1 + rng.below(12) {
                 let i = out.len();
-                out.push(kinds(k, i));
+                out.push(pod_of_kind(k, i));
             }
         }
         out
+    }
+
+    /// The pods of the stream: the `kinds` given, one pod each in turn.
+    fn interleaved(kinds: &[u64]) -> Vec<PodInfo> {
+        (0..600)
+            .map(|i| pod_of_kind(kinds[i % kinds.len()] as usize, i))
+            .collect()
     }
 
     fn node(i: usize) -> crate::testing::NodeBuilder {
@@ -414,7 +479,7 @@ mod tests {
     /// default profile and, with `remote`, [`remote_plugin`] in it; returns where
     /// each pod went (or why it did not) and how many verdicts and score
     /// rows were reused.
-    async fn run(batching: bool, kinds: &[u64], remote: bool) -> (Placements, (u64, u64)) {
+    async fn run(batching: bool, pods: Vec<PodInfo>, remote: bool) -> (Placements, (u64, u64)) {
         let mut registry = in_tree_registry();
         remote_plugin().register(&mut registry);
         let mut yaml = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\npercentageOfNodesToScore: 30\n".to_string();
@@ -435,7 +500,7 @@ mod tests {
         let nominated = NominatedPods::default();
         let mut snap = Snapshot::new();
         let mut placed = Vec::new();
-        for (i, pod) in stream(kinds).into_iter().enumerate() {
+        for (i, pod) in pods.into_iter().enumerate() {
             if i == 200 {
                 cache.update_node(Arc::new(
                     node(3).taint("dedicated", "x", "NoSchedule").build(),
@@ -473,8 +538,15 @@ mod tests {
     /// Runs the stream both ways: the same placements, and the same reasons
     /// where a pod fits nowhere. Returns them, and what batching reused.
     async fn same_both_ways(kinds: &[u64], remote: bool) -> (Placements, (u64, u64)) {
-        let (plain, none) = run(false, kinds, remote).await;
-        let (batched, reused) = run(true, kinds, remote).await;
+        same_both_ways_for(|| stream(kinds), remote).await
+    }
+
+    async fn same_both_ways_for(
+        pods: impl Fn() -> Vec<PodInfo>,
+        remote: bool,
+    ) -> (Placements, (u64, u64)) {
+        let (plain, none) = run(false, pods(), remote).await;
+        let (batched, reused) = run(true, pods(), remote).await;
         assert_eq!(none, (0, 0));
         assert_eq!(plain.len(), batched.len());
         for (i, (a, b)) in plain.iter().zip(&batched).enumerate() {
@@ -493,6 +565,26 @@ mod tests {
         // Batching did happen, for most of the stream.
         assert!(verdicts > 10_000, "{verdicts} verdicts reused");
         assert!(scores > 10_000, "{scores} score rows reused");
+    }
+
+    /// Pods of several kinds arriving interleaved, one of each in turn (as
+    /// the pods of several Deployments do), each kind keeps its own
+    /// verdicts and scores: reused as much as when they come in runs.
+    #[tokio::test]
+    async fn interleaved_kinds_each_keep_their_verdicts() {
+        let (placed, (verdicts, scores)) =
+            same_both_ways_for(|| interleaved(&[0, 1, 2, 3]), false).await;
+        // Every pod fits but those of kind 2 past the untainted nodes
+        // (one per node: they ask for host port 8080).
+        for (i, p) in placed.iter().enumerate() {
+            assert!(p.is_ok() || i % 4 == 2, "pod p{i}: {p:?}");
+        }
+        assert!(placed.iter().any(Result::is_err), "the host ports run out");
+        // 600 pods over a window of 45 of 150 nodes (30%): once each
+        // kind's window went round, all but the nodes placed on since are
+        // reused.
+        assert!(verdicts > 20_000, "{verdicts} verdicts reused");
+        assert!(scores > 5_000, "{scores} score rows reused");
     }
 
     /// Spreading and anti-affinity pods, required and preferred, keep the
