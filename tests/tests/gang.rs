@@ -563,6 +563,11 @@ async fn a_failure_repeating_itself_is_summarized_not_logged_again() -> Result<(
         text == "still unschedulable: 6 attempts repeated their last failure in the last 1s: 5 pods wait: 4 for \"pod group is unschedulable, minCount (5) cannot be satisfied: 4 scheduled, 0 remaining, pod group preemption: No preemption victims found for incoming preemptor\", 1 for \"0/4 nodes are available: 4 Insufficient cpu.\"",
         "{summary}"
     );
+    // docs/gang-scheduling.md quotes it at the default interval.
+    berth_e2e::page_shows(
+        "docs/gang-scheduling.md",
+        &text.replace("in the last 1s:", "in the last 60s:"),
+    )?;
     let info: Vec<&Value> = berthd.seen[lines..]
         .iter()
         .filter(|l| {
