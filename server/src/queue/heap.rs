@@ -4,6 +4,14 @@
 //! The ordering comes from the profile's QueueSort plugin (activeQ) or the
 //! backoff expiry (backoffQ), so it is passed to each operation. Items can
 //! be updated or removed in place by key.
+//!
+//! Items the ordering ties come out in the order they were first pushed
+//! (an update keeps an item's place). A binary heap alone takes ties in an
+//! order its shape decides, which depends on everything pushed and popped
+//! before: pods queued at one instant (a simulated clock ticks in whole
+//! milliseconds, so a replay's burst of arrivals ties on its timestamp)
+//! would be scheduled in another order than they came, and a replay of a
+//! recorded day would not place them as the recorded berthd did.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,6 +42,10 @@ pub(crate) type Less<'a, T = QueuedPodInfo> = &'a dyn Fn(&T, &T) -> bool;
 #[derive(Debug)]
 pub(crate) struct KeyedHeap<T = QueuedPodInfo> {
     items: Vec<T>,
+    /// Each item's arrival number, beside it in `items`: the tie-break.
+    arrivals: Vec<u64>,
+    /// The arrival number the next new item gets.
+    next_arrival: u64,
     /// Each item's place. Every swap of a sift updates two entries, so the
     /// hash is foldhash's (several times SipHash's speed on a UID; seeded
     /// at random per heap all the same).
@@ -44,6 +56,8 @@ impl<T> Default for KeyedHeap<T> {
     fn default() -> Self {
         Self {
             items: Vec::new(),
+            arrivals: Vec::new(),
+            next_arrival: 0,
             index: HashMap::default(),
         }
     }
@@ -64,6 +78,13 @@ impl<T: Keyed> KeyedHeap<T> {
 
     pub fn peek(&self) -> Option<&T> {
         self.items.first()
+    }
+
+    /// Whether the item at `a` comes out before the one at `b`: the
+    /// ordering's answer, and on a tie the earlier arrival.
+    fn before(&self, a: usize, b: usize, less: Less<'_, T>) -> bool {
+        let (x, y) = (&self.items[a], &self.items[b]);
+        less(x, y) || (!less(y, x) && self.arrivals[a] < self.arrivals[b])
     }
 
     /// The first `k` items in the order `pop` takes them (ties included),
@@ -90,12 +111,12 @@ impl<T: Keyed> KeyedHeap<T> {
                 if l >= n {
                     break;
                 }
-                let item = |pos: usize| &self.items[at(&moved, pos)];
+                let before = |p: usize, q: usize| self.before(at(&moved, p), at(&moved, q), less);
                 let mut child = l;
-                if l + 1 < n && less(item(l + 1), item(l)) {
+                if l + 1 < n && before(l + 1, l) {
                     child = l + 1;
                 }
-                if !less(item(child), item(i)) {
+                if !before(child, i) {
                     break;
                 }
                 let (a, b) = (at(&moved, i), at(&moved, child));
@@ -121,6 +142,8 @@ impl<T: Keyed> KeyedHeap<T> {
         let i = self.items.len();
         self.index.insert(item.key().clone(), i);
         self.items.push(item);
+        self.arrivals.push(self.next_arrival);
+        self.next_arrival += 1;
         self.up(i, less);
     }
 
@@ -140,6 +163,7 @@ impl<T: Keyed> KeyedHeap<T> {
         let last = self.items.len() - 1;
         self.swap(i, last);
         let item = self.items.pop().expect("non-empty");
+        self.arrivals.pop();
         self.index.remove(item.key());
         if i < self.items.len() {
             self.fix(i, less);
@@ -152,6 +176,7 @@ impl<T: Keyed> KeyedHeap<T> {
             return;
         }
         self.items.swap(a, b);
+        self.arrivals.swap(a, b);
         *self.index.get_mut(self.items[a].key()).expect("indexed") = a;
         *self.index.get_mut(self.items[b].key()).expect("indexed") = b;
     }
@@ -166,7 +191,7 @@ impl<T: Keyed> KeyedHeap<T> {
         let start = i;
         while i > 0 {
             let parent = (i - 1) / 2;
-            if !less(&self.items[i], &self.items[parent]) {
+            if !self.before(i, parent, less) {
                 break;
             }
             self.swap(i, parent);
@@ -183,10 +208,10 @@ impl<T: Keyed> KeyedHeap<T> {
                 break;
             }
             let mut child = l;
-            if l + 1 < n && less(&self.items[l + 1], &self.items[l]) {
+            if l + 1 < n && self.before(l + 1, l, less) {
                 child = l + 1;
             }
-            if !less(&self.items[child], &self.items[i]) {
+            if !self.before(child, i, less) {
                 break;
             }
             self.swap(i, child);
@@ -246,8 +271,8 @@ mod tests {
                 .first(3, &less)
                 .is_empty()
         );
-        // Ties come out in the order pop takes them, which the heap's shape
-        // decides: priorities in three ties, after updates and a removal.
+        // Ties come out in the order pop takes them: priorities in three
+        // ties, after updates and a removal.
         let mut h: KeyedHeap = KeyedHeap::default();
         for i in 0..40 {
             h.push(item(&format!("t{i}"), i % 3), &less);
@@ -263,5 +288,45 @@ mod tests {
             .map(|q| q.pod.name.to_string())
             .collect();
         assert_eq!(first, popped);
+    }
+
+    /// Items the ordering ties come out in the order they first came,
+    /// whatever was pushed and popped before; an update keeps its place.
+    #[test]
+    fn ties_come_out_in_arrival_order() {
+        let less = |a: &QueuedPodInfo, b: &QueuedPodInfo| a.pod.priority > b.pod.priority;
+        let mut h: KeyedHeap = KeyedHeap::default();
+        // Mixed priorities, some popped, so the heap's shape is no longer
+        // the order of arrival.
+        for i in 0..30 {
+            h.push(item(&format!("a{i}"), (i * 7 % 5) as i32), &less);
+        }
+        for _ in 0..9 {
+            h.pop(&less);
+        }
+        for i in 0..30 {
+            h.push(item(&format!("b{i}"), 2), &less);
+        }
+        // An update of b3 (same priority) keeps its place; b5 is removed.
+        h.push(item("b3", 2), &less);
+        h.remove("uid-default-b5", &less);
+        let order: Vec<String> = std::iter::from_fn(|| h.pop(&less))
+            .filter(|q| q.pod.priority == 2)
+            .map(|q| q.pod.name.to_string())
+            .collect();
+        // The a-pods of priority 2 left came before every b-pod, in order.
+        let a: Vec<String> = order
+            .iter()
+            .filter(|n| n.starts_with('a'))
+            .cloned()
+            .collect();
+        let mut sorted_a = a.clone();
+        sorted_a.sort_by_key(|n| n[1..].parse::<u32>().unwrap_or(0));
+        assert_eq!(a, sorted_a);
+        let want_b: Vec<String> = (0..30)
+            .filter(|&i| i != 5)
+            .map(|i| format!("b{i}"))
+            .collect();
+        assert_eq!(order[a.len()..], want_b[..]);
     }
 }

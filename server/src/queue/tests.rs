@@ -60,6 +60,23 @@ async fn active_queue_pops_by_priority_then_arrival() {
     assert_eq!(order, ["high-late", "high-later", "mid", "low"]);
 }
 
+/// Pods queued at one instant (a simulated clock ticks in whole
+/// milliseconds: a replay's burst of arrivals) come out in the order they
+/// came, as their distinct timestamps would order them on a real clock.
+#[tokio::test(start_paused = true)]
+async fn pods_queued_at_one_instant_pop_in_the_order_they_came() {
+    let q = queue();
+    let names: Vec<String> = (0..20).map(|i| format!("web-{i}")).collect();
+    for n in &names {
+        q.add(pod(make_pod(n)));
+    }
+    let mut order = Vec::new();
+    for _ in 0..names.len() {
+        order.push(q.pop().await.unwrap().pod.name.to_string());
+    }
+    assert_eq!(order, names);
+}
+
 #[tokio::test(start_paused = true)]
 async fn errors_back_off_exponentially_to_the_maximum() {
     let q = queue();
