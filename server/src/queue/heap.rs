@@ -299,7 +299,7 @@ mod tests {
         // Mixed priorities, some popped, so the heap's shape is no longer
         // the order of arrival.
         for i in 0..30 {
-            h.push(item(&format!("a{i}"), (i * 7 % 5) as i32), &less);
+            h.push(item(&format!("a{i}"), i * 7 % 5), &less);
         }
         for _ in 0..9 {
             h.pop(&less);
