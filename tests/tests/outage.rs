@@ -135,6 +135,13 @@ async fn an_api_server_outage_is_a_line_down_summaries_and_a_line_back() -> Resu
             message(s)
         );
     }
+    // docs/operations.md quotes the three lines: held to these.
+    for l in [down[0], summaries[0], back[0]] {
+        berth_e2e::page_shows_like(
+            "docs/operations.md",
+            &format!("{} {}", level(l), message(l)),
+        )?;
+    }
     // Between the first line and the last, nothing at WARN or above but
     // the summaries: no line per attempt.
     let start = lines
