@@ -50,70 +50,23 @@
 //! * Activating a member activates its group; deleting the last member
 //!   drops the entity.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::{
-    INCOMING_ACTIVE, INCOMING_BACKOFF, INCOMING_UNSCHEDULABLE, Inner, KeyedHeap, SchedulingQueue,
-    Strategy, backoff_duration,
+use super::SchedulingQueue;
+use super::backoff::{backoff_duration, backoff_for, backoff_order, is_error};
+use super::group_state::{Place, Popped};
+use super::heap::KeyedHeap;
+use super::inner::{
+    INCOMING_ACTIVE, INCOMING_BACKOFF, INCOMING_UNSCHEDULABLE, Inner, NO_MARKER, POD_UPDATE,
+    Recorded, Strategy,
 };
 use crate::framework::{
     ClusterEvent, EventObject, QueuedEntity, QueuedPodGroupInfo, QueuedPodInfo, QueueingHint,
     Status,
 };
 use crate::model::{GroupKey, PodInfo, PodRef};
-
-/// What [`SchedulingQueue::pop_entity`] takes.
-#[derive(Debug, Clone)]
-pub enum Popped {
-    /// A pod scheduled alone.
-    Pod(QueuedPodInfo),
-    /// A PodGroup's members, scheduled together.
-    Group(QueuedPodGroupInfo),
-}
-
-/// Where an entity was when it was taken out to change it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Place {
-    Active,
-    Backoff,
-    Unschedulable,
-}
-
-/// The queue's PodGroup side.
-#[derive(Debug, Default)]
-pub(super) struct Groups {
-    /// Where PodGroups are looked up; `None`: the gate is off and no pod
-    /// is a member.
-    pub manager: Option<Arc<crate::cache::PodGroupManager>>,
-    pub active: KeyedHeap<QueuedPodGroupInfo>,
-    /// Groups whose last cycle was rejected, backing off.
-    pub backoff: KeyedHeap<QueuedPodGroupInfo>,
-    /// Groups whose last cycle failed with an error, backing off (never
-    /// popped early).
-    pub error_backoff: KeyedHeap<QueuedPodGroupInfo>,
-    /// Gated groups, by entity key.
-    pub unschedulable: HashMap<Arc<str>, QueuedPodGroupInfo>,
-    /// Members whose PodGroup is not observed yet, by group.
-    pub incomplete: HashMap<GroupKey, Vec<QueuedPodInfo>>,
-    /// The group being scheduled, if any.
-    pub in_flight: Option<GroupKey>,
-    /// The sequence number of the in-flight group's marker in the
-    /// queue's recorded events: the events after it happened during its
-    /// cycle. The members themselves carry no marker of their own, so
-    /// that the first of them to end its tracking does not drop the
-    /// events the group still needs.
-    pub marker: Option<u64>,
-    /// Members of the group being scheduled that came, or came back,
-    /// during its cycle.
-    pub pending: Vec<QueuedPodInfo>,
-    /// Each queued member's group (in any of the places above).
-    pub member_of: HashMap<Arc<str>, GroupKey>,
-    /// Entities that entered each queue, by queue and event.
-    pub incoming: HashMap<(u8, ClusterEvent), u64>,
-}
 
 impl Inner {
     /// The group `pod` is a member of, when groups are on.
@@ -388,7 +341,7 @@ impl Inner {
                 let old_obj = EventObject::Pod(old.clone());
                 let new_obj = EventObject::Pod(new.clone());
                 let mut best = Strategy::Skip;
-                let mut why = super::POD_UPDATE;
+                let mut why = POD_UPDATE;
                 for e in events {
                     best = self.group_worth_requeuing(&g, e, Some(&old_obj), Some(&new_obj));
                     if best != Strategy::Skip {
@@ -569,7 +522,7 @@ impl Inner {
     pub(super) fn activate_group(&mut self, key: &GroupKey, pod: &PodRef, now: Instant) -> bool {
         if self.groups.in_flight.as_ref() == Some(key) {
             // Seen when its cycle ends.
-            self.record(super::Recorded::Event(
+            self.record(Recorded::Event(
                 ClusterEvent::FORCE_ACTIVATE,
                 None,
                 Some(EventObject::Pod(pod.clone())),
@@ -701,7 +654,7 @@ impl Inner {
             // (errors are never popped early).
             None => self
                 .backoff
-                .pop(&super::backoff_order(&self.sort))
+                .pop(&backoff_order(&self.sort))
                 .map(Popped::Pod),
         }
     }
@@ -712,13 +665,13 @@ impl Inner {
     pub(super) fn group_popped(&mut self, g: &mut QueuedPodGroupInfo) {
         g.attempts += 1;
         self.groups.in_flight = Some(g.key.clone());
-        self.groups.marker = Some(self.record(super::Recorded::Marker));
+        self.groups.marker = Some(self.record(Recorded::Marker));
         for m in &mut g.pods {
             m.attempts += 1;
             self.groups.member_of.remove(&m.pod.uid);
             // No marker of its own (see `Groups::marker`).
             self.in_flight
-                .insert(m.pod.uid.clone(), (m.clone(), super::NO_MARKER));
+                .insert(m.pod.uid.clone(), (m.clone(), NO_MARKER));
         }
     }
 
@@ -731,7 +684,7 @@ impl Inner {
         };
         let mut best = Strategy::Skip;
         for (_, rec) in self.recorded.iter().filter(|(s, _)| *s > marker) {
-            if let super::Recorded::Event(e, old, new) = rec {
+            if let Recorded::Event(e, old, new) = rec {
                 best = best.max(self.group_worth_requeuing(g, e, old.as_ref(), new.as_ref()));
                 if best == Strategy::Immediately {
                     break;
@@ -750,7 +703,7 @@ impl Inner {
         mut q: QueuedPodInfo,
         now: Instant,
     ) -> bool {
-        if super::is_error(&q) {
+        if is_error(&q) {
             q.consecutive_errors_count += 1;
         } else {
             q.unschedulable_count += 1;
@@ -856,7 +809,7 @@ impl SchedulingQueue {
                     } else {
                         g.unschedulable_count
                     };
-                    g.backoff_expiration = Some(now + super::backoff_for(&inner.cfg, count));
+                    g.backoff_expiration = Some(now + backoff_for(&inner.cfg, count));
                     // A member that arrived during the cycle is news the
                     // cycle did not see.
                     let arrived = g.pods.iter().any(|m| !tried.contains(&m.pod.uid));
