@@ -102,3 +102,18 @@ pub trait ClusterSource: ClusterClient + EventRecorder {
         false
     }
 }
+
+/// The machine's host name (`HOSTNAME`, else the kernel's), as upstream
+/// names its event reporting instance and its leader election identity.
+pub fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| "berth".into())
+}

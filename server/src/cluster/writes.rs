@@ -107,7 +107,7 @@ pub fn condition_json(c: &PodCondition) -> Value {
 /// Who reports the scheduler's events: `<scheduler name>-<host name>`.
 pub fn reporting_instance(controller: &str) -> String {
     static HOST: OnceLock<String> = OnceLock::new();
-    let host = HOST.get_or_init(super::kube::hostname);
+    let host = HOST.get_or_init(super::hostname);
     format!("{controller}-{host}")
 }
 

@@ -110,7 +110,7 @@ impl ElectionConfig {
 /// A holder identity as kube-scheduler makes it: the host name, `_`, and
 /// a random (version 4) UUID, unique per process.
 pub fn default_identity() -> String {
-    let host = hostname();
+    let host = crate::cluster::hostname();
     let mut rng = FastRng::new(
         FastRng::from_entropy().next_u64()
             ^ std::collections::hash_map::RandomState::new()
@@ -131,19 +131,6 @@ pub fn default_identity() -> String {
         &h[16..20],
         &h[20..32]
     )
-}
-
-fn hostname() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|h| h.trim().to_string())
-                .filter(|h| !h.is_empty())
-        })
-        .unwrap_or_else(|| "berth".to_string())
 }
 
 /// The wall clock, to the microsecond (what a MicroTime keeps), so that a

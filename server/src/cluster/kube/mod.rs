@@ -133,7 +133,7 @@ pub struct KubeOptions {
 impl Default for KubeOptions {
     fn default() -> Self {
         Self {
-            identity: hostname(),
+            identity: super::hostname(),
             client: ClientOptions::default(),
             watch_pod_groups: false,
             device_taint_rules: true,
@@ -152,21 +152,6 @@ impl KubeOptions {
             .filter(|k| !self.unserved.contains(k))
             .collect()
     }
-}
-
-/// The machine's host name (`HOSTNAME`, else the kernel's), as upstream
-/// names its event reporting instance.
-pub fn hostname() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|h| h.trim().to_string())
-                .filter(|h| !h.is_empty())
-        })
-        .unwrap_or_else(|| "berth".into())
 }
 
 /// The configuration for the cluster a kubeconfig file's current context
