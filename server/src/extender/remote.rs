@@ -33,12 +33,11 @@ use super::connection::{CallError, CallRequest, Connection, Reply, Subject};
 use crate::cache::NodeInfo;
 use crate::framework::{
     BatchFilter, BatchFilterAnswer, BatchFilterCall, BatchScore, BindPlugin, Code, CycleState,
-    CycleToken, ExtensionPoint, FilterPlugin, Framework, GroupPermitPlugin, KnownVerdicts,
-    MAX_NODE_SCORE, MIN_NODE_SCORE, NodeToStatus, NodeWindow, PermitPlugin,
-    PlacementFeasiblePlugin, Plugin, PluginFailure, PodGroupCycleInfo, PodGroupPostFilterPlugin,
-    PostBindPlugin, PostFilterPlugin, PostFilterResult, PreBindPlugin, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, PreemptionCandidate, PreemptionVerdict, ReservePlugin,
-    ScorePlugin, Status,
+    CycleToken, ExtensionPoint, FilterPlugin, GroupPermitPlugin, KnownVerdicts, MAX_NODE_SCORE,
+    MIN_NODE_SCORE, NodeToStatus, NodeWindow, PermitPlugin, PlacementFeasiblePlugin, Plugin,
+    PluginFailure, PodGroupCycleInfo, PodGroupPostFilterPlugin, PostBindPlugin, PostFilterPlugin,
+    PostFilterResult, PreBindPlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin,
+    PreemptionCandidate, PreemptionVerdict, ProfileFilters, ReservePlugin, ScorePlugin, Status,
 };
 use crate::model::PodInfo;
 
@@ -630,7 +629,7 @@ impl PostFilterPlugin for RemotePlugin {
         state: &CycleState,
         pod: &PodInfo,
         filtered: &NodeToStatus,
-        _: &Framework,
+        _: &dyn ProfileFilters,
     ) -> (Option<PostFilterResult>, Status) {
         let declined =
             || Status::unschedulable(format!("extender {} cannot help", self.conn.name()));

@@ -213,7 +213,7 @@ pub struct CycleState {
     /// Batch Filter calls sent ahead whose answers the cycle did not need
     /// (the per-node plugins rejected every node): kept, unawaited, for
     /// preemption to read instead of asking again.
-    pub(super) unsettled: Option<Arc<Mutex<Option<super::runtime::BatchFiltersAhead>>>>,
+    pub(super) unsettled: Option<Arc<Mutex<Option<super::batch_call::BatchFiltersAhead>>>>,
     token: Arc<CycleToken>,
 }
 

@@ -29,9 +29,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::batch_call::BatchFilterCall;
 use super::cycle_state::CycleState;
 use super::events::ClusterEventWithHint;
-use super::runtime::Framework;
+use super::handle::NominatedPods;
 use super::status::Status;
 use super::types::{
     GroupAttempt, NodeScore, NodeToStatus, PlacedPod, PlacementProgress, PodGroupCycleInfo,
@@ -434,53 +435,6 @@ impl KnownVerdicts<'_> {
     }
 }
 
-/// A batch Filter call under way (see [`BatchFilter::start_filter_nodes`]):
-/// owns what it needs, and is dropped unawaited when its verdicts are no
-/// longer needed.
-pub type BatchFilterCall = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<BatchFilterAnswer, Status>> + Send + 'static>,
->;
-
-/// What a batch Filter call answers: the nodes that did not pass (most
-/// pass, so only those are listed).
-#[derive(Debug, Clone, Default)]
-pub struct BatchFilterAnswer {
-    /// How many nodes were sent.
-    pub nodes: usize,
-    /// The nodes that did not pass, by position among those sent, in
-    /// ascending order, each with its status (a rejection or an error).
-    pub rejected: Vec<(usize, Status)>,
-    /// When scores were asked for and came: one raw score per node sent
-    /// (meaningless for nodes it rejected).
-    pub scores: Option<Vec<i64>>,
-}
-
-impl BatchFilterAnswer {
-    /// The answer giving `statuses`, one per node sent.
-    pub fn from_statuses(statuses: Vec<Status>) -> Self {
-        Self {
-            nodes: statuses.len(),
-            rejected: statuses
-                .into_iter()
-                .enumerate()
-                .filter(|(_, s)| !s.is_success())
-                .collect(),
-            scores: None,
-        }
-    }
-
-    /// One status per node sent.
-    pub fn into_statuses(self) -> Vec<Status> {
-        let mut out = vec![Status::success(); self.nodes];
-        for (i, s) in self.rejected {
-            if let Some(slot) = out.get_mut(i) {
-                *slot = s;
-            }
-        }
-        out
-    }
-}
-
 /// Nodes in the order a cycle evaluates them: a rotation of the node list,
 /// as two slices.
 #[derive(Debug, Clone, Copy)]
@@ -557,6 +511,60 @@ pub trait BatchScore: Send + Sync {
     }
 }
 
+/// What a PostFilter plugin runs through the profile of its cycle: the
+/// profile's Filter plugins (and PreFilter's AddPod and RemovePod) on
+/// what-if node states, as upstream's plugins do through their framework
+/// handle. The framework running the cycle is the one implementation; the
+/// plugin API depends on this, not on the framework.
+#[async_trait]
+pub trait ProfileFilters: Send + Sync {
+    /// The profile's scheduler name.
+    fn profile_name(&self) -> &Arc<str>;
+
+    /// Runs AddPod of every PreFilter plugin with extensions (not skipped).
+    fn run_pre_filter_extension_add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        pod_to_add: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status;
+
+    /// Runs RemovePod of every PreFilter plugin with extensions (not
+    /// skipped).
+    fn run_pre_filter_extension_remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        pod_to_remove: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status;
+
+    /// Runs the Filter plugins on one node, taking into account the pods
+    /// nominated to it with at least the pod's priority.
+    fn run_filter_with_nominated_pods(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        nominated: &NominatedPods,
+    ) -> Status;
+
+    /// Whether preemption's what-if asks a batch Filter plugin.
+    fn has_preemption_batch_filters(&self) -> bool;
+
+    /// Preemption's what-if on the batch Filter plugins (remote
+    /// extenders), each asked once about the candidates the ones before it
+    /// kept.
+    async fn run_batch_filters_preemption(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        candidates: &[PreemptionCandidate<'_>],
+        filtered: &NodeToStatus,
+    ) -> Vec<PreemptionVerdict>;
+}
+
 /// Runs when no node fits (preemption).
 #[async_trait]
 pub trait PostFilterPlugin: Plugin {
@@ -569,7 +577,7 @@ pub trait PostFilterPlugin: Plugin {
         state: &CycleState,
         pod: &PodInfo,
         filtered: &NodeToStatus,
-        profile: &Framework,
+        profile: &dyn ProfileFilters,
     ) -> (Option<PostFilterResult>, Status);
 }
 
@@ -715,7 +723,7 @@ pub trait PodGroupPostFilterPlugin: Plugin {
         group: &PodGroupCycleInfo,
         attempt: &GroupAttempt,
         schedule: &dyn PodGroupSchedulingFunc,
-        profile: &Framework,
+        profile: &dyn ProfileFilters,
     ) -> (Option<PodGroupPostFilterResult>, Status);
 }
 

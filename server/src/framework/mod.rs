@@ -6,6 +6,7 @@
 //! * [`Framework`]: a profile's plugins, run in configured order with the
 //!   framework's rules (short-circuits, skips, weights, Unreserve).
 
+mod batch_call;
 mod cycle_state;
 mod events;
 mod extender;
@@ -19,6 +20,7 @@ mod types;
 mod waiting_pods;
 
 pub use crate::config::{ExtensionPoint, go_duration};
+pub use batch_call::{BatchFilterAnswer, BatchFilterCall, BatchFiltersAhead};
 pub use cycle_state::{CycleState, CycleToken, PluginFailure, PluginMask, StateData, StateKey};
 pub use events::{
     ActionType, ClusterEvent, ClusterEventWithHint, EventObject, EventResource, QueueingHint,
@@ -35,9 +37,7 @@ pub use parallelize::{Parallelizer, WorkCost};
 pub use registry::{
     DuplicatePlugin, NoArgs, PluginArgs, PluginFactory, Registry, ValidateArgs, parse_args,
 };
-pub use runtime::{
-    BatchFiltersAhead, FilterVerdict, Framework, PluginEvents, ScoreResult, build_profiles,
-};
+pub use runtime::{FilterVerdict, Framework, PluginEvents, ScoreResult, build_profiles};
 pub use status::{Code, Reason, Status};
 pub use types::*;
 pub use waiting_pods::{MAX_PERMIT_TIMEOUT, WaitingPod, WaitingPods};

@@ -12,7 +12,7 @@
 use super::*;
 use crate::framework::{
     GroupAttempt, PlacedPod, PlacementProgress, PodGroupPostFilterResult, PodGroupSchedulingFunc,
-    ProposedAssignment,
+    ProfileFilters, ProposedAssignment,
 };
 
 impl RemotePlugin {
@@ -100,7 +100,7 @@ impl PodGroupPostFilterPlugin for RemotePlugin {
         group: &PodGroupCycleInfo,
         attempt: &GroupAttempt,
         _: &dyn PodGroupSchedulingFunc,
-        _: &Framework,
+        _: &dyn ProfileFilters,
     ) -> (Option<PodGroupPostFilterResult>, Status) {
         let declined =
             || Status::unschedulable(format!("extender {} cannot help", self.conn.name()));

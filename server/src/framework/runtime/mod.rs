@@ -54,6 +54,7 @@ use tracing::Instrument;
 use parking_lot::Mutex;
 
 use super::ExtensionPoint;
+use super::batch_call::{AheadCall, BatchFilterAnswer, BatchFiltersAhead};
 use super::cycle_state::{CycleState, PluginMask, PrefetchedScores, WindowVerdicts};
 use super::events::{
     ActionType, ClusterEvent, ClusterEventWithHint, EventResource, wildcard_registrations,
@@ -124,43 +125,6 @@ pub enum FilterVerdict {
 /// Nodes a batch Filter plugin did not pass, by position, with their status.
 type Rejected = Vec<(usize, Status)>;
 
-/// Batch Filter calls sent ahead of the per-node plugins, with a cycle's
-/// candidates ([`Framework::start_batch_filters`]).
-pub struct BatchFiltersAhead {
-    calls: Vec<AheadCall>,
-    /// How many nodes were sent.
-    sent: usize,
-    /// Where the window sent starts in the snapshot's node list, and that
-    /// list's length, when it is a window of that list (not of nodes a
-    /// PreFilter restricted the search to): the answers are then kept for
-    /// preemption ([`KnownVerdicts`]).
-    origin: Option<(usize, usize)>,
-}
-
-impl BatchFiltersAhead {
-    /// Says the calls went with the `sent` nodes of the snapshot's list of
-    /// `nodes` nodes from `start` on (wrapping).
-    pub fn set_origin(&mut self, start: usize, nodes: usize) {
-        self.origin = Some((start, nodes));
-    }
-}
-
-struct AheadCall {
-    filter_index: usize,
-    /// The plugin's Score position, when its scores were asked for.
-    score_index: Option<usize>,
-    call: BatchFilterCall,
-}
-
-impl std::fmt::Debug for BatchFiltersAhead {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BatchFiltersAhead")
-            .field("calls", &self.calls.len())
-            .field("sent", &self.sent)
-            .finish()
-    }
-}
-
 /// Scores of the feasible nodes, as computed by [`Framework::run_score`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScoreResult {
@@ -229,6 +193,58 @@ impl std::fmt::Debug for Framework {
 mod binding;
 mod build;
 pub use build::build_profiles;
+
+#[async_trait::async_trait]
+impl ProfileFilters for Framework {
+    fn profile_name(&self) -> &Arc<str> {
+        Framework::profile_name(self)
+    }
+
+    fn run_pre_filter_extension_add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        pod_to_add: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        Framework::run_pre_filter_extension_add_pod(self, state, pod, pod_to_add, node)
+    }
+
+    fn run_pre_filter_extension_remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        pod_to_remove: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        Framework::run_pre_filter_extension_remove_pod(self, state, pod, pod_to_remove, node)
+    }
+
+    fn run_filter_with_nominated_pods(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        nominated: &NominatedPods,
+    ) -> Status {
+        Framework::run_filter_with_nominated_pods(self, state, pod, node, nominated)
+    }
+
+    fn has_preemption_batch_filters(&self) -> bool {
+        Framework::has_preemption_batch_filters(self)
+    }
+
+    async fn run_batch_filters_preemption(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        candidates: &[PreemptionCandidate<'_>],
+        filtered: &NodeToStatus,
+    ) -> Vec<PreemptionVerdict> {
+        Framework::run_batch_filters_preemption(self, state, pod, candidates, filtered).await
+    }
+}
+
 #[cfg(test)]
 use build::check_weight;
 mod explain;

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use super::*;
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::config;
-use crate::framework::{NodeScore, Parallelizer, Registry};
+use crate::framework::{BatchFilterCall, NodeScore, Parallelizer, Registry};
 use crate::testing::{make_node, make_pod};
 
 /// What a test plugin does at each point.
@@ -184,7 +184,7 @@ impl PostFilterPlugin for TestPlugin {
         _: &CycleState,
         _: &PodInfo,
         _: &NodeToStatus,
-        _: &Framework,
+        _: &dyn ProfileFilters,
     ) -> (Option<PostFilterResult>, Status) {
         self.note("PostFilter");
         (

@@ -36,8 +36,8 @@ use super::victims::{Unit, Units, evict, reprieve_order};
 use super::{Budget, DefaultPreemption, terminating_by_preemption};
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    CycleState, Eviction, Framework, GroupAttempt, PodGroupCycleInfo, PodGroupPostFilterPlugin,
-    PodGroupPostFilterResult, PodGroupSchedulingFunc, ProposedAssignment, Status,
+    CycleState, Eviction, GroupAttempt, PodGroupCycleInfo, PodGroupPostFilterPlugin,
+    PodGroupPostFilterResult, PodGroupSchedulingFunc, ProfileFilters, ProposedAssignment, Status,
 };
 use crate::model::{GroupKey, PodRef, PreemptionPolicy};
 
@@ -61,7 +61,7 @@ impl DefaultPreemption {
     /// `snapshot`, each seeing those placed before it.
     fn placement_holds(
         &self,
-        profile: &Framework,
+        profile: &dyn ProfileFilters,
         snapshot: &Snapshot,
         placement: &[ProposedAssignment],
         extra: &[PodRef],
@@ -110,7 +110,7 @@ impl DefaultPreemption {
         state: &CycleState,
         group: &PodGroupCycleInfo,
         schedule: &dyn PodGroupSchedulingFunc,
-        profile: &Framework,
+        profile: &dyn ProfileFilters,
     ) -> (Option<PodGroupPostFilterResult>, Status) {
         let pg = &group.group;
         if !pg.topology_keys.is_empty() {
@@ -230,7 +230,7 @@ impl DefaultPreemption {
     /// Evicts the group's victims (see the module doc).
     fn group_eviction(
         &self,
-        profile: &Framework,
+        profile: &dyn ProfileFilters,
         group_uid: &Arc<str>,
         victims: Vec<PodRef>,
     ) -> Eviction {
@@ -252,7 +252,7 @@ impl PodGroupPostFilterPlugin for DefaultPreemption {
         group: &PodGroupCycleInfo,
         _: &GroupAttempt,
         schedule: &dyn PodGroupSchedulingFunc,
-        profile: &Framework,
+        profile: &dyn ProfileFilters,
     ) -> (Option<PodGroupPostFilterResult>, Status) {
         let (result, status) = self.preempt_group(state, group, schedule, profile).await;
         let message = status.message();

@@ -54,9 +54,9 @@ pub use args::DefaultPreemptionArgs;
 use crate::cache::NodeInfo;
 use crate::extension_points;
 use crate::framework::{
-    Code, CycleState, Eviction, FitError, Framework, Handle, NodeToStatus, NodeVictims,
-    NominatingInfo, Plugin, PostFilterPlugin, PostFilterResult, PreemptionCandidate,
-    PreemptionVerdict, Status, Victims,
+    Code, CycleState, Eviction, FitError, Handle, NodeToStatus, NodeVictims, NominatingInfo,
+    Plugin, PostFilterPlugin, PostFilterResult, PreemptionCandidate, PreemptionVerdict,
+    ProfileFilters, Status, Victims,
 };
 use crate::model::{LabelSelector, PodInfo, PodRef};
 use crate::plugins::names::DEFAULT_PREEMPTION;
@@ -312,7 +312,7 @@ impl DefaultPreemption {
     #[allow(clippy::too_many_arguments)]
     fn select_victims(
         &self,
-        profile: &Framework,
+        profile: &dyn ProfileFilters,
         state: &CycleState,
         pod: &PodInfo,
         node: &Arc<NodeInfo>,
@@ -429,7 +429,7 @@ impl DefaultPreemption {
     /// to them (another round).
     async fn find_candidates(
         &self,
-        profile: &Framework,
+        profile: &dyn ProfileFilters,
         state: &CycleState,
         pod: &PodInfo,
         potential: &[Arc<NodeInfo>],
@@ -529,7 +529,7 @@ impl DefaultPreemption {
     #[allow(clippy::too_many_arguments)]
     async fn ask_batch_filters(
         &self,
-        profile: &Framework,
+        profile: &dyn ProfileFilters,
         state: &CycleState,
         pod: &PodInfo,
         round: Vec<Found>,
@@ -663,7 +663,7 @@ impl DefaultPreemption {
     /// The eviction of `c`'s victims, for the scheduler to run once the
     /// preemptor's nomination is written ([`victims::evict`]); then the
     /// lower-priority pods nominated to the node lose their nomination.
-    fn eviction(&self, profile: &Framework, pod: &PodInfo, c: &Candidate) -> Eviction {
+    fn eviction(&self, profile: &dyn ProfileFilters, pod: &PodInfo, c: &Candidate) -> Eviction {
         let handle = self.handle.clone();
         let controller = profile.profile_name().clone();
         let message = format!("{controller}: preempting to accommodate a higher priority pod");
@@ -699,7 +699,7 @@ impl DefaultPreemption {
         state: &CycleState,
         pod: &PodInfo,
         filtered: &NodeToStatus,
-        profile: &Framework,
+        profile: &dyn ProfileFilters,
     ) -> (Option<PostFilterResult>, Status) {
         if let Err(why) = self.eligible(state, pod, filtered) {
             return (None, Status::unschedulable(why));
@@ -782,7 +782,7 @@ impl PostFilterPlugin for DefaultPreemption {
         state: &CycleState,
         pod: &PodInfo,
         filtered: &NodeToStatus,
-        profile: &Framework,
+        profile: &dyn ProfileFilters,
     ) -> (Option<PostFilterResult>, Status) {
         let (result, status) = self.preempt(state, pod, filtered, profile).await;
         let message = status.message();

@@ -7,7 +7,7 @@ use crate::cache::{KubeObject, ObjectKind, Snapshot};
 use crate::cluster::ClusterSource;
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::config;
-use crate::framework::Parallelizer;
+use crate::framework::{Framework, Parallelizer};
 use crate::framework::build_profiles;
 use crate::plugins::in_tree_registry;
 use crate::scheduler::{Algorithm, FastRng};

@@ -654,7 +654,7 @@ impl PostFilterPlugin for DynamicResources {
         state: &CycleState,
         pod: &PodInfo,
         _: &NodeToStatus,
-        _: &crate::framework::Framework,
+        _: &dyn crate::framework::ProfileFilters,
     ) -> (Option<PostFilterResult>, Status) {
         let st = match state.read(&STATE_KEY) {
             Some(State(st)) if !st.claims.is_empty() => st.clone(),

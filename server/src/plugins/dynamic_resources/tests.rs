@@ -195,7 +195,7 @@ async fn unknown_classes_and_pods_without_claims() {
             &state,
             &make_pod("plain").build(),
             &NodeToStatus::default(),
-            &default_framework(&env.handle),
+            &*default_framework(&env.handle),
         )
         .await;
     assert_eq!(s.message(), "no new claims to deallocate");
@@ -410,7 +410,7 @@ async fn post_filter_deallocates_a_claim_that_blocks_the_pod() {
     let fw = default_framework(&env.handle);
     let (_, s) = env
         .pl
-        .post_filter(&state, &pod, &NodeToStatus::default(), &fw)
+        .post_filter(&state, &pod, &NodeToStatus::default(), &*fw)
         .await;
     assert_eq!(s.code(), Code::Unschedulable);
     assert_eq!(s.message(), "deallocation of ResourceClaim completed");
@@ -652,7 +652,7 @@ async fn extended_resources_backed_by_dra_get_a_claim_of_their_own() {
     }
     let (_, s) = env
         .pl
-        .post_filter(&state, &p, &NodeToStatus::default(), &fw)
+        .post_filter(&state, &p, &NodeToStatus::default(), &*fw)
         .await;
     assert_eq!(s.message(), "deletion of ResourceClaim completed");
     assert!(env.cluster.objects(ObjectKind::ResourceClaim).is_empty());
