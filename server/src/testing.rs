@@ -262,6 +262,18 @@ impl NodeBuilder {
     }
 }
 
+/// A framework handle over a new embedded cluster (its client and event
+/// recorder), running parallel work inline.
+#[cfg(test)]
+pub fn embedded_handle() -> crate::framework::Handle {
+    let cluster = crate::cluster::embedded::EmbeddedCluster::new();
+    crate::framework::Handle::new(
+        cluster.clone(),
+        cluster,
+        crate::framework::Parallelizer::inline(),
+    )
+}
+
 /// The default configuration's profiles, built as berthd builds them.
 #[cfg(test)]
 pub fn default_profiles(

@@ -8,9 +8,8 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 
 use super::*;
-use crate::cluster::embedded::EmbeddedCluster;
 use crate::config;
-use crate::framework::{BatchFilterCall, NodeScore, Parallelizer, Registry};
+use crate::framework::{BatchFilterCall, NodeScore, Registry};
 use crate::testing::{make_node, make_pod};
 
 /// What a test plugin does at each point.
@@ -295,8 +294,7 @@ struct Fixture {
 }
 
 fn handle() -> Handle {
-    let cluster = EmbeddedCluster::new();
-    Handle::new(cluster.clone(), cluster, Parallelizer::inline())
+    crate::testing::embedded_handle()
 }
 
 /// Builds a profile from YAML `plugins` (and optional pluginConfig) over
