@@ -13,6 +13,7 @@ pub mod dra;
 pub mod event_resource;
 pub mod labels;
 pub mod node;
+pub mod objects;
 pub mod pod;
 pub mod pod_group;
 pub mod pod_object;

@@ -36,7 +36,7 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 pub use admit::{Admitted, Applied, ApplyError, Kind, admit, supported_kinds};
-use admit::{admit_meta, pod_group_write};
+use admit::{pod_group_write, validate_stored_kind};
 use events::StoredEvent;
 pub use load::{LoadError, LoadedObject, parse_objects, read_objects};
 
@@ -469,7 +469,7 @@ impl EmbeddedCluster {
     ) -> Result<Vec<(Kind, String, String, Applied)>, (usize, ApplyError)> {
         let mut admitted = Vec::with_capacity(values.len());
         for (i, v) in values.into_iter().enumerate() {
-            admitted.push(admit(v).map_err(|e| (i, e))?);
+            admitted.push(admit(v).map_err(|e| (i, e.into()))?);
         }
         let mut s = self.store.lock();
         let mut batch_namespaces: Vec<String> = Vec::new();
@@ -509,7 +509,7 @@ impl EmbeddedCluster {
     /// (e.g. binding a claimed volume).
     pub fn apply_object(&self, obj: KubeObject) -> Result<KubeObject, ApplyError> {
         let kind = obj.kind();
-        admit_meta(&obj, kind)?;
+        validate_stored_kind(&obj)?;
         let mut s = self.store.lock();
         if kind.namespaced() {
             let ns = obj.metadata().namespace.clone().filter(|n| !n.is_empty());
