@@ -778,8 +778,16 @@ fn raw_set(plugins: &RawPlugins, point: Option<ExtensionPoint>) -> Option<&RawPl
         Some(Bind) => plugins.bind.as_ref(),
         Some(PostBind) => plugins.post_bind.as_ref(),
         Some(PodGroupPostFilter) => plugins.pod_group_post_filter.as_ref(),
-        // Not profile lists (see `ExtensionPoint::ALL`).
-        Some(PlacementFeasible | GroupPermit) => None,
+        // Not profile lists (see `ExtensionPoint::ALL`); a phase of a point
+        // is configured by its point's list.
+        Some(
+            PlacementFeasible
+            | GroupPermit
+            | PreFilterExtensionAddPod
+            | PreFilterExtensionRemovePod
+            | ScoreExtensionNormalize
+            | Unreserve,
+        ) => None,
     }
 }
 

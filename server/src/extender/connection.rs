@@ -394,29 +394,23 @@ fn proto_point(p: ExtensionPoint) -> pb::ExtensionPoint {
         ExtensionPoint::PlacementFeasible => P::PlacementFeasible,
         ExtensionPoint::PodGroupPostFilter => P::PodGroupPostFilter,
         ExtensionPoint::GroupPermit => P::GroupPermit,
-        ExtensionPoint::PreEnqueue | ExtensionPoint::QueueSort => P::Unspecified,
+        ExtensionPoint::PreEnqueue
+        | ExtensionPoint::QueueSort
+        | ExtensionPoint::PreFilterExtensionAddPod
+        | ExtensionPoint::PreFilterExtensionRemovePod
+        | ExtensionPoint::ScoreExtensionNormalize
+        | ExtensionPoint::Unreserve => P::Unspecified,
     }
 }
 
 fn point_field(p: i32) -> String {
-    use pb::ExtensionPoint as P;
-    let f = match P::try_from(p) {
-        Ok(P::PreFilter) => "preFilter",
-        Ok(P::Filter) => "filter",
-        Ok(P::PostFilter) => "postFilter",
-        Ok(P::PreScore) => "preScore",
-        Ok(P::Score) => "score",
-        Ok(P::Reserve) => "reserve",
-        Ok(P::Permit) => "permit",
-        Ok(P::PreBind) => "preBind",
-        Ok(P::Bind) => "bind",
-        Ok(P::PostBind) => "postBind",
-        Ok(P::PlacementFeasible) => "placementFeasible",
-        Ok(P::PodGroupPostFilter) => "podGroupPostFilter",
-        Ok(P::GroupPermit) => "groupPermit",
-        _ => return format!("(unknown point {p})"),
-    };
-    f.to_string()
+    ExtensionPoint::EVERY
+        .into_iter()
+        .find(|e| {
+            let proto = proto_point(*e);
+            proto != pb::ExtensionPoint::Unspecified && proto as i32 == p
+        })
+        .map_or_else(|| format!("(unknown point {p})"), |e| e.field().to_string())
 }
 
 /// The innermost service: puts a request on the current stream at once and

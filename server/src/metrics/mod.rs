@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::config::ExtensionPoint;
 use crate::prom::{Counter, Exposition, Gauge, Histogram, exponential_buckets};
 
 pub mod pod_groups;
@@ -26,72 +27,6 @@ pub use pod_groups::{GroupResult, PodGroupMetrics};
 /// Upstream samples plugin execution times in this share of scheduling
 /// cycles (pluginMetricsSamplePercent); berth samples every tenth cycle.
 pub const PLUGIN_METRICS_SAMPLE_EVERY: u64 = 10;
-
-/// The `extension_point` label values, as upstream spells them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(missing_docs)]
-pub enum Point {
-    PreFilter,
-    Filter,
-    PreFilterExtensionAddPod,
-    PreFilterExtensionRemovePod,
-    PostFilter,
-    PreScore,
-    Score,
-    ScoreExtensionNormalize,
-    PreBind,
-    Bind,
-    PostBind,
-    Reserve,
-    Unreserve,
-    Permit,
-    PlacementFeasible,
-    PodGroupPostFilter,
-}
-
-impl Point {
-    /// Every point, in slot order.
-    pub const ALL: [Point; 16] = [
-        Self::PreFilter,
-        Self::Filter,
-        Self::PreFilterExtensionAddPod,
-        Self::PreFilterExtensionRemovePod,
-        Self::PostFilter,
-        Self::PreScore,
-        Self::Score,
-        Self::ScoreExtensionNormalize,
-        Self::PreBind,
-        Self::Bind,
-        Self::PostBind,
-        Self::Reserve,
-        Self::Unreserve,
-        Self::Permit,
-        Self::PlacementFeasible,
-        Self::PodGroupPostFilter,
-    ];
-
-    /// The label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::PreFilter => "PreFilter",
-            Self::Filter => "Filter",
-            Self::PreFilterExtensionAddPod => "PreFilterExtensionAddPod",
-            Self::PreFilterExtensionRemovePod => "PreFilterExtensionRemovePod",
-            Self::PostFilter => "PostFilter",
-            Self::PreScore => "PreScore",
-            Self::Score => "Score",
-            Self::ScoreExtensionNormalize => "ScoreExtensionNormalize",
-            Self::PreBind => "PreBind",
-            Self::Bind => "Bind",
-            Self::PostBind => "PostBind",
-            Self::Reserve => "Reserve",
-            Self::Unreserve => "Unreserve",
-            Self::Permit => "Permit",
-            Self::PlacementFeasible => "PlacementFeasible",
-            Self::PodGroupPostFilter => "PodGroupPostFilter",
-        }
-    }
-}
 
 /// The `status` label values, by slot: a framework `Code`'s slot is its
 /// discriminant (`Code as usize`), in the order the framework declares them.
@@ -139,7 +74,7 @@ pub struct ProfileMetrics {
     name: Arc<str>,
     attempts: [Counter; 3],
     attempt_duration: [Histogram; 3],
-    /// `Point::ALL.len() × STATUS_LABELS.len()`.
+    /// `ExtensionPoint::METERED.len() × STATUS_LABELS.len()`.
     points: Box<[Histogram]>,
 }
 
@@ -151,7 +86,7 @@ impl ProfileMetrics {
             name,
             attempts: Default::default(),
             attempt_duration: std::array::from_fn(|_| Histogram::seconds(&b)),
-            points: (0..Point::ALL.len() * STATUS_LABELS.len())
+            points: (0..ExtensionPoint::METERED.len() * STATUS_LABELS.len())
                 .map(|_| Histogram::seconds(&pb))
                 .collect(),
         }
@@ -174,7 +109,7 @@ impl ProfileMetrics {
 #[derive(Debug)]
 pub struct PluginMetrics {
     plugin: &'static str,
-    point: Point,
+    point: ExtensionPoint,
     by_code: Box<[Histogram]>,
 }
 
@@ -195,11 +130,11 @@ pub struct FrameworkMetrics {
 
 /// The points whose plugin calls scheduler_plugin_evaluation_total counts,
 /// as upstream instruments them.
-pub const EVALUATED_POINTS: [Point; 4] = [
-    Point::PreFilter,
-    Point::Filter,
-    Point::PreScore,
-    Point::Score,
+pub const EVALUATED_POINTS: [ExtensionPoint; 4] = [
+    ExtensionPoint::PreFilter,
+    ExtensionPoint::Filter,
+    ExtensionPoint::PreScore,
+    ExtensionPoint::Score,
 ];
 
 /// How many times one profile called one plugin at one point
@@ -207,7 +142,7 @@ pub const EVALUATED_POINTS: [Point; 4] = [
 #[derive(Debug)]
 pub struct Evaluations {
     profile: Arc<str>,
-    point: Point,
+    point: ExtensionPoint,
     plugin: &'static str,
     count: Counter,
 }
@@ -216,7 +151,7 @@ impl FrameworkMetrics {
     /// Counts `n` calls of the plugin at position `index` of `point` (one
     /// of [`EVALUATED_POINTS`]; others are not counted).
     #[inline]
-    pub fn evaluated(&self, point: Point, index: usize, n: u64) {
+    pub fn evaluated(&self, point: ExtensionPoint, index: usize, n: u64) {
         if n == 0 {
             return;
         }
@@ -231,21 +166,20 @@ impl FrameworkMetrics {
 
     /// Records an extension point's run.
     #[inline]
-    pub fn point(&self, p: Point, status: usize, took: Duration) {
-        if let Some(h) = self
-            .profile
-            .points
-            .get(p as usize * STATUS_LABELS.len() + status)
-        {
+    pub fn point(&self, p: ExtensionPoint, status: usize, took: Duration) {
+        let Some(slot) = p.metered_slot() else { return };
+        if let Some(h) = self.profile.points.get(slot * STATUS_LABELS.len() + status) {
             h.observe_duration(took);
         }
     }
 
     /// Records one plugin's run (in sampled cycles).
     #[inline]
-    pub fn plugin(&self, p: Point, index: usize, status: usize, took: Duration) {
-        if let Some(h) = self.plugins[p as usize]
-            .get(index)
+    pub fn plugin(&self, p: ExtensionPoint, index: usize, status: usize, took: Duration) {
+        if let Some(h) = p
+            .metered_slot()
+            .and_then(|slot| self.plugins.get(slot))
+            .and_then(|list| list.get(index))
             .and_then(|m| m.by_code.get(status))
         {
             h.observe_duration(took);
@@ -307,7 +241,7 @@ impl Metrics {
     pub fn attach(
         self: &Arc<Self>,
         profile_name: &Arc<str>,
-        plugins: &dyn Fn(Point) -> Vec<&'static str>,
+        plugins: &dyn Fn(ExtensionPoint) -> Vec<&'static str>,
     ) -> FrameworkMetrics {
         let profile = {
             let mut profiles = self.profiles.write();
@@ -347,7 +281,7 @@ impl Metrics {
         drop(registered);
         let pb = exponential_buckets(0.00001, 1.5, 20);
         let mut all = self.plugins.write();
-        let plugins = Point::ALL
+        let plugins = ExtensionPoint::METERED
             .iter()
             .map(|&point| {
                 plugins(point)
@@ -406,7 +340,7 @@ impl Metrics {
     }
 
     /// scheduler_plugin_evaluation_total for one series, if registered.
-    pub fn evaluations(&self, profile: &str, point: Point, plugin: &str) -> Option<u64> {
+    pub fn evaluations(&self, profile: &str, point: ExtensionPoint, plugin: &str) -> Option<u64> {
         self.evaluations
             .read()
             .iter()
@@ -477,14 +411,14 @@ impl Metrics {
             "Latency for running all plugins of a specific extension point.",
         );
         for p in &profiles {
-            for (pi, point) in Point::ALL.iter().enumerate() {
+            for (pi, point) in ExtensionPoint::METERED.iter().enumerate() {
                 for (ci, code) in STATUS_LABELS.iter().enumerate() {
                     let h = &p.points[pi * STATUS_LABELS.len() + ci];
                     if h.count() > 0 {
                         e.histogram(
                             "scheduler_framework_extension_point_duration_seconds",
                             &[
-                                ("extension_point", point.label()),
+                                ("extension_point", point.metric_label()),
                                 ("profile", &p.name),
                                 ("status", code),
                             ],
@@ -506,7 +440,7 @@ impl Metrics {
                     e.histogram(
                         "scheduler_plugin_execution_duration_seconds",
                         &[
-                            ("extension_point", m.point.label()),
+                            ("extension_point", m.point.metric_label()),
                             ("plugin", m.plugin),
                             ("status", code),
                         ],
@@ -524,7 +458,7 @@ impl Metrics {
             e.sample(
                 "scheduler_plugin_evaluation_total",
                 &[
-                    ("extension_point", m.point.label()),
+                    ("extension_point", m.point.metric_label()),
                     ("plugin", m.plugin),
                     ("profile", &m.profile),
                 ],

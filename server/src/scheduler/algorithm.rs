@@ -581,7 +581,7 @@ impl Algorithm {
         } else {
             Code::Error
         };
-        fw.point_done(crate::metrics::Point::Filter, code, timer);
+        fw.point_done(crate::config::ExtensionPoint::Filter, code, timer);
         let (evaluated, offsets) = passed?;
         let n = nodes.len();
         let run = offsets.iter().enumerate().all(|(i, &o)| i == o)

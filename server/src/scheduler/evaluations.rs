@@ -12,7 +12,6 @@
 use std::ops::Range;
 
 use crate::framework::{CycleState, ExtensionPoint, Framework, PluginMask, Status};
-use crate::metrics::Point;
 
 /// The Filter plugins one cycle called, per plugin position.
 pub(super) struct FilterTally<'f> {
@@ -75,7 +74,7 @@ impl<'f> FilterTally<'f> {
         for i in 0..self.names.len() {
             running += self.marks[i];
             if !self.not_run.contains(i) {
-                m.evaluated(Point::Filter, i, running.max(0) as u64);
+                m.evaluated(ExtensionPoint::Filter, i, running.max(0) as u64);
             }
         }
     }
@@ -93,8 +92,8 @@ pub(super) fn record_once_each(
         return;
     };
     let metric = match point {
-        ExtensionPoint::PreFilter => Point::PreFilter,
-        ExtensionPoint::PreScore => Point::PreScore,
+        ExtensionPoint::PreFilter => ExtensionPoint::PreFilter,
+        ExtensionPoint::PreScore => ExtensionPoint::PreScore,
         _ => return,
     };
     let names = fw.plugin_names(point);
@@ -118,7 +117,7 @@ pub(super) fn record_score(fw: &Framework, state: &CycleState, nodes: usize) {
     };
     for i in 0..fw.plugin_names(ExtensionPoint::Score).len() {
         if !state.skip_score.contains(i) {
-            m.evaluated(Point::Score, i, nodes as u64);
+            m.evaluated(ExtensionPoint::Score, i, nodes as u64);
         }
     }
 }
@@ -135,7 +134,7 @@ pub(super) fn record_batch_filters(fw: &Framework, state: &CycleState, nodes: us
     let batch = fw.batch_filter_names();
     for (i, n) in fw.plugin_names(ExtensionPoint::Filter).iter().enumerate() {
         if batch.contains(n) && !state.skip_filter.contains(i) {
-            m.evaluated(Point::Filter, i, nodes as u64);
+            m.evaluated(ExtensionPoint::Filter, i, nodes as u64);
         }
     }
 }

@@ -656,7 +656,7 @@ async fn the_search_stops_at_the_sampling_size_and_rotates() {
 #[tokio::test]
 async fn plugin_evaluations_count_the_calls_the_search_made() {
     use crate::framework::ExtensionPoint;
-    use crate::metrics::{Metrics, Point};
+    use crate::metrics::Metrics;
     let (fw, snap) = framework_for_search(50);
     let metrics = Arc::new(Metrics::default());
     fw.attach_metrics(&metrics);
@@ -687,23 +687,23 @@ async fn plugin_evaluations_count_the_calls_the_search_made() {
         } else {
             150
         };
-        assert_eq!(count(Point::Filter, name), want, "{name}");
+        assert_eq!(count(ExtensionPoint::Filter, name), want, "{name}");
     }
     assert!(!state.skip_filter.is_empty(), "some plugins skipped");
     for name in fw.plugin_names(ExtensionPoint::PreFilter) {
-        assert_eq!(count(Point::PreFilter, name), 1, "{name}");
+        assert_eq!(count(ExtensionPoint::PreFilter, name), 1, "{name}");
     }
 
     // A dry run's calls are not counted.
-    let before = count(Point::Filter, "NodeResourcesFit");
+    let before = count(ExtensionPoint::Filter, "NodeResourcesFit");
     let mut dry = CycleState::new();
     dry.dry_run = true;
     alg.find_nodes_that_fit(&fw, &mut dry, &pod, &snap, &nominated)
         .await
         .ok()
         .unwrap();
-    assert_eq!(count(Point::Filter, "NodeResourcesFit"), before);
-    assert_eq!(count(Point::PreFilter, "NodeResourcesFit"), 1);
+    assert_eq!(count(ExtensionPoint::Filter, "NodeResourcesFit"), before);
+    assert_eq!(count(ExtensionPoint::PreFilter, "NodeResourcesFit"), 1);
 }
 
 #[tokio::test]

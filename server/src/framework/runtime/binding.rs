@@ -8,9 +8,9 @@ impl Framework {
         let t = self.point_timer(state);
         let s = self
             .reserve_plugins(state, pod, node)
-            .instrument(point_span(Point::Reserve))
+            .instrument(point_span(ExtensionPoint::Reserve))
             .await;
-        self.point_done(Point::Reserve, s.code(), t);
+        self.point_done(ExtensionPoint::Reserve, s.code(), t);
         s
     }
 
@@ -18,7 +18,7 @@ impl Framework {
         for (i, p) in self.reserve.iter().enumerate() {
             let t = self.plugin_timer(state);
             let s = p.reserve(state, pod, node).await;
-            self.plugin_done(Point::Reserve, i, s.code(), t);
+            self.plugin_done(ExtensionPoint::Reserve, i, s.code(), t);
             if !s.is_success() {
                 if s.is_rejected() {
                     return s.with_plugin(p.name());
@@ -41,12 +41,12 @@ impl Framework {
             for (i, p) in self.reserve.iter().enumerate().rev() {
                 let t = self.plugin_timer(state);
                 p.unreserve(state, pod, node).await;
-                self.plugin_done(Point::Unreserve, i, Code::Success, t);
+                self.plugin_done(ExtensionPoint::Unreserve, i, Code::Success, t);
             }
         }
-        .instrument(point_span(Point::Unreserve))
+        .instrument(point_span(ExtensionPoint::Unreserve))
         .await;
-        self.point_done(Point::Unreserve, Code::Success, t);
+        self.point_done(ExtensionPoint::Unreserve, Code::Success, t);
     }
 
     /// Runs Permit plugins. A rejection returns at once; if some plugins
@@ -56,9 +56,9 @@ impl Framework {
         let t = self.point_timer(state);
         let s = self
             .permit_plugins(state, pod, node)
-            .instrument(point_span(Point::Permit))
+            .instrument(point_span(ExtensionPoint::Permit))
             .await;
-        self.point_done(Point::Permit, s.code(), t);
+        self.point_done(ExtensionPoint::Permit, s.code(), t);
         s
     }
 
@@ -67,7 +67,7 @@ impl Framework {
         for (i, p) in self.permit.iter().enumerate() {
             let t = self.plugin_timer(state);
             let (s, timeout) = p.permit(state, pod, node).await;
-            self.plugin_done(Point::Permit, i, s.code(), t);
+            self.plugin_done(ExtensionPoint::Permit, i, s.code(), t);
             if s.is_success() {
                 continue;
             }
@@ -154,9 +154,9 @@ impl Framework {
         let t = self.point_timer(state);
         let s = self
             .pre_bind_plugins(state, pod, node)
-            .instrument(point_span(Point::PreBind))
+            .instrument(point_span(ExtensionPoint::PreBind))
             .await;
-        self.point_done(Point::PreBind, s.code(), t);
+        self.point_done(ExtensionPoint::PreBind, s.code(), t);
         s
     }
 
@@ -164,7 +164,7 @@ impl Framework {
         for (i, p) in self.pre_bind.iter().enumerate() {
             let t = self.plugin_timer(state);
             let s = p.pre_bind(state, pod, node).await;
-            self.plugin_done(Point::PreBind, i, s.code(), t);
+            self.plugin_done(ExtensionPoint::PreBind, i, s.code(), t);
             if !s.is_success() {
                 if s.is_rejected() {
                     return s.with_plugin(p.name());
@@ -186,9 +186,9 @@ impl Framework {
         let t = self.point_timer(state);
         let s = self
             .bind_plugins(state, pod, node)
-            .instrument(point_span(Point::Bind))
+            .instrument(point_span(ExtensionPoint::Bind))
             .await;
-        self.point_done(Point::Bind, s.code(), t);
+        self.point_done(ExtensionPoint::Bind, s.code(), t);
         s
     }
 
@@ -197,7 +197,7 @@ impl Framework {
         for (i, p) in self.bind.iter().enumerate() {
             let t = self.plugin_timer(state);
             let s = p.bind(state, pod, node).await;
-            self.plugin_done(Point::Bind, i, s.code(), t);
+            self.plugin_done(ExtensionPoint::Bind, i, s.code(), t);
             if s.is_skip() {
                 last = s.with_plugin(p.name());
                 continue;
@@ -228,11 +228,11 @@ impl Framework {
             for (i, p) in self.post_bind.iter().enumerate() {
                 let t = self.plugin_timer(state);
                 p.post_bind(state, pod, node).await;
-                self.plugin_done(Point::PostBind, i, Code::Success, t);
+                self.plugin_done(ExtensionPoint::PostBind, i, Code::Success, t);
             }
         }
-        .instrument(point_span(Point::PostBind))
+        .instrument(point_span(ExtensionPoint::PostBind))
         .await;
-        self.point_done(Point::PostBind, Code::Success, t);
+        self.point_done(ExtensionPoint::PostBind, Code::Success, t);
     }
 }

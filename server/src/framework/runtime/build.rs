@@ -403,6 +403,10 @@ fn implements(p: &Arc<dyn Plugin>, point: ExtensionPoint) -> bool {
         ExtensionPoint::PodGroupPostFilter => p.as_pod_group_post_filter().is_some(),
         ExtensionPoint::PlacementFeasible => p.as_placement_feasible().is_some(),
         ExtensionPoint::GroupPermit => p.as_group_permit().is_some(),
+        ExtensionPoint::PreFilterExtensionAddPod
+        | ExtensionPoint::PreFilterExtensionRemovePod
+        | ExtensionPoint::ScoreExtensionNormalize
+        | ExtensionPoint::Unreserve => implements(&p, point.list()),
     }
 }
 

@@ -28,9 +28,9 @@ impl Framework {
         let t = self.point_timer(state);
         let out = self
             .pre_filter_plugins(state, pod, nodes, record)
-            .instrument(point_span(Point::PreFilter))
+            .instrument(point_span(ExtensionPoint::PreFilter))
             .await;
-        self.point_done(Point::PreFilter, out.1.code(), t);
+        self.point_done(ExtensionPoint::PreFilter, out.1.code(), t);
         out
     }
 
@@ -48,7 +48,7 @@ impl Framework {
             let name = entry.plugin.name();
             let t = self.plugin_timer(state);
             let (r, s) = entry.plugin.pre_filter(state, pod, nodes).await;
-            self.plugin_done(Point::PreFilter, i, s.code(), t);
+            self.plugin_done(ExtensionPoint::PreFilter, i, s.code(), t);
             record(name, &s, r.as_ref());
             if s.is_skip() {
                 state.skip_pre_filter.insert(i);
@@ -125,7 +125,7 @@ impl Framework {
             };
             let t = self.per_node_timer(state);
             let s = ext.add_pod(state, pod, pod_to_add, node);
-            self.plugin_done(Point::PreFilterExtensionAddPod, i, s.code(), t);
+            self.plugin_done(ExtensionPoint::PreFilterExtensionAddPod, i, s.code(), t);
             if !s.is_success() {
                 let name = entry.plugin.name();
                 return Status::error(format!(
@@ -155,7 +155,7 @@ impl Framework {
             };
             let t = self.per_node_timer(state);
             let s = ext.remove_pod(state, pod, pod_to_remove, node);
-            self.plugin_done(Point::PreFilterExtensionRemovePod, i, s.code(), t);
+            self.plugin_done(ExtensionPoint::PreFilterExtensionRemovePod, i, s.code(), t);
             if !s.is_success() {
                 let name = entry.plugin.name();
                 return Status::error(format!(
@@ -192,7 +192,7 @@ impl Framework {
             }
             let t = self.per_node_timer(state);
             let s = p.filter(state, pod, node);
-            self.plugin_done(Point::Filter, i, s.code(), t);
+            self.plugin_done(ExtensionPoint::Filter, i, s.code(), t);
             if !s.is_success() {
                 return self.filter_failure(p.name(), s);
             }
@@ -739,9 +739,9 @@ impl Framework {
         let t = self.point_timer(state);
         let (r, s) = self
             .post_filter_plugins(state, pod, filtered)
-            .instrument(point_span(Point::PostFilter))
+            .instrument(point_span(ExtensionPoint::PostFilter))
             .await;
-        self.point_done(Point::PostFilter, s.code(), t);
+        self.point_done(ExtensionPoint::PostFilter, s.code(), t);
         if let (Some(_), Some(m)) = (t, self.metrics.get()) {
             m.global.preemption_attempts.inc();
             if let Some(r) = r.as_ref().filter(|_| s.is_success()) {
@@ -763,7 +763,7 @@ impl Framework {
         for (i, p) in self.post_filter.iter().enumerate() {
             let t = self.plugin_timer(state);
             let (r, s) = p.post_filter(state, pod, filtered, self).await;
-            self.plugin_done(Point::PostFilter, i, s.code(), t);
+            self.plugin_done(ExtensionPoint::PostFilter, i, s.code(), t);
             if s.is_success() {
                 return (r, s);
             }

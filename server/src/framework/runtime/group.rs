@@ -42,7 +42,7 @@ impl Framework {
         for (i, p) in self.placement_feasible.iter().enumerate() {
             let pt = self.plugin_timer(state);
             let s = p.placement_feasible(state, group, progress, placed).await;
-            self.plugin_done(Point::PlacementFeasible, i, s.code(), pt);
+            self.plugin_done(ExtensionPoint::PlacementFeasible, i, s.code(), pt);
             match s.code() {
                 Code::Success => {}
                 Code::Wait => {
@@ -65,7 +65,7 @@ impl Framework {
                 }
             }
         }
-        self.point_done(Point::PlacementFeasible, out.code(), t);
+        self.point_done(ExtensionPoint::PlacementFeasible, out.code(), t);
         out
     }
 
@@ -87,7 +87,7 @@ impl Framework {
             let (r, s) = p
                 .pod_group_post_filter(state, group, attempt, schedule, self)
                 .await;
-            self.plugin_done(Point::PodGroupPostFilter, i, s.code(), pt);
+            self.plugin_done(ExtensionPoint::PodGroupPostFilter, i, s.code(), pt);
             match s.code() {
                 Code::Success | Code::UnschedulableAndUnresolvable => {
                     out = Some((r, s.with_plugin(p.name())));
@@ -101,7 +101,7 @@ impl Framework {
             }
         }
         let out = out.unwrap_or_else(|| (None, Status::with_reasons(Code::Unschedulable, reasons)));
-        self.point_done(Point::PodGroupPostFilter, out.1.code(), t);
+        self.point_done(ExtensionPoint::PodGroupPostFilter, out.1.code(), t);
         out
     }
 

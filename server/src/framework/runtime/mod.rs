@@ -71,7 +71,7 @@ use super::types::{
 use super::waiting_pods::MAX_PERMIT_TIMEOUT;
 use crate::cache::NodeInfo;
 use crate::config::{ConfigError, Placement, PluginRef, Profile};
-use crate::metrics::{FrameworkMetrics, Metrics, Point};
+use crate::metrics::{FrameworkMetrics, Metrics};
 use crate::model::{PodInfo, PodRef};
 
 struct PreFilterEntry {
@@ -262,8 +262,10 @@ impl Framework {
     /// from now on (once; later calls are ignored).
     pub fn attach_metrics(&self, metrics: &Arc<Metrics>) {
         let m = metrics.attach(self.profile_name(), &|p| match p {
-            Point::PlacementFeasible => self.placement_feasible.iter().map(|p| p.name()).collect(),
-            _ => self.plugin_names(metric_point_plugins(p)).to_vec(),
+            ExtensionPoint::PlacementFeasible => {
+                self.placement_feasible.iter().map(|p| p.name()).collect()
+            }
+            _ => self.plugin_names(p.list()).to_vec(),
         });
         self.set_metrics(m);
     }
@@ -282,7 +284,7 @@ impl Framework {
 
     /// Records an extension point's duration, if timed.
     #[inline]
-    pub fn point_done(&self, p: Point, code: Code, started: Option<Instant>) {
+    pub fn point_done(&self, p: ExtensionPoint, code: Code, started: Option<Instant>) {
         if let (Some(t), Some(m)) = (started, self.metrics.get()) {
             m.point(p, code as usize, t.elapsed());
         }
@@ -312,7 +314,7 @@ impl Framework {
     }
 
     #[inline]
-    fn plugin_done(&self, p: Point, index: usize, code: Code, started: Option<Instant>) {
+    fn plugin_done(&self, p: ExtensionPoint, index: usize, code: Code, started: Option<Instant>) {
         if let (Some(t), Some(m)) = (started, self.metrics.get()) {
             m.plugin(p, index, code as usize, t.elapsed());
         }
@@ -401,34 +403,12 @@ thread_local! {
     static PER_NODE_TICK: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// The extension point whose plugin list a metrics point runs.
-fn metric_point_plugins(p: Point) -> ExtensionPoint {
-    match p {
-        Point::PreFilter | Point::PreFilterExtensionAddPod | Point::PreFilterExtensionRemovePod => {
-            ExtensionPoint::PreFilter
-        }
-        Point::Filter => ExtensionPoint::Filter,
-        Point::PostFilter => ExtensionPoint::PostFilter,
-        Point::PreScore => ExtensionPoint::PreScore,
-        Point::Score | Point::ScoreExtensionNormalize => ExtensionPoint::Score,
-        Point::PreBind => ExtensionPoint::PreBind,
-        Point::Bind => ExtensionPoint::Bind,
-        Point::PostBind => ExtensionPoint::PostBind,
-        Point::Reserve | Point::Unreserve => ExtensionPoint::Reserve,
-        Point::Permit => ExtensionPoint::Permit,
-        Point::PodGroupPostFilter => ExtensionPoint::PodGroupPostFilter,
-        // Not a profile list: its plugins are listed apart (see
-        // `attach_metrics`).
-        Point::PlacementFeasible => ExtensionPoint::PlacementFeasible,
-    }
-}
-
 /// A span for one extension point's run: DEBUG, under the `berth::trace`
 /// target, so that it costs one disabled-callsite check unless a tracing
 /// exporter asks for extension points.
 #[inline]
-fn point_span(p: Point) -> tracing::Span {
-    tracing::debug_span!(target: super::TRACE_TARGET, "extension_point", extension_point = p.label())
+fn point_span(p: ExtensionPoint) -> tracing::Span {
+    tracing::debug_span!(target: super::TRACE_TARGET, "extension_point", extension_point = p.metric_label())
 }
 
 /// Formats names as Go prints a string slice: `[A B]`.

@@ -26,9 +26,9 @@ impl Framework {
         let t = self.point_timer(state);
         let s = self
             .pre_score_plugins(state, pod, nodes, record)
-            .instrument(point_span(Point::PreScore))
+            .instrument(point_span(ExtensionPoint::PreScore))
             .await;
-        self.point_done(Point::PreScore, s.code(), t);
+        self.point_done(ExtensionPoint::PreScore, s.code(), t);
         s
     }
 
@@ -42,7 +42,7 @@ impl Framework {
         for (i, entry) in self.pre_score.iter().enumerate() {
             let t = self.plugin_timer(state);
             let s = entry.plugin.pre_score(state, pod, nodes).await;
-            self.plugin_done(Point::PreScore, i, s.code(), t);
+            self.plugin_done(ExtensionPoint::PreScore, i, s.code(), t);
             record(entry.plugin.name(), &s);
             if s.is_skip() {
                 if let Some(i) = entry.score_index {
@@ -90,10 +90,10 @@ impl Framework {
         let t = self.point_timer(state);
         let r = self
             .score_plugins(state, pod, nodes, known, names)
-            .instrument(point_span(Point::Score))
+            .instrument(point_span(ExtensionPoint::Score))
             .await;
         let code = r.as_ref().map_or_else(|s| s.code(), |_| Code::Success);
-        self.point_done(Point::Score, code, t);
+        self.point_done(ExtensionPoint::Score, code, t);
         r
     }
 
@@ -221,7 +221,7 @@ impl Framework {
                     let t = self.per_node_timer(state);
                     let r = e.plugin.score(state, pod, &nodes[ni]);
                     let code = r.as_ref().map_or_else(|s| s.code(), |_| Code::Success);
-                    self.plugin_done(Point::Score, slot[pi], code, t);
+                    self.plugin_done(ExtensionPoint::Score, slot[pi], code, t);
                     match r {
                         Ok(v) => row[pi] = v,
                         Err(s) => {
@@ -247,7 +247,7 @@ impl Framework {
                 None => f.await,
             };
             let code = scores.as_ref().map_or_else(|s| s.code(), |_| Code::Success);
-            self.plugin_done(Point::Score, slot[pi], code, t);
+            self.plugin_done(ExtensionPoint::Score, slot[pi], code, t);
             let scores = scores.map_err(|s| {
                 Status::error(format!(
                     "running Score plugins: plugin {name:?} failed with: {}",
@@ -289,7 +289,12 @@ impl Framework {
                 .collect();
             let t = self.plugin_timer(state);
             let s = ext.normalize_score(state, pod, &mut scores);
-            self.plugin_done(Point::ScoreExtensionNormalize, slot[pi], s.code(), t);
+            self.plugin_done(
+                ExtensionPoint::ScoreExtensionNormalize,
+                slot[pi],
+                s.code(),
+                t,
+            );
             if !s.is_success() {
                 return Err(Status::error(format!(
                     "running Normalize on Score plugins: plugin {:?} failed with: {}",
