@@ -27,7 +27,7 @@ use berth_server::scheduler::{Options, Scheduler};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::runner::{cpu_seconds, memory_mib};
+use crate::usage::{cpu_seconds, memory_mib};
 
 /// What the API workload measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -33,7 +33,9 @@ use berth_server::scheduler::{Options, Scheduler};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::runner::{RunOptions, RunResult, cpu_seconds, memory_mib};
+pub use crate::run::KubeFigures;
+use crate::run::{RunOptions, RunResult};
+use crate::usage::{cpu_seconds, memory_mib};
 use crate::workloads::Workload;
 
 /// The client rate limit of the kube workloads, as upstream's
@@ -43,23 +45,6 @@ use crate::workloads::Workload;
 pub const BENCH_QPS: f32 = 5000.0;
 /// The matching burst.
 pub const BENCH_BURST: i32 = 5000;
-
-/// What kube mode cost, beside the usual figures.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct KubeFigures {
-    /// Pods bound (once each).
-    pub pods_bound: u64,
-    /// `Scheduled` events written to the API.
-    pub events_written: u64,
-    /// Requests berth sent to the API server, per pod (lists, watches,
-    /// bindings, status patches, events).
-    pub api_requests_per_pod: f64,
-    /// Seconds from the scheduler's start to its cache holding the whole
-    /// cluster (the initial lists).
-    pub sync_seconds: f64,
-    /// Seconds from the start to the last event written.
-    pub total_seconds: f64,
-}
 
 /// What the stand-in saw, by request kind.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

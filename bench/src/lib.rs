@@ -4,11 +4,14 @@
 
 pub mod api;
 pub mod extender;
+pub mod extender_process;
 pub mod kube;
 pub mod objects;
 pub mod profile;
 pub mod report;
+pub mod run;
 pub mod runner;
 pub mod trace;
 pub mod transport;
+pub mod usage;
 pub mod workloads;

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::api::ApiResult;
-use crate::runner::RunResult;
+use crate::run::RunResult;
 use crate::transport::TransportResult;
 
 /// What became of one workload.

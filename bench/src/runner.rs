@@ -37,108 +37,12 @@ use berth_server::model::{NodeSpec, PodInfo};
 use berth_server::queue::QueueName;
 use berth_server::scheduler::{EventKind, Options, Scheduler};
 use k8s_openapi::api::core::v1::Pod;
-use serde::{Deserialize, Serialize};
 
 use crate::objects::{self, PodTemplate};
 use crate::profile;
+pub use crate::run::{RunOptions, RunResult};
+pub use crate::usage::{cpu_seconds, cpu_seconds_from, memory_mib};
 use crate::workloads::{Gangs, Workload};
-
-/// What one run measured.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RunResult {
-    /// The workload's name.
-    pub workload: String,
-    /// Nodes in the cluster.
-    pub nodes: usize,
-    /// Pods placed before measuring.
-    pub existing_pods: usize,
-    /// Measured pods (all bound at the end).
-    pub measured_pods: usize,
-    /// Pods that never fit (all pending at the end).
-    pub unschedulable_pods: usize,
-    /// Measured pods bound per second, first creation to last bind.
-    pub pods_per_second: f64,
-    /// That wall-clock time, in seconds.
-    pub measured_seconds: f64,
-    /// Attempts that bound a pod, pop to end of Bind: median, in ms.
-    pub attempt_p50_ms: f64,
-    /// 90th percentile, in ms.
-    pub attempt_p90_ms: f64,
-    /// 99th percentile, in ms.
-    pub attempt_p99_ms: f64,
-    /// Mean, in ms.
-    pub attempt_mean_ms: f64,
-    /// Scheduling cycles that found a node (pop to the binding cycle's
-    /// start, the serial part): 99th percentile, in ms.
-    pub cycle_p99_ms: f64,
-    /// CPU time the scheduler's process used per measured pod during the
-    /// measured stretch (every thread: scheduling, binding, the embedded
-    /// cluster, the pod creator), in microseconds. Less sensitive than
-    /// pods/s to other load on the machine. Not counted: an extender
-    /// process's CPU.
-    pub cpu_us_per_pod: f64,
-    /// Failed attempts during the measured stretch.
-    pub failed_attempts: u64,
-    /// Pods evicted by preemption during the measured stretch.
-    pub preempted_pods: u64,
-    /// Seconds the scheduler took to place the existing pods (unmeasured).
-    pub setup_seconds: f64,
-    /// Resident memory once the cluster's objects were built, before the
-    /// scheduler started, in MiB.
-    pub rss_before_scheduler_mib: f64,
-    /// Peak resident memory of the process (VmHWM), in MiB: the scheduler,
-    /// the embedded cluster's objects and the harness.
-    pub peak_rss_mib: f64,
-    /// PodGroup gangs bound whole (the gang workloads; 0 otherwise).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub groups: usize,
-    /// Those gangs per second, over the same stretch as pods/s.
-    #[serde(default, skip_serializing_if = "is_zero_f64")]
-    pub groups_per_second: f64,
-    /// Pods/s of each run, lowest first, when the workload ran more than
-    /// once (a measured stretch under a second is repeated, see
-    /// [`median_run`]); this result is then the median run's. Empty for a
-    /// single run.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub runs_pods_per_second: Vec<f64>,
-    /// Kube mode's figures (the kube workloads only).
-    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
-    pub kube: Option<crate::kube::KubeFigures>,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
-}
-
-fn is_zero_f64(n: &f64) -> bool {
-    *n == 0.0
-}
-
-/// How to run.
-#[derive(Debug, Clone)]
-pub struct RunOptions {
-    /// Gives up on a run after this long (a guard against a hung
-    /// scheduler; stalls are detected without it).
-    pub timeout: Duration,
-    /// Seed for the scheduler's tie-breaking.
-    pub seed: u64,
-    /// Overrides the configuration's `parallelism`.
-    pub parallelism: Option<usize>,
-    /// The kube workloads record a trace here, as `berthd --record` does
-    /// (to measure what recording costs).
-    pub record: Option<std::path::PathBuf>,
-}
-
-impl Default for RunOptions {
-    fn default() -> Self {
-        Self {
-            timeout: Duration::from_secs(600),
-            seed: 1,
-            parallelism: None,
-            record: None,
-        }
-    }
-}
 
 /// A measured stretch shorter than this, in seconds, says little on its
 /// own: a 500-node workload places its 1000 pods in about 0.1 s, and on a
@@ -161,47 +65,6 @@ pub fn median_run(first: RunResult, more: Vec<RunResult>) -> RunResult {
     let mut median = runs.swap_remove(all.len() / 2);
     median.runs_pods_per_second = all;
     median
-}
-
-/// Memory figures of this process from /proc/self/status, in MiB:
-/// (VmRSS, VmHWM). Zero where unavailable.
-pub fn memory_mib() -> (f64, f64) {
-    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|kb| kb.parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-/// CPU time this process (every thread, the ones that ended included) has
-/// used so far, in seconds, from the process's CPU clock (nanoseconds; the
-/// 10 ms ticks of /proc/self/stat were a tenth of what a 500-node workload
-/// spends).
-pub fn cpu_seconds() -> f64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
-}
-
-/// CPU time of the process whose `stat` file is `stat` (e.g.
-/// `/proc/<pid>/stat`): utime + stime, in clock ticks of 1/100 s on Linux;
-/// zero where unavailable.
-pub fn cpu_seconds_from(stat: &str) -> f64 {
-    let text = std::fs::read_to_string(stat).unwrap_or_default();
-    // Fields after the command name (which is in parentheses and may hold
-    // spaces): state is field 3, utime 14, stime 15.
-    let rest = text.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// A pod the run creates, and what must become of it.

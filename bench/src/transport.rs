@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream};
 use tokio_stream::{Stream, StreamExt};
 
-use crate::profile::ExtenderProcess;
-use crate::runner::{cpu_seconds, cpu_seconds_from};
+use crate::extender_process::ExtenderProcess;
+use crate::usage::{cpu_seconds, cpu_seconds_from};
 
 /// How big the transport workload is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

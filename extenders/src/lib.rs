@@ -116,8 +116,11 @@
 
 #![warn(missing_docs)]
 
+mod candidates;
 mod context;
 mod groups;
+mod nodes;
+mod permit_decider;
 mod pods;
 mod points;
 pub mod preemption;
@@ -125,14 +128,17 @@ mod reservations;
 pub mod resources;
 mod server;
 mod session;
+mod session_core;
 mod types;
 
 pub use async_trait::async_trait;
-pub use context::{Context, DecisionError, Nodes, PermitDecider};
+pub use context::Context;
 pub use groups::{
     CycleGroup, GroupAttempt, GroupMember, GroupPermit, GroupPostFilterResult, Placement,
     PlacementFeasible, PlacementProgress, PodAttempt, PodGroupPostFilter,
 };
+pub use nodes::Nodes;
+pub use permit_decider::PermitDecider;
 pub use pods::{PlacedPod, Pods};
 pub use points::{
     Bind, CycleHooks, Filter, Permit, PostBind, PostFilter, PreBind, PreFilter, PreScore, Reserve,
@@ -143,6 +149,7 @@ pub use server::{
     DEFAULT_RESERVATION_MEMORY, Extender, ExtenderBuilder, MAX_MESSAGE_BYTES, ServeError,
     SessionService, shutdown_signal,
 };
+pub use session_core::DecisionError;
 pub use types::{
     Code, CyclePod, ExtensionPoint, HandlerError, HandlerResult, NodeRef, NodeStatus,
     PermitOutcome, PodIdentity, PostFilterResult, PreFilterResult, PriorReserve, Reservation,

@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::candidates::{PreemptionCandidate, PreemptionVerdict};
 use crate::context::Context;
-use crate::preemption::{PreemptionCandidate, PreemptionVerdict, judge};
 use crate::types::{
     CyclePod, HandlerResult, NodeRef, NodeStatus, PermitOutcome, PostFilterResult, PreFilterResult,
     Reservation, ScoreNormalization, Status, Unreservation,
@@ -428,5 +428,55 @@ impl<T: CycleHooks + ?Sized> CycleHooks for Arc<T> {
 
     fn cycle_end(&self, pod: &CyclePod) {
         (**self).cycle_end(pod)
+    }
+}
+
+/// The SDK's what-if for one candidate with `filter`'s per-node verdict
+/// (see [`crate::preemption`]): `cx`'s pod table without the pods asked
+/// about as gone.
+pub fn judge<F: Filter + ?Sized>(
+    filter: &F,
+    cx: &Context,
+    pod: &CyclePod,
+    candidate: &PreemptionCandidate<'_>,
+) -> PreemptionVerdict {
+    let pods = &candidate.pods;
+    let verdict = |gone: &mut dyn Iterator<Item = u32>| {
+        let view = cx.clone().with_pods(cx.pods().without(gone));
+        filter.filter(&view, pod, &candidate.node)
+    };
+    let all = verdict(&mut pods.iter().map(|p| p.id));
+    if !all.is_success() {
+        return PreemptionVerdict::Rejected(all);
+    }
+    let victims = verdict(&mut candidate.victims().map(|p| p.id));
+    if victims.is_success() {
+        return PreemptionVerdict::Victims;
+    }
+    // As kube-scheduler reprieves: all gone, each given back in turn and
+    // kept back while the pod still fits.
+    let mut gone = vec![true; pods.len()];
+    for i in 0..pods.len() {
+        gone[i] = false;
+        let fits = verdict(
+            &mut pods
+                .iter()
+                .zip(&gone)
+                .filter(|(_, g)| **g)
+                .map(|(p, _)| p.id),
+        )
+        .is_success();
+        if !fits {
+            gone[i] = true;
+        }
+    }
+    PreemptionVerdict::Needs {
+        uids: pods
+            .iter()
+            .zip(&gone)
+            .filter(|(_, g)| **g)
+            .map(|(p, _)| p.uid.clone())
+            .collect(),
+        reasons: victims.reasons,
     }
 }

@@ -20,7 +20,8 @@ use crate::points::{
     Score,
 };
 use crate::reservations::ReservationBook;
-use crate::session::{self, Handlers, Outbound, SessionCore, Shared};
+use crate::session::{self, Handlers, Shared};
+use crate::session_core::{Outbound, SessionCore};
 use crate::types::{ExtensionPoint, ScoreNormalization};
 
 /// Largest message accepted from berthd, in bytes (node objects can be big).

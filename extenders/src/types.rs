@@ -251,7 +251,7 @@ impl<'a> NodeRef<'a> {
     }
 
     /// A reference to a node of the session's table.
-    pub(crate) fn of(entry: &'a crate::context::NodeEntry) -> Self {
+    pub(crate) fn of(entry: &'a crate::nodes::NodeEntry) -> Self {
         Self {
             name: &entry.name,
             id: entry.id,

@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use pb::request::Kind;
 use pb::response::Result as Reply;
 
-use crate::context::Table;
+use crate::nodes::Table;
 use crate::preemption::{PreemptionCandidate, PreemptionVerdict};
 use crate::types::{Code, ExtensionPoint, NodeRef, NodeStatus, ScoreNormalization};
 

@@ -14,10 +14,11 @@ use pb::scheduler_message::Message as In;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, warn};
 
-use crate::context::Nodes;
+use crate::nodes::Nodes;
 use crate::pods::Pods;
+use crate::session_core::SessionCore;
 
-pub(crate) use self::core::{Handlers, Outbound, SessionCore, Shared};
+pub(crate) use self::core::{Handlers, Shared};
 use self::reader::*;
 
 /// Serves one stream until berthd closes it, it breaks, or `stop` fires.

@@ -19,8 +19,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, warn};
 
-use crate::context::{Context, Nodes, PermitDecider, Table};
+use crate::context::Context;
 use crate::groups::{self, CycleGroup};
+use crate::nodes::{Nodes, Table};
+use crate::permit_decider::PermitDecider;
 use crate::pods::{PlacedPod, Pods};
 use crate::points::{
     Bind, CycleHooks, Filter, Permit, PostBind, PostFilter, PreBind, PreFilter, PreScore, Reserve,
@@ -28,6 +30,7 @@ use crate::points::{
 };
 use crate::preemption::{CandidatePod, PreemptionCandidate};
 use crate::reservations::UnreserveStart;
+use crate::session_core::{PermitRunning, SessionCore};
 use crate::types::check_code;
 use crate::types::{
     Code, CyclePod, NodeRef, NodeStatus, PermitOutcome, PodIdentity, Reservation,

@@ -1,6 +1,5 @@
-//! What berthd makes of an extender's answers: [`CallError`] (why a call
-//! failed), [`Reply`] (an answer checked against its request) and
-//! [`check`], which holds every rule an answer must meet: the kind asked,
+//! What berthd makes of an extender's answers: [`Reply`] (an answer
+//! checked against its request) and [`check`], which holds every rule an answer must meet: the kind asked,
 //! the codes each point allows, the nodes a Filter answer may name, the
 //! count and range of scores, the nominations a PodGroupPostFilter answer
 //! may make. An answer that breaks one fails its request, saying what was
@@ -13,43 +12,7 @@ use std::time::Duration;
 
 use berth_proto::extender::v1::{self as pb, Hello, request, response};
 
-/// Why a call to an extender failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CallError {
-    /// No stream is open (the extender is down or still being dialed); why.
-    #[error("not connected ({0})")]
-    NotConnected(String),
-    /// The stream broke while the call was in flight.
-    #[error("the stream broke while the call was in flight")]
-    Disconnected,
-    /// No answer within the timeout.
-    #[error("no answer within {0:?}")]
-    Timeout(Duration),
-    /// Too many calls in flight; this one was shed.
-    #[error("overloaded: {0} calls already in flight (maxConcurrentCalls)")]
-    Overloaded(usize),
-    /// The extender answered with an error.
-    #[error("extender error: {0}")]
-    Remote(String),
-    /// The answer does not fit the request.
-    #[error("malformed answer: {0}")]
-    Malformed(String),
-    /// The circuit breaker refused the call; why, and for how long.
-    #[error("{0}")]
-    CircuitOpen(String),
-}
-
-impl CallError {
-    /// An error answer, never with an empty text.
-    pub fn remote(message: impl Into<String>) -> Self {
-        let m = message.into();
-        Self::Remote(if m.trim().is_empty() {
-            "(an error without a message)".into()
-        } else {
-            m
-        })
-    }
-}
+use super::call_error::CallError;
 
 /// An answer, checked against its request.
 #[derive(Debug, Clone)]

@@ -36,7 +36,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service};
 
-use super::connection::CallError;
+use super::call_error::CallError;
 use crate::config::extenders::CircuitBreakerConfig;
 use crate::metrics::ExtenderMetrics;
 use crate::outage::{Outage, human};

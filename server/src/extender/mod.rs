@@ -15,11 +15,14 @@
 
 mod answers;
 mod breaker;
+mod call_error;
 mod connection;
 mod feed;
 pub mod http;
+mod interest;
 mod remote;
 mod shed;
+mod stats;
 #[cfg(test)]
 mod tests;
 
@@ -32,37 +35,16 @@ use parking_lot::Mutex;
 pub use breaker::Breaker;
 pub use connection::{
     CallError, CallRequest, Connection, Dial, INITIAL_BACKOFF, MAX_BACKOFF, NeededPods,
-    PROTOCOL_VERSION, Reply, Stats, Subject,
+    PROTOCOL_VERSION, Reply, Subject,
 };
 pub use feed::NodeFeed;
+pub use interest::requests_managed;
 pub use remote::{RemotePlugin, reservation_id};
+pub use stats::Stats;
 
-use crate::config::extenders::{ExtenderTls, ManagedResource};
+use crate::config::extenders::ExtenderTls;
 use crate::config::{ConfigError, ExtensionPoint, SchedulerConfig};
 use crate::framework::{Handle, Plugin, Registry};
-use crate::model::PodInfo;
-
-/// Whether the pod requests (or limits) one of `managed`, in a container or
-/// an init container; with none managed, every pod interests the extender.
-/// Remote and HTTP extenders share this (upstream's `IsInterested`).
-pub fn requests_managed(pod: &PodInfo, managed: &[ManagedResource]) -> bool {
-    if managed.is_empty() {
-        return true;
-    }
-    // A packed pod (kube mode) decodes here, once per cycle of a pod
-    // this extender manages resources for.
-    let object = pod.pod.get();
-    let Some(spec) = object.spec.as_ref() else {
-        return false;
-    };
-    spec.containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .filter_map(|c| c.resources.as_ref())
-        .flat_map(|r| r.requests.iter().chain(r.limits.iter()))
-        .flat_map(|list| list.keys())
-        .any(|k| managed.iter().any(|m| m.name == *k))
-}
 
 fn read_pem(path: &str, file: &str, what: &str) -> Result<Vec<u8>, ConfigError> {
     let data = std::fs::read(file)

@@ -197,7 +197,7 @@ impl RemotePlugin {
     /// Whether the pod requests (or limits) a managed resource; with none
     /// configured, every pod interests the extender.
     pub fn interested(&self, pod: &PodInfo) -> bool {
-        super::requests_managed(pod, &self.conn.config().managed_resources)
+        super::interest::requests_managed(pod, &self.conn.config().managed_resources)
     }
 
     fn call(

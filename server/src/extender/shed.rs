@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 
 use tower::{Layer, Service};
 
-use super::connection::CallError;
+use super::call_error::CallError;
 
 /// The layer.
 #[derive(Debug, Clone)]

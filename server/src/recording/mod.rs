@@ -34,23 +34,11 @@
 //! replay compares with them and never applies them.
 
 pub mod format;
+mod observer;
 mod recorder;
 
 pub use format::{Body, FormatError, Header, Object, Reader, Record, Writer};
+pub use observer::Observer;
 pub use recorder::{
     RecordError, Recorder, RecorderOptions, scheduling_changed, scheduling_changed_as_values,
 };
-
-use crate::cluster::ClusterChange;
-use crate::framework::PodEvent;
-
-/// Sees what the scheduler sees: each cluster change as its event handler
-/// takes it (before applying it), and each event the scheduler records
-/// (`Scheduled`, `FailedScheduling`, `Preempted`, ...). Called on the
-/// scheduler's own tasks: it must not block.
-pub trait Observer: Send + Sync {
-    /// A cluster change, as the event handler is about to apply it.
-    fn change(&self, change: &ClusterChange);
-    /// An event the scheduler records about a pod.
-    fn event(&self, event: &PodEvent);
-}

@@ -44,7 +44,7 @@ use serde::Serialize;
 
 pub use client::{PostError, Transport};
 
-use super::Stats;
+use super::stats::Stats;
 use crate::cache::{NodeInfo, Snapshot};
 use crate::config::ConfigError;
 use crate::config::extenders::HttpExtenderConfig;
@@ -122,7 +122,7 @@ impl HttpExtender {
     /// Whether the pod requests (or limits) a managed resource; with none
     /// configured, every pod interests the extender.
     pub fn interested(&self, pod: &PodInfo) -> bool {
-        super::requests_managed(pod, &self.cfg.managed_resources)
+        super::interest::requests_managed(pod, &self.cfg.managed_resources)
     }
 
     fn malformed(&self, verb: &str, message: impl Into<String>) -> HttpExtenderError {

@@ -39,7 +39,9 @@ use cel::parser::{Macro, MacroExprHelper, ParseError};
 use cel::{Context, Env, ExecutionError, FunctionContext, Program, Value};
 use parking_lot::RwLock;
 
-use super::{AttrValue, Device, Semver};
+use super::device::{AttrValue, Device};
+use super::nano::CelQuantity;
+use super::semver::Semver;
 
 /// How many verdicts a selector remembers before it starts over (a bound
 /// for clusters whose slices churn; a steady cluster stays far below it).
@@ -380,16 +382,6 @@ fn base_context() -> &'static Context<'static, 'static> {
         let _ = ctx.add_function("patch", patch_fn);
         ctx
     })
-}
-
-/// A quantity inside CEL: its value in nano units.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct CelQuantity(pub i128);
-
-impl Opaque for CelQuantity {
-    fn runtime_type_name(&self) -> &str {
-        "kubernetes.Quantity"
-    }
 }
 
 /// A version inside CEL: equal when their precedence is (build metadata

@@ -1,5 +1,9 @@
-use super::*;
+use std::sync::Arc;
+
+use k8s_openapi::api::resource::v1 as api;
 use serde_json::json;
+
+use super::*;
 
 fn slice(v: serde_json::Value) -> Slice {
     let s: api::ResourceSlice = serde_json::from_value(v).unwrap();

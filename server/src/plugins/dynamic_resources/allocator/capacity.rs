@@ -132,7 +132,7 @@ pub fn consumption(requested: &[(Arc<str>, Nano)], capacity: &[Capacity]) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::dra::cel::CelQuantity;
+    use crate::model::dra::CelQuantity;
 
     fn cap(value: i64, policy: Option<RequestPolicy>) -> Capacity {
         Capacity {

@@ -11,7 +11,8 @@
 //! every request could be satisfied on its own, what is left is the
 //! combination: constraints, devices wanted by two requests, counters.
 
-use super::{Allocator, Alternative, taint_prevents};
+use super::claims::{Allocator, Alternative};
+use super::search::taint_prevents;
 use crate::cache::dra::pools_for;
 use crate::model::NodeSpec;
 use crate::model::dra::{AllocationMode, Constraint, Device};

@@ -15,7 +15,8 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::resource::v1 as api;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
-use super::Run;
+use super::claims::ClaimToAllocate;
+use super::search::Run;
 use crate::model::dra::{Nano, SliceNodes};
 
 /// One allocated device.
@@ -243,10 +244,7 @@ fn add_requirement(
 
 /// The classes' configurations (each class once, for every request using
 /// it) then the claim's, for the requests they name.
-fn config(
-    claim: &super::ClaimToAllocate,
-    selected: &[usize],
-) -> Vec<api::DeviceAllocationConfiguration> {
+fn config(claim: &ClaimToAllocate, selected: &[usize]) -> Vec<api::DeviceAllocationConfiguration> {
     let mut out: Vec<api::DeviceAllocationConfiguration> = Vec::new();
     let mut ranges: Vec<(Arc<str>, usize, usize)> = Vec::new();
     for (r, alts) in claim.requests.iter().enumerate() {
