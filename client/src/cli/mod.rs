@@ -13,6 +13,7 @@ pub mod quantity;
 pub mod queue;
 pub mod replay;
 pub mod replay_html;
+pub mod replay_report;
 pub mod simulate;
 pub mod table;
 pub mod tls;

@@ -85,7 +85,7 @@ fn plot(
             svg,
             r##"<text x="{xx:.1}" y="{}" font-size="11" text-anchor="middle" fill="#333">{}</text>"##,
             H - BOTTOM + 16.0,
-            esc(&super::replay::sim_time(t as u64))
+            esc(&super::replay_report::sim_time(t as u64))
         );
     }
     let _ = write!(
@@ -151,7 +151,7 @@ figure {{ margin: 24px 0; }} figcaption {{ font-weight: 600; margin-bottom: 6px;
 "#,
         esc(trace),
         esc(trace),
-        esc(&super::replay::table(r))
+        esc(&super::replay_report::table(r))
     );
     let util = |res: &str| -> Vec<Line> {
         r.configs
