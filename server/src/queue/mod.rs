@@ -13,7 +13,8 @@
 //!    └──── event whose hint says Queue, backoff over; or 5 min stay ──┘
 //! ```
 //!
-//! * activeQ is ordered by the profiles' QueueSort plugin (the same in all).
+//! * activeQ is ordered by the profiles' QueueSort plugin (the same in all);
+//!   pods it ties take their turn in the order they came (see `heap`).
 //! * A pod that failed waits `initial × 2^(n-1)` capped at the maximum
 //!   (1 s doubling to 10 s by default), n counting its unschedulable
 //!   attempts, or its consecutive errors after an error. A pod that failed
