@@ -110,7 +110,7 @@ pub struct Cache {
     /// Moves when nodes are added, removed or change zone: snapshots must
     /// then rebuild their node list.
     tree_version: u64,
-    pods: HashMap<Arc<str>, PodState>,
+    pods: crate::model::UidMap<PodState>,
     assumed: HashSet<Arc<str>>,
     /// How many nodes have each image, for ImageLocality.
     image_nodes: ImageCounts,
@@ -148,7 +148,7 @@ impl Cache {
             next_generation: 0,
             tree: NodeTree::default(),
             tree_version: 1,
-            pods: HashMap::new(),
+            pods: Default::default(),
             assumed: HashSet::new(),
             image_nodes: ImageCounts::default(),
             images_version: 0,

@@ -17,7 +17,6 @@
 //! [`WaitingPods::reject_or_remember`] keep such an early verdict and apply
 //! it when the pod is parked.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -133,8 +132,8 @@ type EarlyVerdict = (&'static str, Option<String>);
 
 #[derive(Default)]
 struct Pods {
-    waiting: HashMap<Arc<str>, Arc<WaitingPod>>,
-    early: HashMap<Arc<str>, Vec<EarlyVerdict>>,
+    waiting: crate::model::UidMap<Arc<WaitingPod>>,
+    early: crate::model::UidMap<Vec<EarlyVerdict>>,
 }
 
 /// The pods held at Permit, by UID. Shared by all profiles.

@@ -54,7 +54,7 @@ pub(super) struct Groups {
     /// during its cycle.
     pub pending: Vec<QueuedPodInfo>,
     /// Each queued member's group (in any of the places above).
-    pub member_of: HashMap<Arc<str>, GroupKey>,
+    pub member_of: crate::model::UidMap<GroupKey>,
     /// Entities that entered each queue, by queue and event.
     pub incoming: HashMap<(u8, ClusterEvent), u64>,
 }

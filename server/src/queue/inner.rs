@@ -46,17 +46,17 @@ pub(super) struct Inner {
     pub(super) backoff: KeyedHeap,
     /// Pods that failed with an error, waiting out their backoff.
     pub(super) error_backoff: KeyedHeap,
-    pub(super) unschedulable: HashMap<Arc<str>, QueuedPodInfo>,
+    pub(super) unschedulable: crate::model::UidMap<QueuedPodInfo>,
     /// When each unschedulable pod is to be flushed.
     pub(super) flush_at: BTreeSet<(Instant, Arc<str>)>,
     /// Pods being scheduled: their pod and the sequence number of their
     /// marker in `recorded`.
-    pub(super) in_flight: HashMap<Arc<str>, (QueuedPodInfo, u64)>,
+    pub(super) in_flight: crate::model::UidMap<(QueuedPodInfo, u64)>,
     /// Pods past Permit, in PreBind, Bind or PostBind: no longer tracked
     /// for events (as upstream, which calls Done there), but still listed
     /// as in flight until their binding cycle ends, so that a pod is never
     /// in neither the queue nor the cluster's bound pods.
-    pub(super) binding: HashMap<Arc<str>, QueuedPodInfo>,
+    pub(super) binding: crate::model::UidMap<QueuedPodInfo>,
     /// Events received while pods were in flight, after their markers.
     pub(super) recorded: VecDeque<(u64, Recorded)>,
     pub(super) next_seq: u64,

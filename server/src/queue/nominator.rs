@@ -1,7 +1,6 @@
 //! Pods nominated to nodes (by preemption), so that other pods do not take
 //! the room their preemptions are making.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::framework::{NominatedPods, NominatingInfo};
@@ -12,7 +11,7 @@ use crate::model::PodRef;
 #[derive(Debug, Default)]
 pub(crate) struct Nominator {
     by_node: Arc<NominatedPods>,
-    pod_to_node: HashMap<Arc<str>, Arc<str>>,
+    pod_to_node: crate::model::UidMap<Arc<str>>,
 }
 
 impl Nominator {

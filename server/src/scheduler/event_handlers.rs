@@ -186,7 +186,7 @@ fn node_spec(node: &Arc<Node>, feed_id: u32) -> Option<Arc<NodeSpec>> {
 /// cache and the queue, so the map costs an entry per pod, not a copy.
 #[derive(Default)]
 struct Parsed {
-    by_uid: std::collections::HashMap<String, PodRef>,
+    by_uid: crate::model::UidMap<PodRef>,
 }
 
 impl Parsed {
@@ -203,7 +203,7 @@ impl Parsed {
     }
 
     fn keep(&mut self, p: &PodRef) {
-        self.by_uid.insert(p.uid.to_string(), p.clone());
+        self.by_uid.insert(p.uid.clone(), p.clone());
     }
 
     fn added(&mut self, pod: &Arc<Pod>) -> Option<PodRef> {
