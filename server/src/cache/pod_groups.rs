@@ -48,7 +48,20 @@ pub struct PodGroupState {
     /// The PodGroup, if the scheduler has seen it.
     pub pod_group: Option<Arc<PodGroupInfo>>,
     /// Members by UID, in the order they became known (`seq`).
-    members: HashMap<Arc<str>, (u64, MemberState, PodRef)>,
+    members: crate::model::UidMap<(u64, MemberState, PodRef)>,
+    /// How many members are in each state (by [`MemberState::slot`]):
+    /// Permit counts the gang's placed pods once per pod, without a walk.
+    counts: [usize; 3],
+}
+
+impl MemberState {
+    fn slot(self) -> usize {
+        match self {
+            Self::Unscheduled => 0,
+            Self::Assumed => 1,
+            Self::Assigned => 2,
+        }
+    }
 }
 
 impl PodGroupState {
@@ -64,8 +77,13 @@ impl PodGroupState {
         v.into_iter().map(|(_, p)| p).collect()
     }
 
-    fn count(&self, f: impl Fn(MemberState) -> bool) -> usize {
-        self.members.values().filter(|(_, s, _)| f(*s)).count()
+    fn count(&self, state: MemberState) -> usize {
+        self.counts[state.slot()]
+    }
+
+    /// Members still pending.
+    pub fn unscheduled_pods_count(&self) -> usize {
+        self.count(MemberState::Unscheduled)
     }
 
     /// Every member the scheduler knows.
@@ -75,7 +93,7 @@ impl PodGroupState {
 
     /// Members assumed or bound.
     pub fn scheduled_pods_count(&self) -> usize {
-        self.count(|s| s != MemberState::Unscheduled)
+        self.count(MemberState::Assumed) + self.count(MemberState::Assigned)
     }
 
     /// Members pending, in the order they became known.
@@ -152,6 +170,7 @@ impl Inner {
         let g = self.groups.entry(key).or_default();
         match g.members.get_mut(&pod.uid) {
             Some(m) => {
+                g.counts[m.1.slot()] -= 1;
                 m.1 = state;
                 m.2 = pod.clone();
             }
@@ -159,6 +178,7 @@ impl Inner {
                 g.members.insert(pod.uid.clone(), (seq, state, pod.clone()));
             }
         }
+        g.counts[state.slot()] += 1;
     }
 }
 
@@ -238,8 +258,10 @@ impl PodGroupManager {
     pub fn remove(&self, pod: &PodInfo) {
         let Some(key) = group_key_of(pod) else { return };
         let mut inner = self.inner.write();
-        if let Some(g) = inner.groups.get_mut(&key) {
-            g.members.remove(&pod.uid);
+        if let Some(g) = inner.groups.get_mut(&key)
+            && let Some((_, state, _)) = g.members.remove(&pod.uid)
+        {
+            g.counts[state.slot()] -= 1;
         }
         inner.drop_if_empty(&key);
     }
@@ -300,11 +322,28 @@ mod tests {
         m.assume(&b);
         m.forget(&b);
         assert_eq!(m.get(&key).unwrap().scheduled_pods_count(), 2);
-        // Deletions; the group stays while its object does.
-        for p in [&a, &b, &c] {
+        let s = m.get(&key).unwrap();
+        assert_eq!(s.unscheduled_pods_count(), s.unscheduled_pods().len());
+        // Deletions; the group stays while its object does. The kept counts
+        // follow: removing one state's member leaves the others'.
+        m.remove(&c);
+        let s = m.get(&key).unwrap();
+        assert_eq!(
+            (s.scheduled_pods_count(), s.unscheduled_pods_count()),
+            (1, 1)
+        );
+        for p in [&a, &b] {
             m.remove(p);
         }
-        assert_eq!(m.get(&key).unwrap().all_pods_count(), 0);
+        let s = m.get(&key).unwrap();
+        assert_eq!(
+            (
+                s.all_pods_count(),
+                s.scheduled_pods_count(),
+                s.unscheduled_pods_count()
+            ),
+            (0, 0, 0)
+        );
         m.remove_pod_group(&key);
         assert!(m.get(&key).is_none() && m.is_empty());
     }

@@ -117,10 +117,10 @@ impl SchedulingQueue {
                 active: KeyedHeap::default(),
                 backoff: KeyedHeap::default(),
                 error_backoff: KeyedHeap::default(),
-                unschedulable: HashMap::new(),
+                unschedulable: Default::default(),
                 flush_at: BTreeSet::new(),
-                in_flight: HashMap::new(),
-                binding: HashMap::new(),
+                in_flight: Default::default(),
+                binding: Default::default(),
                 recorded: VecDeque::new(),
                 next_seq: 0,
                 nominator: Nominator::default(),
@@ -448,8 +448,11 @@ impl SchedulingQueue {
                     // attempt ends; for the group in flight (GangScheduling's
                     // Permit activating the rest of the gang, pod after pod)
                     // once is enough.
-                    let of_group_in_flight = inner.groups.in_flight.is_some()
-                        && inner.group_of(pod).as_ref() == inner.groups.in_flight.as_ref();
+                    let of_group_in_flight = inner.groups.manager.is_some()
+                        && inner.groups.in_flight.as_ref().is_some_and(|k| {
+                            pod.scheduling_group.as_ref() == Some(&k.name)
+                                && pod.namespace == k.namespace
+                        });
                     if of_group_in_flight && std::mem::replace(&mut in_flight_group_seen, true) {
                         continue;
                     }

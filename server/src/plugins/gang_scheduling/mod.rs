@@ -214,7 +214,13 @@ impl PermitPlugin for GangScheduling {
                 return Step::Allow;
             };
             if state.scheduled_pods_count() < min_count as usize {
-                Step::Wait(state.unscheduled_pods())
+                // Copied only when there is a pod to activate (the last
+                // pod of a group cycle that falls short has none left).
+                Step::Wait(if state.unscheduled_pods_count() == 0 {
+                    Vec::new()
+                } else {
+                    state.unscheduled_pods()
+                })
             } else {
                 Step::Release(state.assumed_uids())
             }
@@ -231,7 +237,9 @@ impl PermitPlugin for GangScheduling {
             Step::Wait(unscheduled) => {
                 // The rest of the gang may be waiting in the queue for this
                 // pod: let them try now.
-                self.handle.activate(&unscheduled);
+                if !unscheduled.is_empty() {
+                    self.handle.activate(&unscheduled);
+                }
                 tracing::debug!(pod = %pod.key(), group = %key, "quorum not met for a gang; waiting at Permit");
                 (
                     Status::new(Code::Wait, WAITING_FOR_MIN_COUNT_SCHEDULED),
