@@ -37,6 +37,14 @@ impl Snapshot {
         Self::default()
     }
 
+    /// One empty snapshot, shared: what the loop publishes while it changes
+    /// its own in place (a reference count, not an allocation, twice for
+    /// every pod of a group cycle).
+    pub fn empty() -> Arc<Self> {
+        static EMPTY: std::sync::OnceLock<Arc<Snapshot>> = std::sync::OnceLock::new();
+        EMPTY.get_or_init(Arc::default).clone()
+    }
+
     /// A snapshot of the given nodes, in order (for tests and simulations).
     pub fn from_nodes(nodes: Vec<NodeInfo>) -> Self {
         let mut s = Self::default();

@@ -169,8 +169,14 @@ impl PodInfo {
     /// that can change (`nominatedNodeName`) is read again. Otherwise it is
     /// built anew, as [`PodInfo::new`] does.
     pub fn updated(&self, new: Arc<Pod>) -> Result<Self, InvalidObject> {
+        fn node_name(p: &Pod) -> Option<&str> {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+        }
         let status_only = self.pod.as_shared().is_some_and(|old| {
-            meta_equal_but_version(&old.metadata, &new.metadata)
+            // A binding changes `nodeName` alone: seen before the whole
+            // spec is compared.
+            node_name(old) == node_name(&new)
+                && meta_equal_but_version(&old.metadata, &new.metadata)
                 && old.spec == new.spec
                 && old
                     .status

@@ -193,7 +193,7 @@ impl GroupCycle<'_> {
     fn set_snapshot(&self, snapshot: &mut Arc<Snapshot>, f: impl FnOnce(&mut Snapshot)) {
         // Let go of the published reference so the change happens in place.
         if let Some(h) = self.publish {
-            h.set_snapshot(Arc::default());
+            h.set_snapshot(Snapshot::empty());
         }
         f(Arc::make_mut(snapshot));
         if let Some(h) = self.publish {

@@ -248,7 +248,7 @@ impl Loop {
         let start = Instant::now();
         // Take the handle's reference back first, so that the update below
         // changes the snapshot in place instead of copying it.
-        shared.handle.set_snapshot(Arc::default());
+        shared.handle.set_snapshot(Snapshot::empty());
         shared
             .cache
             .lock()

@@ -112,7 +112,7 @@ impl Loop {
             attempt = g.attempts,
         );
         let _enter = span.enter();
-        shared.handle.set_snapshot(Arc::default());
+        shared.handle.set_snapshot(Snapshot::empty());
         shared
             .cache
             .lock()
