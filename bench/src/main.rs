@@ -33,7 +33,8 @@ struct Args {
     quick: bool,
 
     /// Run only the workloads whose name starts with NAME, or whose family
-    /// is NAME (case-insensitive; repeatable).
+    /// is NAME; a NAME ending in `$` selects that one name exactly
+    /// (case-insensitive; repeatable).
     #[arg(long = "workload", value_name = "NAME")]
     workloads: Vec<String>,
 

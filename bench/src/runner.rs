@@ -398,6 +398,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
     let before = scheduler.metrics().snapshot();
     let bound_before = scheduler.metrics().scheduled() - waiter.barriers_bound;
     let applied = Arc::new(AtomicBool::new(false));
+    perf_ctl("enable");
     let cpu_before = cpu_seconds();
     let start = Instant::now();
     let creator = {
@@ -438,6 +439,7 @@ pub async fn run(w: &Workload, opts: &RunOptions) -> Result<RunResult> {
     waited.context("scheduling the measured pods")?;
     let measured = scheduler.metrics().snapshot().since(&before);
     let cpu = cpu_seconds() - cpu_before;
+    perf_ctl("disable");
     let (_, peak) = memory_mib();
     let end = measured
         .last_scheduled_at
@@ -741,6 +743,34 @@ fn verify_claims(cluster: &EmbeddedCluster, bound: &[(String, PodInfo)]) -> Resu
         }
     }
     Ok(())
+}
+
+/// Tells a `perf record --control fifo:CTL,ACK` (or `perf stat`) started
+/// with `--delay=-1` to start or stop counting, so that a profile covers
+/// the measured stretch of each run and not the set-up: the FIFOs are
+/// named by `BERTH_BENCH_PERF_CTL` and `BERTH_BENCH_PERF_ACK`, and nothing
+/// happens without them. `perf`'s acknowledgement is awaited, so what is
+/// measured starts after the profile does.
+fn perf_ctl(command: &str) {
+    use std::io::{Read, Write};
+    let (Some(ctl), Some(ack)) = (
+        std::env::var_os("BERTH_BENCH_PERF_CTL"),
+        std::env::var_os("BERTH_BENCH_PERF_ACK"),
+    ) else {
+        return;
+    };
+    let sent = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&ctl)
+        .and_then(|mut f| f.write_all(format!("{command}\n").as_bytes()));
+    if let Err(e) = sent {
+        eprintln!("berth-bench: telling perf to {command} through {ctl:?}: {e}");
+        return;
+    }
+    let mut reply = [0u8; 5];
+    if let Err(e) = std::fs::File::open(&ack).and_then(|mut f| f.read(&mut reply)) {
+        eprintln!("berth-bench: waiting for perf's acknowledgement on {ack:?}: {e}");
+    }
 }
 
 #[cfg(test)]

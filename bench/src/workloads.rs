@@ -501,7 +501,9 @@ fn pick_api(quick: bool) -> crate::api::ApiSize {
 
 /// The workloads whose name or family matches one of `filters` (all when
 /// `filters` is empty). A filter matches a workload whose name starts with
-/// it, or equals its family, case-insensitively.
+/// it, or equals its family, case-insensitively; one ending in `$`, only
+/// the workload of that name (a gang row without its never-fit sibling,
+/// whose name extends it).
 pub fn select(all: Vec<Workload>, filters: &[String]) -> Vec<Workload> {
     if filters.is_empty() {
         return all;
@@ -510,6 +512,9 @@ pub fn select(all: Vec<Workload>, filters: &[String]) -> Vec<Workload> {
         .filter(|w| {
             filters.iter().any(|f| {
                 let f = f.to_ascii_lowercase();
+                if let Some(exact) = f.strip_suffix('$') {
+                    return w.name.to_ascii_lowercase() == exact;
+                }
                 w.name.to_ascii_lowercase().starts_with(&f) || w.family.eq_ignore_ascii_case(&f)
             })
         })
@@ -546,6 +551,15 @@ mod tests {
             assert_eq!(w.size.unschedulable, g.pods(g.never_fit));
         }
         assert_eq!(gangs[1].gangs.map(|g| g.never_fit), Some(10));
+        // `$` ends a name: the gang row alone, not the row whose name
+        // extends it.
+        let exact = select(
+            all(false),
+            &["gangscheduling/5000Nodes/1000Init/280Gangs_10080Pods$".into()],
+        );
+        assert_eq!(exact.len(), 1);
+        assert_eq!(exact[0].name, gangs[0].name);
+        assert!(select(all(false), &["GangScheduling$".into()]).is_empty());
         let sizes: Vec<usize> = (0..9).map(|i| gangs[0].gangs.unwrap().size(i)).collect();
         assert_eq!(sizes, [8, 16, 24, 32, 40, 48, 56, 64, 8]);
         let api = select(all(false), &["Api".into()]);
