@@ -952,10 +952,13 @@ fn check_workloads(words: &[String], workloads: &[String], problems: &mut Vec<St
                     .next()
                     .is_some_and(|f| f.eq_ignore_ascii_case(name))
             };
-            if !workloads
-                .iter()
-                .any(|n| n.to_lowercase().starts_with(&lower) || family(n))
-            {
+            // As berth-bench selects: a name ending in `$` is one workload's
+            // whole name, anything else a prefix or a family.
+            let selects = |n: &String| match lower.strip_suffix('$') {
+                Some(exact) => n.to_lowercase() == exact,
+                None => n.to_lowercase().starts_with(&lower) || family(n),
+            };
+            if !workloads.iter().any(selects) {
                 problems.push(format!("{what}: no workload {name}"));
             }
         }
