@@ -94,6 +94,25 @@ struct PodState {
 struct CachedNode {
     info: Arc<NodeInfo>,
     zone: String,
+    /// The cache's generation when `info` last changed (kept here, not in
+    /// the node's info, so that an info a group cycle's trial built can
+    /// become the cache's as it is: see [`TrialNode`]).
+    generation: u64,
+}
+
+/// A node as a group cycle's trial left it in the cycle's snapshot:
+/// `placed` is `base` with one pod added. When the cache still holds
+/// `base` for that node as it assumes the same pod (the same `PodRef`),
+/// it takes `placed` as its own instead of adding the pod to a copy:
+/// the same content, and the version the trial's later pods judged, so
+/// that the next snapshot update hands the batching layer a node it has
+/// verdicts for instead of a new copy to judge again.
+#[derive(Debug, Clone)]
+pub struct TrialNode {
+    /// The node before the trial placed the pod.
+    pub base: Arc<NodeInfo>,
+    /// The node with the pod placed.
+    pub placed: Arc<NodeInfo>,
 }
 
 /// Nodes and pods as the scheduler believes them to be. Owned behind a lock
@@ -224,12 +243,39 @@ impl Cache {
             .or_insert_with(|| CachedNode {
                 info: Arc::new(NodeInfo::default()),
                 zone: String::new(),
+                generation: 0,
             });
-        let info = Arc::make_mut(&mut entry.info);
-        self.by_generation.remove(&info.generation());
-        f(info);
-        info.set_generation(generation);
+        f(Arc::make_mut(&mut entry.info));
+        self.by_generation.remove(&entry.generation);
+        entry.generation = generation;
         self.by_generation.insert(generation, name.clone());
+    }
+
+    /// Takes the trial's node for `pod`'s when it is `pod` added to the
+    /// node the cache holds (see [`TrialNode`]); returns whether it did.
+    fn adopt_trial_node(&mut self, pod: &PodRef, trial: &TrialNode) -> bool {
+        let Some(name) = pod.node_name.as_ref() else {
+            return false;
+        };
+        let Some(entry) = self.nodes.get_mut(name) else {
+            return false;
+        };
+        let same = Arc::ptr_eq(&entry.info, &trial.base)
+            && trial.placed.pods().len() == trial.base.pods().len() + 1
+            && trial
+                .placed
+                .pods()
+                .last()
+                .is_some_and(|p| Arc::ptr_eq(p, pod));
+        if !same {
+            return false;
+        }
+        self.next_generation += 1;
+        entry.info = trial.placed.clone();
+        self.by_generation.remove(&entry.generation);
+        entry.generation = self.next_generation;
+        self.by_generation.insert(entry.generation, name.clone());
+        true
     }
 
     /// Drops a node entry that has neither a node nor pods.
@@ -238,7 +284,7 @@ impl Cache {
             && entry.info.node().is_none()
             && entry.info.pods().is_empty()
         {
-            self.by_generation.remove(&entry.info.generation());
+            self.by_generation.remove(&entry.generation);
             self.nodes.remove(name);
         }
     }
@@ -331,13 +377,26 @@ impl Cache {
     /// Counts `pod` (its `node_name` set to the chosen node) against its node
     /// while its binding is in flight.
     pub fn assume_pod(&mut self, pod: PodRef) -> Result<(), CacheError> {
+        self.assume_placed_pod(pod, None)
+    }
+
+    /// [`Cache::assume_pod`] for a pod a group cycle's trial placed:
+    /// the node the trial built is taken when it is the same (see
+    /// [`TrialNode`]).
+    pub fn assume_placed_pod(
+        &mut self,
+        pod: PodRef,
+        trial: Option<&TrialNode>,
+    ) -> Result<(), CacheError> {
         if self.pods.contains_key(&pod.uid) {
             return Err(CacheError::AlreadyInCache(pod.key()));
         }
         if pod.node_name.is_none() {
             return Err(CacheError::NoNode(pod.key()));
         }
-        self.add_pod_to_node(pod.clone());
+        if !trial.is_some_and(|t| self.adopt_trial_node(&pod, t)) {
+            self.add_pod_to_node(pod.clone());
+        }
         if let Some(g) = self.groups_of(&pod) {
             g.assume(&pod);
         }
@@ -570,6 +629,53 @@ mod tests {
     }
 
     #[test]
+    fn a_trial_node_is_taken_over_only_when_it_is_the_same() {
+        let mut c = Cache::new(Duration::ZERO);
+        c.add_node(node("n1", "a"));
+        c.add_node(node("n2", "a"));
+        let mut snap = Snapshot::new();
+        c.update_snapshot(&mut snap);
+        // The trial places p on n1 in its snapshot; the cache assumes the
+        // same PodRef: the trial's node becomes the cache's, and the next
+        // snapshot update hands out that very node.
+        let p = pod_on("p", "n1", "1");
+        let trial = snap.assume_trial_pod(p.clone()).unwrap();
+        assert!(snap.remove_pod("n1", &p.uid), "the trial undoes it");
+        c.assume_placed_pod(p.clone(), Some(&trial)).unwrap();
+        c.update_snapshot(&mut snap);
+        assert!(Arc::ptr_eq(snap.get("n1").unwrap(), &trial.placed));
+        assert_eq!(snap.get("n1").unwrap().requested().milli_cpu, 1000);
+        assert!(c.is_assumed(&p.uid));
+
+        // The node changed in the cache between the trial and the
+        // assumption: the cache adds the pod to its own node.
+        let q = pod_on("q", "n2", "1");
+        let trial = snap.assume_trial_pod(q.clone()).unwrap();
+        snap.remove_pod("n2", &q.uid);
+        c.add_pod(pod_on("other", "n2", "2")).unwrap();
+        c.assume_placed_pod(q.clone(), Some(&trial)).unwrap();
+        c.update_snapshot(&mut snap);
+        let n2 = snap.get("n2").unwrap();
+        assert!(!Arc::ptr_eq(n2, &trial.placed));
+        assert_eq!((n2.requested().milli_cpu, n2.pods().len()), (3000, 2));
+
+        // Another PodRef for the pod than the trial placed: not taken.
+        let r = pod_on("r", "n1", "1");
+        let trial = snap.assume_trial_pod(r.clone()).unwrap();
+        snap.remove_pod("n1", &r.uid);
+        let again = Arc::new((*r).clone());
+        c.assume_placed_pod(again, Some(&trial)).unwrap();
+        c.update_snapshot(&mut snap);
+        assert!(!Arc::ptr_eq(snap.get("n1").unwrap(), &trial.placed));
+        assert_eq!(snap.get("n1").unwrap().requested().milli_cpu, 2000);
+
+        // Forgetting a taken-over pod releases it as any other.
+        c.forget_pod(&p.uid, "n1").unwrap();
+        c.update_snapshot(&mut snap);
+        assert_eq!(snap.get("n1").unwrap().requested().milli_cpu, 1000);
+    }
+
+    #[test]
     fn assume_confirm_forget() {
         let mut c = Cache::new(Duration::ZERO);
         c.add_node(node("n1", "a"));
@@ -674,7 +780,6 @@ mod tests {
             let same = Arc::ptr_eq(old, new);
             assert_eq!(same, new.name() != "n3", "{}", new.name());
         }
-        assert!(snap.get("n3").unwrap().generation() > before[3].generation());
         // The snapshot taken before is untouched: copy on write.
         assert_eq!(before[3].requested().milli_cpu, 0);
         assert_eq!(snap.get("n3").unwrap().requested().milli_cpu, 1000);

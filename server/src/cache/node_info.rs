@@ -78,7 +78,6 @@ pub struct NodeInfo {
     non_zero_milli_cpu: i64,
     non_zero_memory: i64,
     used_ports: HostPortInfo,
-    generation: u64,
 }
 
 impl NodeInfo {
@@ -156,15 +155,6 @@ impl NodeInfo {
     /// Host ports the pods bind.
     pub fn used_ports(&self) -> &HostPortInfo {
         &self.used_ports
-    }
-
-    /// The generation: it moves on every change.
-    pub fn generation(&self) -> u64 {
-        self.generation
-    }
-
-    pub(crate) fn set_generation(&mut self, generation: u64) {
-        self.generation = generation;
     }
 
     pub(crate) fn set_node(&mut self, node: Option<Arc<NodeSpec>>) {

@@ -165,6 +165,21 @@ impl Snapshot {
         true
     }
 
+    /// [`Snapshot::assume_pod`] for a group cycle's trial: also returns
+    /// the node before and after (a copy is always made, the node before
+    /// being held), for the cache to take over if the placement goes ahead
+    /// unchanged (see [`TrialNode`](super::TrialNode)).
+    pub fn assume_trial_pod(&mut self, pod: PodRef) -> Option<super::TrialNode> {
+        let i = *self.index.get(pod.node_name.as_deref()?)?;
+        let base = self.list[i].clone();
+        Arc::make_mut(&mut self.list[i]).add_pod(pod);
+        self.node_changed(i);
+        Some(super::TrialNode {
+            base,
+            placed: self.list[i].clone(),
+        })
+    }
+
     /// Removes the pod with `uid` from `node` in this snapshot only (dry
     /// runs of preemption).
     pub fn remove_pod(&mut self, node: &str, uid: &str) -> bool {

@@ -23,7 +23,11 @@
 //!    is `Unschedulable` (`pod group is unschedulable`).
 //! 4. At the end every placement is undone (Unreserve, then the pod leaves
 //!    the snapshot), whatever the outcome: the real assumption of the pods
-//!    comes after, pod by pod, in the loop.
+//!    comes after, pod by pod, in the loop. Each placement keeps the node
+//!    the trial built ([`TrialNode`]); the cache takes it over when its own
+//!    node did not change meanwhile, so the next cycle's snapshot holds the
+//!    node the trial's later pods judged and batching keeps their verdicts
+//!    (a copy of the cache's would be judged again).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,7 +35,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::algorithm::{Algorithm, ScheduleError, ScheduleResult};
-use crate::cache::Snapshot;
+use crate::cache::{Snapshot, TrialNode};
 use crate::framework::{
     Code, CycleState, Framework, GroupAttempt, Handle, NominatedPods, PlacedPod, PlacementProgress,
     PodAttempt, PodGroupCycleInfo, ProposedAssignment, Status,
@@ -101,6 +105,9 @@ pub struct PodResult {
     /// The pod as placed (its node set), when it was: what the snapshot
     /// held, and what the real assumption takes over (no copy made twice).
     pub assumed: Option<PodRef>,
+    /// Its node as the trial left it, which the real assumption takes over
+    /// when nothing changed on the node meanwhile.
+    pub trial_node: Option<TrialNode>,
 }
 
 /// The group's outcome.
@@ -276,12 +283,13 @@ impl GroupCycle<'_> {
                 .await;
             state.release_snapshot();
             let mut placed_as = None;
+            let mut trial_node = None;
             let outcome = match r {
                 Ok(found) => {
                     let node = found.suggested_host.clone();
                     let assumed = Arc::new(pod.assumed_on(&node));
                     self.set_snapshot(snapshot, |s| {
-                        s.assume_pod(assumed.clone());
+                        trial_node = s.assume_trial_pod(assumed.clone());
                     });
                     state.set_snapshot(snapshot.clone());
                     let s = self.fw.run_reserve(&mut state, &assumed, &node).await;
@@ -303,6 +311,7 @@ impl GroupCycle<'_> {
                         self.set_snapshot(snapshot, |sn| {
                             sn.remove_pod(&node, &pod.uid);
                         });
+                        trial_node = None;
                         PodOutcome::ReserveFailed(node, s)
                     }
                 }
@@ -316,6 +325,7 @@ impl GroupCycle<'_> {
                 state,
                 took: started.elapsed(),
                 assumed: placed_as,
+                trial_node,
             });
             if let Some(msg) = error {
                 out.status = Status::error(format!(

@@ -342,13 +342,14 @@ impl Loop {
         pod: &PodRef,
         result: &ScheduleResult,
     ) -> Result<PodRef, Failure> {
-        reserve_and_permit(&self.shared, fw, state, pod, result, None).await
+        reserve_and_permit(&self.shared, fw, state, pod, result, None, None).await
     }
 }
 
 /// Assume, Reserve, Permit. On success the pod counts against its node
 /// and its binding may start. `assumed`: the pod with its node set, when
-/// the caller has it already (a group cycle's placement).
+/// the caller has it already (a group cycle's placement), and `trial`
+/// its node as the group cycle's trial left it.
 pub(super) async fn reserve_and_permit(
     shared: &Arc<Shared>,
     fw: &Framework,
@@ -356,13 +357,19 @@ pub(super) async fn reserve_and_permit(
     pod: &PodRef,
     result: &ScheduleResult,
     assumed: Option<PodRef>,
+    trial: Option<crate::cache::TrialNode>,
 ) -> Result<PodRef, Failure> {
     let host = &result.suggested_host;
     let assumed = match assumed {
         Some(a) if a.node_name.as_deref() == Some(&**host) => a,
         _ => Arc::new(pod.assumed_on(host)),
     };
-    if let Err(e) = shared.cache.lock().assume_pod(assumed.clone()) {
+    let assumed_now = shared
+        .cache
+        .lock()
+        .assume_placed_pod(assumed.clone(), trial.as_ref());
+    drop(trial);
+    if let Err(e) = assumed_now {
         return Err(Failure::from_status(Status::error(e.to_string())));
     }
     shared.queue.delete_nominated_pod_if_exists(&pod.uid);

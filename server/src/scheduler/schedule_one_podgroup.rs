@@ -333,6 +333,7 @@ async fn submit(
                 };
                 let found = found.clone();
                 let placed_as = r.assumed.take();
+                let trial_node = r.trial_node.take();
                 let mut state = std::mem::take(&mut r.state);
                 let pod_span = tracing::info_span!(
                     target: TRACE_TARGET,
@@ -345,7 +346,10 @@ async fn submit(
                 let attempt = async {
                     // `self` is not at hand: the loop's Reserve and Permit,
                     // as a pod alone gets them.
-                    reserve_and_permit(shared, fw, &mut state, &q.pod, &found, placed_as).await
+                    reserve_and_permit(
+                        shared, fw, &mut state, &q.pod, &found, placed_as, trial_node,
+                    )
+                    .await
                 };
                 match attempt.await {
                     Ok(assumed) => {
@@ -495,8 +499,10 @@ async fn reserve_and_permit(
     pod: &PodRef,
     found: &super::ScheduleResult,
     placed_as: Option<PodRef>,
+    trial_node: Option<crate::cache::TrialNode>,
 ) -> Result<PodRef, Failure> {
-    super::schedule_one::reserve_and_permit(shared, fw, state, pod, found, placed_as).await
+    super::schedule_one::reserve_and_permit(shared, fw, state, pod, found, placed_as, trial_node)
+        .await
 }
 
 /// Writes the group's condition when it changes (never `True` back to
