@@ -172,8 +172,7 @@ impl Snapshot {
     pub fn assume_trial_pod(&mut self, pod: PodRef) -> Option<super::TrialNode> {
         let i = *self.index.get(pod.node_name.as_deref()?)?;
         let base = self.list[i].clone();
-        Arc::make_mut(&mut self.list[i]).add_pod(pod);
-        self.node_changed(i);
+        self.assume_pod(pod);
         Some(super::TrialNode {
             base,
             placed: self.list[i].clone(),

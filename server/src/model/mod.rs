@@ -34,15 +34,15 @@ pub use node::NodeSpec;
 pub use pod::{ClaimSource, HostPort, PodClaim, PodInfo, PodRef, Protocol, normalized_image_name};
 pub use pod_group::{GroupKey, GroupPolicy, PodGroupInfo, PreemptionPolicy};
 pub use pod_object::PodObject;
+pub use resource::{Resource, ResourceName};
+pub use selector::{LabelSelector, NodeSelector, NodeSelectorTerm, Operator, Requirement};
+pub use taint::{Taint, TaintEffect, Toleration, TolerationOperator};
 
 /// A map keyed by pod UID. The hash is foldhash's (several times SipHash's
 /// speed on a UID, seeded per map): the scheduler looks pods up by UID a
 /// few times in every cycle, and UIDs are the API server's, not a
 /// client's free choice.
 pub type UidMap<V> = std::collections::HashMap<std::sync::Arc<str>, V, foldhash::fast::RandomState>;
-pub use resource::{Resource, ResourceName};
-pub use selector::{LabelSelector, NodeSelector, NodeSelectorTerm, Operator, Requirement};
-pub use taint::{Taint, TaintEffect, Toleration, TolerationOperator};
 
 /// A Kubernetes object that cannot be used, with the field at fault (and,
 /// as the API server reports them, every other field at fault).

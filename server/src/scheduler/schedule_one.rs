@@ -368,6 +368,8 @@ pub(super) async fn reserve_and_permit(
         .cache
         .lock()
         .assume_placed_pod(assumed.clone(), trial.as_ref());
+    // Let go of the trial's nodes now: held, they would make the cache
+    // copy the node at its next change (a forget after a failed Reserve).
     drop(trial);
     if let Err(e) = assumed_now {
         return Err(Failure::from_status(Status::error(e.to_string())));
