@@ -177,8 +177,8 @@ async fn embedded() -> Result<Writes> {
     while let Ok(c) = changes.try_recv() {
         let ClusterChange::Pod(e) = c else { continue };
         let (pod, deleted) = match e {
-            WatchEvent::Modified { new, .. } => (new, false),
-            WatchEvent::Deleted(p) => (p, true),
+            WatchEvent::Modified { new, .. } => (new.get(), false),
+            WatchEvent::Deleted(p) => (p.get(), true),
             WatchEvent::Added(_) => continue,
         };
         let v = serde_json::to_value(&*pod)?;

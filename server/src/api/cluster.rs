@@ -171,7 +171,7 @@ fn change_json(c: &ClusterChange) -> Option<(&'static str, Kind, serde_json::Val
         }
         ClusterChange::Pod(e) => {
             let (t, o) = ev(e);
-            Some((t, Kind::Pod, serde_json::to_value(&**o).ok()?))
+            Some((t, Kind::Pod, serde_json::to_value(o).ok()?))
         }
         ClusterChange::PodInfo(e) => {
             let (t, o) = ev(e);

@@ -43,8 +43,10 @@ pub enum WatchEvent<T> {
 pub enum ClusterChange {
     /// A node changed.
     Node(WatchEvent<Arc<Node>>),
-    /// A pod changed.
-    Pod(WatchEvent<Arc<Pod>>),
+    /// A pod changed (the embedded cluster: shared objects, a status
+    /// write's sharing the version it was written over; see
+    /// [`crate::model::PodObject`]).
+    Pod(WatchEvent<crate::model::PodObject>),
     /// A pod changed, parsed by the source as it decoded it (kube mode,
     /// whose objects are kept packed: see [`crate::model::PodObject`]).
     /// Invalid pods are not sent.

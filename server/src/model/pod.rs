@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodResourceClaimStatus, PodStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
 use super::affinity::Placement;
@@ -161,43 +161,54 @@ impl PodInfo {
         }
     }
 
+    /// Builds a `PodInfo` that keeps `object` as it is (shared, patched or
+    /// packed); a patched one is read from its materialized copy.
+    pub fn from_object(object: PodObject) -> Result<Self, InvalidObject> {
+        match object.as_shared() {
+            Some(pod) => Self::build(&pod.clone(), object),
+            None => Self::build(&object.get(), object),
+        }
+    }
+
     /// The `PodInfo` of `new`, a later version of this pod's object. When
     /// `new` differs from the object this was built from only in its status
     /// (a status write: a condition, `nominatedNodeName`) and in its
     /// resourceVersion or managed fields, nothing of it is parsed again:
     /// this one's fields are kept and the one field read from the status
     /// that can change (`nominatedNodeName`) is read again. Otherwise it is
-    /// built anew, as [`PodInfo::new`] does.
-    pub fn updated(&self, new: Arc<Pod>) -> Result<Self, InvalidObject> {
+    /// built anew, as [`PodInfo::from_object`] does. A status write made
+    /// over this very version shares its metadata and spec (see
+    /// [`PodObject::base`]): nothing is compared then but the claims'
+    /// statuses.
+    pub fn updated(&self, new: PodObject) -> Result<Self, InvalidObject> {
         fn node_name(p: &Pod) -> Option<&str> {
             p.spec.as_ref().and_then(|s| s.node_name.as_deref())
         }
-        let status_only = self.pod.as_shared().is_some_and(|old| {
-            // A binding changes `nodeName` alone: seen before the whole
-            // spec is compared.
-            node_name(old) == node_name(&new)
-                && meta_equal_but_version(&old.metadata, &new.metadata)
-                && old.spec == new.spec
-                && old
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.resource_claim_statuses.as_ref())
-                    == new
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.resource_claim_statuses.as_ref())
-        });
+        fn claim_statuses(s: Option<&PodStatus>) -> Option<&Vec<PodResourceClaimStatus>> {
+            s.and_then(|s| s.resource_claim_statuses.as_ref())
+        }
+        let status_only = match (self.pod.base(), new.base()) {
+            (Some(old), Some(base)) => {
+                (Arc::ptr_eq(old, base)
+                    // A binding changes `nodeName` alone: seen before the
+                    // whole spec is compared.
+                    || (node_name(old) == node_name(base)
+                        && meta_equal_but_version(&old.metadata, &base.metadata)
+                        && old.spec == base.spec))
+                    && claim_statuses(self.pod.status()) == claim_statuses(new.status())
+            }
+            _ => false,
+        };
         if !status_only {
-            return Self::new(new);
+            return Self::from_object(new);
         }
         let nominated_node_name = new
-            .status
-            .as_ref()
+            .status()
             .and_then(|s| s.nominated_node_name.as_deref())
             .filter(|s| !s.is_empty())
             .map(Arc::from);
         Ok(Self {
-            pod: PodObject::shared(new),
+            pod: new,
             nominated_node_name,
             ..self.clone()
         })
@@ -601,6 +612,52 @@ mod tests {
 
     fn base(spec: serde_json::Value) -> serde_json::Value {
         json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}, "spec": spec})
+    }
+
+    #[test]
+    fn a_status_write_is_read_without_parsing_the_pod_again() {
+        let v1: Arc<Pod> = Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "1"},
+                "spec": {"containers": [{"name": "c"}],
+                         "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]},
+            }))
+            .unwrap(),
+        );
+        let info = PodInfo::new(v1.clone()).unwrap();
+        let status = |v: serde_json::Value| Some(serde_json::from_value::<PodStatus>(v).unwrap());
+        // A nomination written over this version: the fields are kept (the
+        // placement is the same Arc), the nomination and the version read.
+        let nominated = info
+            .pod
+            .with_status(status(json!({"nominatedNodeName": "n1"})), "2".into());
+        let after = info.updated(nominated.clone()).unwrap();
+        assert_eq!(after.nominated_node_name.as_deref(), Some("n1"));
+        assert_eq!(after.pod.resource_version(), Some("2"));
+        assert!(Arc::ptr_eq(&after.placement, &info.placement));
+        // The claim controller's status write changes what the pod's claims
+        // are: parsed again.
+        let claimed = nominated.with_status(
+            status(json!({"nominatedNodeName": "n1",
+                          "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]})),
+            "3".into(),
+        );
+        let after = after.updated(claimed).unwrap();
+        assert_eq!(
+            after.resource_claims[0].source,
+            ClaimSource::Template {
+                template: "t".into(),
+                generated: Some(Some("p-gpu-x".into()))
+            }
+        );
+        assert_eq!(after.nominated_node_name.as_deref(), Some("n1"));
+        // A whole write (a binding) over the patched version: compared, and
+        // the binding seen.
+        let mut bound = after.pod.to_pod();
+        bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+        bound.metadata.resource_version = Some("4".into());
+        let after = after.updated(PodObject::shared(Arc::new(bound))).unwrap();
+        assert_eq!(after.node_name.as_deref(), Some("n1"));
     }
 
     #[test]

@@ -9,22 +9,37 @@
 //! resourceVersion (kept beside it, so that two versions of the same
 //! object compare byte for byte), decoded again when an edge asks. A pod
 //! made in-process (the embedded cluster, the API's dry runs) is shared
-//! with whoever made it, not copied.
+//! with whoever made it, not copied. A status write in-process (the
+//! embedded cluster's `nominatedNodeName`, conditions) shares the version
+//! it was written over, whose metadata and spec it keeps, and holds only
+//! its own status and resourceVersion: copying the object for each status
+//! write cost more than the rest of the write.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Toleration, Volume};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::api::core::v1::{Pod, PodStatus, Toleration, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 
-/// A pod's Kubernetes object: shared, or packed (see the module's doc).
+/// A pod's Kubernetes object: shared, patched or packed (see the module's
+/// doc).
 #[derive(Clone)]
 pub struct PodObject(Repr);
 
 #[derive(Clone)]
 enum Repr {
     Shared(Arc<Pod>),
+    Patched(Arc<Patched>),
     Packed(Arc<Packed>),
+}
+
+/// A version made by status writes over `base`.
+struct Patched {
+    /// The version written over: its metadata and spec are this one's (its
+    /// status and resourceVersion are not).
+    base: Arc<Pod>,
+    status: Option<PodStatus>,
+    resource_version: Option<String>,
 }
 
 struct Packed {
@@ -94,6 +109,7 @@ impl PodObject {
     pub fn get(&self) -> Arc<Pod> {
         match &self.0 {
             Repr::Shared(p) => p.clone(),
+            Repr::Patched(_) => Arc::new(self.to_pod()),
             Repr::Packed(p) => {
                 let mut pod: Pod = match serde_json::from_slice(&p.json) {
                     Ok(pod) => pod,
@@ -107,6 +123,58 @@ impl PodObject {
                 pod.metadata.resource_version = p.resource_version.as_deref().map(String::from);
                 Arc::new(pod)
             }
+        }
+    }
+
+    /// The object, owned (one copy; a packed one decoded).
+    pub fn to_pod(&self) -> Pod {
+        match &self.0 {
+            Repr::Shared(p) => (**p).clone(),
+            Repr::Patched(p) => Pod {
+                metadata: ObjectMeta {
+                    resource_version: p.resource_version.clone(),
+                    ..p.base.metadata.clone()
+                },
+                spec: p.base.spec.clone(),
+                status: p.status.clone(),
+            },
+            Repr::Packed(_) => Arc::unwrap_or_clone(self.get()),
+        }
+    }
+
+    /// The version a status write makes of this one: `status` and
+    /// `resource_version` over this one's metadata and spec, which it
+    /// shares (a packed object is decoded first).
+    pub fn with_status(&self, status: Option<PodStatus>, resource_version: String) -> Self {
+        let base = match &self.0 {
+            Repr::Shared(p) => p.clone(),
+            Repr::Patched(p) => p.base.clone(),
+            Repr::Packed(_) => self.get(),
+        };
+        Self(Repr::Patched(Arc::new(Patched {
+            base,
+            status,
+            resource_version: Some(resource_version),
+        })))
+    }
+
+    /// The object whose metadata (but for its resourceVersion) and spec
+    /// are this one's, shared; `None` when packed. Two versions with the
+    /// same base (pointer-equal) differ at most in their status.
+    pub fn base(&self) -> Option<&Arc<Pod>> {
+        match &self.0 {
+            Repr::Shared(p) => Some(p),
+            Repr::Patched(p) => Some(&p.base),
+            Repr::Packed(_) => None,
+        }
+    }
+
+    /// `status`; `None` when packed (or absent).
+    pub fn status(&self) -> Option<&PodStatus> {
+        match &self.0 {
+            Repr::Shared(p) => p.status.as_ref(),
+            Repr::Patched(p) => p.status.as_ref(),
+            Repr::Packed(_) => None,
         }
     }
 
@@ -135,14 +203,15 @@ impl PodObject {
                 (Some(_), None) => serde_json::to_vec(&*self.get()).unwrap_or_default(),
             },
             Repr::Shared(p) => serde_json::to_vec(&**p).unwrap_or_default(),
+            Repr::Patched(_) => serde_json::to_vec(&self.to_pod()).unwrap_or_default(),
         }
     }
 
-    /// The shared object, when it is not packed.
+    /// The shared object, when it is neither patched nor packed.
     pub fn as_shared(&self) -> Option<&Arc<Pod>> {
         match &self.0 {
             Repr::Shared(p) => Some(p),
-            Repr::Packed(_) => None,
+            Repr::Patched(_) | Repr::Packed(_) => None,
         }
     }
 
@@ -150,6 +219,7 @@ impl PodObject {
     pub fn resource_version(&self) -> Option<&str> {
         match &self.0 {
             Repr::Shared(p) => p.metadata.resource_version.as_deref(),
+            Repr::Patched(p) => p.resource_version.as_deref(),
             Repr::Packed(p) => p.resource_version.as_deref(),
         }
     }
@@ -173,41 +243,41 @@ impl PodObject {
 
     /// `spec.volumes`.
     pub fn volumes(&self) -> &[Volume] {
-        match &self.0 {
-            Repr::Shared(p) => p
+        match self.base_or_hot() {
+            Ok(p) => p
                 .spec
                 .as_ref()
                 .and_then(|s| s.volumes.as_deref())
                 .unwrap_or(&[]),
-            Repr::Packed(p) => &p.hot.volumes,
+            Err(hot) => &hot.volumes,
         }
     }
 
     /// `spec.tolerations` as written (an absent list is empty).
     pub fn tolerations(&self) -> &[Toleration] {
-        match &self.0 {
-            Repr::Shared(p) => p
+        match self.base_or_hot() {
+            Ok(p) => p
                 .spec
                 .as_ref()
                 .and_then(|s| s.tolerations.as_deref())
                 .unwrap_or(&[]),
-            Repr::Packed(p) => &p.hot.tolerations,
+            Err(hot) => &hot.tolerations,
         }
     }
 
     /// `metadata.ownerReferences`.
     pub fn owner_references(&self) -> &[OwnerReference] {
-        match &self.0 {
-            Repr::Shared(p) => p.metadata.owner_references.as_deref().unwrap_or(&[]),
-            Repr::Packed(p) => &p.hot.owner_references,
+        match self.base_or_hot() {
+            Ok(p) => p.metadata.owner_references.as_deref().unwrap_or(&[]),
+            Err(hot) => &hot.owner_references,
         }
     }
 
     /// The annotation `key`.
     pub fn annotation(&self, key: &str) -> Option<&str> {
-        let map = match &self.0 {
-            Repr::Shared(p) => p.metadata.annotations.as_ref(),
-            Repr::Packed(p) => p.hot.annotations.as_ref(),
+        let map = match self.base_or_hot() {
+            Ok(p) => p.metadata.annotations.as_ref(),
+            Err(hot) => hot.annotations.as_ref(),
         };
         map.and_then(|m| m.get(key)).map(String::as_str)
     }
@@ -215,14 +285,24 @@ impl PodObject {
     /// `status.startTime`.
     pub fn start_time(&self) -> Option<&Time> {
         match &self.0 {
-            Repr::Shared(p) => p.status.as_ref().and_then(|s| s.start_time.as_ref()),
             Repr::Packed(p) => p.hot.start_time.as_ref(),
+            _ => self.status().and_then(|s| s.start_time.as_ref()),
         }
     }
 
     /// Whether the object is kept packed.
     pub fn is_packed(&self) -> bool {
         matches!(self.0, Repr::Packed(_))
+    }
+
+    /// The base (see [`Self::base`]), or what a packed object keeps
+    /// decoded.
+    fn base_or_hot(&self) -> Result<&Pod, &Hot> {
+        match &self.0 {
+            Repr::Shared(p) => Ok(p),
+            Repr::Patched(p) => Ok(&p.base),
+            Repr::Packed(p) => Err(&p.hot),
+        }
     }
 }
 
@@ -231,6 +311,7 @@ impl serde::Serialize for PodObject {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match &self.0 {
             Repr::Shared(p) => p.serialize(s),
+            Repr::Patched(_) => self.to_pod().serialize(s),
             Repr::Packed(_) => self.get().serialize(s),
         }
     }
@@ -240,6 +321,11 @@ impl std::fmt::Debug for PodObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.0 {
             Repr::Shared(p) => f.debug_tuple("Shared").field(&p.metadata.name).finish(),
+            Repr::Patched(p) => f
+                .debug_struct("Patched")
+                .field("name", &p.base.metadata.name)
+                .field("resource_version", &p.resource_version)
+                .finish(),
             Repr::Packed(p) => f
                 .debug_struct("Packed")
                 .field("bytes", &p.json.len())
@@ -296,6 +382,56 @@ mod tests {
         bare.metadata.resource_version = None;
         let back: Pod = serde_json::from_slice(&PodObject::pack(bare.clone()).to_json()).unwrap();
         assert_eq!(back, bare);
+    }
+
+    #[test]
+    fn a_status_write_shares_what_it_does_not_change() {
+        let v1 = Arc::new(pod("7", "a"));
+        let shared = PodObject::shared(v1.clone());
+        let status: PodStatus = serde_json::from_value(json!({
+            "phase": "Pending", "nominatedNodeName": "n1",
+            "startTime": "2026-11-29T00:00:00Z"}))
+        .unwrap();
+        let patched = shared.with_status(Some(status.clone()), "8".into());
+        assert!(!patched.is_packed() && patched.as_shared().is_none());
+        assert!(
+            Arc::ptr_eq(patched.base().unwrap(), &v1),
+            "metadata and spec are shared, not copied"
+        );
+        assert_eq!(patched.resource_version(), Some("8"));
+        assert_eq!(patched.status(), Some(&status));
+        assert_eq!(patched.tolerations(), shared.tolerations());
+        assert_eq!(patched.start_time(), status.start_time.as_ref());
+        // The object as the API serves it: the write's status and version
+        // over the rest.
+        let mut whole = (*v1).clone();
+        whole.status = Some(status.clone());
+        whole.metadata.resource_version = Some("8".into());
+        assert_eq!(*patched.get(), whole);
+        assert_eq!(patched.to_pod(), whole);
+        let back: Pod = serde_json::from_slice(&patched.to_json()).unwrap();
+        assert_eq!(back, whole);
+        assert_eq!(
+            serde_json::to_value(&patched).unwrap(),
+            serde_json::to_value(&whole).unwrap()
+        );
+        // A second write keeps the first base; a packed object is decoded
+        // to be one.
+        let again = patched.with_status(None, "9".into());
+        assert!(Arc::ptr_eq(again.base().unwrap(), &v1));
+        assert_eq!(
+            (again.status(), again.resource_version()),
+            (None, Some("9"))
+        );
+        assert!(again.same_but_version(&PodObject::shared(Arc::new(Pod {
+            status: None,
+            ..(*v1).clone()
+        }))));
+        let from_packed = PodObject::pack(pod("7", "a")).with_status(None, "8".into());
+        assert_eq!(
+            from_packed.base().unwrap().metadata.labels,
+            v1.metadata.labels
+        );
     }
 
     #[test]

@@ -232,7 +232,7 @@ impl Observer for Recorder {
     fn change(&self, change: &ClusterChange) {
         let item = match change {
             ClusterChange::Node(e) => watch(e, |n| Obj::Node(n.clone())),
-            ClusterChange::Pod(e) => watch(e, |p| Obj::Pod(p.clone())),
+            ClusterChange::Pod(e) => watch(e, |p| Obj::Pod(p.get())),
             ClusterChange::PodInfo(e) => watch(e, |p| Obj::PodInfo(p.clone())),
             ClusterChange::Object(e) => watch(e, |o| Obj::Other(o.clone())),
             ClusterChange::Synced => {

@@ -3,10 +3,11 @@
 //! back segment by segment.
 
 use super::*;
+use crate::model::PodObject;
 use crate::recording::format::Object;
 use crate::recording::{Body, Reader};
 
-fn pod(name: &str, node: Option<&str>, condition: Option<(&str, &str)>) -> Arc<Pod> {
+fn pod(name: &str, node: Option<&str>, condition: Option<(&str, &str)>) -> PodObject {
     let mut v = serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "uid": format!("u-{name}")},
@@ -19,7 +20,7 @@ fn pod(name: &str, node: Option<&str>, condition: Option<(&str, &str)>) -> Arc<P
         v["status"] =
             serde_json::json!({"conditions": [{"type": t, "status": "True", "reason": r}]});
     }
-    Arc::new(serde_json::from_value(v).unwrap())
+    PodObject::shared(Arc::new(serde_json::from_value(v).unwrap()))
 }
 
 /// The raw check agrees with comparing the views as values, on

@@ -486,20 +486,22 @@ impl Observer for Collector {
             },
             ClusterChange::Pod(e) => match e {
                 WatchEvent::Added(p) => {
+                    let p = p.get();
                     match p.spec.as_ref().and_then(|sp| sp.node_name.as_deref()) {
-                        Some(node) => s.pod_bound(p, node, now),
-                        None if s.ours(p) => s.pod_arrived(p, now),
+                        Some(node) => s.pod_bound(&p, node, now),
+                        None if s.ours(&p) => s.pod_arrived(&p, now),
                         None => {}
                     }
                 }
                 WatchEvent::Modified { old, new } => {
+                    let (old, new) = (old.get(), new.get());
                     let was = old.spec.as_ref().and_then(|sp| sp.node_name.as_deref());
                     let is = new.spec.as_ref().and_then(|sp| sp.node_name.as_deref());
                     if let (None, Some(node)) = (was, is) {
-                        s.pod_bound(new, node, now);
+                        s.pod_bound(&new, node, now);
                     }
                 }
-                WatchEvent::Deleted(p) => s.pod_gone(p),
+                WatchEvent::Deleted(p) => s.pod_gone(&p.get()),
             },
             ClusterChange::PodInfo(_) | ClusterChange::Object(_) | ClusterChange::Synced => {}
         }

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use tokio::sync::{mpsc, watch};
 
 use super::Shared;
@@ -21,7 +21,7 @@ use crate::framework::ActionType;
 use crate::framework::{
     ClusterEvent, EventObject, node_scheduling_property_changes, pod_scheduling_property_changes,
 };
-use crate::model::{GroupKey, NodeSpec, PodGroupInfo, PodInfo, PodRef};
+use crate::model::{GroupKey, NodeSpec, PodGroupInfo, PodInfo, PodObject, PodRef};
 
 pub(crate) async fn run(
     shared: Arc<Shared>,
@@ -110,7 +110,10 @@ fn event_label(change: &ClusterChange) -> Option<&'static str> {
                 | WatchEvent::Deleted(p)
                 | WatchEvent::Modified { new: p, .. } => p,
             };
-            let bound = p.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+            let bound = p
+                .base()
+                .and_then(|p| p.spec.as_ref())
+                .is_some_and(|s| s.node_name.is_some());
             assigned(bound, action(e))
         }
         ClusterChange::PodInfo(e) => {
@@ -190,15 +193,17 @@ struct Parsed {
 }
 
 impl Parsed {
-    fn uid(pod: &Pod) -> &str {
-        pod.metadata.uid.as_deref().unwrap_or("")
+    fn uid(pod: &PodObject) -> &str {
+        pod.base()
+            .and_then(|p| p.metadata.uid.as_deref())
+            .unwrap_or("")
     }
 
     /// The parsed version of `pod`, if it is the one kept.
-    fn kept(&self, pod: &Pod) -> Option<PodRef> {
+    fn kept(&self, pod: &PodObject) -> Option<PodRef> {
         self.by_uid
             .get(Self::uid(pod))
-            .filter(|p| p.pod.resource_version() == pod.metadata.resource_version.as_deref())
+            .filter(|p| p.pod.resource_version() == pod.resource_version())
             .cloned()
     }
 
@@ -206,13 +211,13 @@ impl Parsed {
         self.by_uid.insert(p.uid.clone(), p.clone());
     }
 
-    fn added(&mut self, pod: &Arc<Pod>) -> Option<PodRef> {
+    fn added(&mut self, pod: &PodObject) -> Option<PodRef> {
         let p = pod_info(pod)?;
         self.keep(&p);
         Some(p)
     }
 
-    fn modified(&mut self, old: &Arc<Pod>, new: &Arc<Pod>) -> Option<(PodRef, PodRef)> {
+    fn modified(&mut self, old: &PodObject, new: &PodObject) -> Option<(PodRef, PodRef)> {
         let old = self.kept(old).or_else(|| pod_info(old))?;
         let new = match old.updated(new.clone()) {
             Ok(p) => Arc::new(p),
@@ -225,21 +230,24 @@ impl Parsed {
         Some((old, new))
     }
 
-    fn deleted(&mut self, pod: &Arc<Pod>) -> Option<PodRef> {
+    fn deleted(&mut self, pod: &PodObject) -> Option<PodRef> {
         let kept = self.kept(pod);
         self.by_uid.remove(Self::uid(pod));
         kept.or_else(|| pod_info(pod))
     }
 }
 
-fn invalid(pod: &Pod, e: &crate::model::InvalidObject) {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
+fn invalid(pod: &PodObject, e: &crate::model::InvalidObject) {
+    let meta = pod.base().map(|p| &p.metadata);
+    let ns = meta
+        .and_then(|m| m.namespace.as_deref())
+        .unwrap_or("default");
+    let name = meta.and_then(|m| m.name.as_deref()).unwrap_or("<unnamed>");
     tracing::error!(pod = %format!("{ns}/{name}"), error = %e, "ignoring invalid pod");
 }
 
-fn pod_info(pod: &Arc<Pod>) -> Option<PodRef> {
-    match PodInfo::new(pod.clone()) {
+fn pod_info(pod: &PodObject) -> Option<PodRef> {
+    match PodInfo::from_object(pod.clone()) {
         Ok(p) => Some(Arc::new(p)),
         Err(e) => {
             invalid(pod, &e);

@@ -62,16 +62,14 @@ impl ClusterClient for EmbeddedCluster {
         node: Option<&str>,
     ) -> Result<(), ClusterError> {
         let uid = pod.uid.to_string();
-        self.update_pod(&pod.namespace, &pod.name, |p| {
-            if p.metadata.uid.as_deref() != Some(uid.as_str()) {
+        self.update_pod_status(&pod.namespace, &pod.name, |meta, status| {
+            if meta.uid.as_deref() != Some(uid.as_str()) {
                 return Err(ClusterError::Conflict(format!(
                     "pod {} was replaced",
                     pod.key()
                 )));
             }
-            p.status
-                .get_or_insert_with(Default::default)
-                .nominated_node_name = node.map(str::to_string);
+            status.nominated_node_name = node.map(str::to_string);
             Ok(())
         })
     }
@@ -253,16 +251,14 @@ impl ClusterClient for EmbeddedCluster {
         status: k8s_openapi::api::core::v1::PodExtendedResourceClaimStatus,
     ) -> Result<(), ClusterError> {
         let uid = pod.uid.to_string();
-        self.update_pod(&pod.namespace, &pod.name, |p| {
-            if p.metadata.uid.as_deref() != Some(uid.as_str()) {
+        self.update_pod_status(&pod.namespace, &pod.name, |meta, s| {
+            if meta.uid.as_deref() != Some(uid.as_str()) {
                 return Err(ClusterError::Conflict(format!(
                     "pod {} was replaced",
                     pod.key()
                 )));
             }
-            p.status
-                .get_or_insert_with(Default::default)
-                .extended_resource_claim_status = Some(status);
+            s.extended_resource_claim_status = Some(status);
             Ok(())
         })
     }
@@ -281,26 +277,22 @@ impl EmbeddedCluster {
             .lock()
             .pods
             .get(&key)
-            .is_some_and(|p| p.metadata.deletion_timestamp.is_some());
+            .is_some_and(|p| super::meta_spec(p).metadata.deletion_timestamp.is_some());
         if terminating {
             return Ok(());
         }
-        self.update_pod(&pod.namespace, &pod.name, |p| {
-            if p.metadata.uid.as_deref() != Some(uid.as_str()) {
+        self.update_pod_status(&pod.namespace, &pod.name, |meta, status| {
+            if meta.uid.as_deref() != Some(uid.as_str()) {
                 return Err(ClusterError::Conflict(format!(
                     "Operation cannot be fulfilled on pods {:?}: Precondition failed: UID in precondition: {uid}",
                     &*pod.name
                 )));
             }
-            let existing = p
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_deref())
-                .unwrap_or_default();
+            let existing = status.conditions.as_deref().unwrap_or_default();
             if let Some(condition) =
-                writes::disruption_target(existing, p.metadata.generation, false, message)
+                writes::disruption_target(existing, meta.generation, false, message)
             {
-                set_condition(p.status.get_or_insert_with(Default::default), condition);
+                set_condition(status, condition);
             }
             Ok(())
         })?;

@@ -16,12 +16,13 @@
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, PodResourceClaimStatus};
+use k8s_openapi::api::core::v1::{Pod, PodResourceClaimStatus, PodStatus};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimStatus};
 
-use super::Store;
+use super::{Store, meta_spec};
 use crate::cache::{KubeObject, ObjectKind};
 use crate::cluster::{ClusterChange, WatchEvent};
+use crate::model::PodObject;
 use crate::model::dra::{FINALIZER, POD_CLAIM_NAME_ANNOTATION, claim_from_template};
 
 /// After an object other than a pod was stored: a new template may let
@@ -46,13 +47,15 @@ pub(super) fn object_changed(s: &mut Store, key: &(ObjectKind, String, String)) 
 
 /// After a pod was created or changed.
 pub(super) fn pod_changed(s: &mut Store, key: &(String, String)) {
-    let Some(pod) = s.pods.get(key).cloned() else {
+    let Some(pod) = s.pods.get(key) else {
         return;
     };
-    if needs_claims(&pod) {
+    let (needs, finished) = (needs_claims(pod), finished(pod.status()));
+    if needs {
         make_claims(s, key);
     }
-    if finished(&pod) {
+    if finished && let Some(pod) = s.pods.get(key) {
+        let pod = meta_spec(pod);
         release_for_pod(s, &pod);
     }
 }
@@ -94,24 +97,24 @@ fn release_for_pod(s: &mut Store, pod: &Pod) {
 fn pod_live(s: &Store, namespace: &str, name: &str, uid: &str) -> bool {
     s.pods
         .get(&(namespace.to_string(), name.to_string()))
-        .is_some_and(|p| p.metadata.uid.as_deref() == Some(uid) && !finished(p))
+        .is_some_and(|p| meta_spec(p).metadata.uid.as_deref() == Some(uid) && !finished(p.status()))
 }
 
-fn finished(p: &Pod) -> bool {
+fn finished(status: Option<&PodStatus>) -> bool {
     matches!(
-        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        status.and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
     )
 }
 
 /// Whether a pod has template claims its status does not name yet.
-fn needs_claims(p: &Pod) -> bool {
-    if p.metadata.deletion_timestamp.is_some() || finished(p) {
+fn needs_claims(pod: &PodObject) -> bool {
+    let p = meta_spec(pod);
+    if p.metadata.deletion_timestamp.is_some() || finished(pod.status()) {
         return false;
     }
-    let statuses = p
-        .status
-        .as_ref()
+    let statuses = pod
+        .status()
         .and_then(|s| s.resource_claim_statuses.as_ref());
     p.spec
         .as_ref()
@@ -140,9 +143,10 @@ pub(super) fn suffix() -> String {
 }
 
 fn make_claims(s: &mut Store, key: &(String, String)) {
-    let Some(pod) = s.pods.get(key).cloned() else {
+    let Some(stored) = s.pods.get(key).cloned() else {
         return;
     };
+    let pod = stored.get();
     let (ns, pod_name) = key.clone();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let mut statuses: Vec<PodResourceClaimStatus> = pod
@@ -227,14 +231,15 @@ fn make_claims(s: &mut Store, key: &(String, String)) {
         made = true;
     }
     if made {
-        let mut new = (*pod).clone();
-        new.status
-            .get_or_insert_with(Default::default)
-            .resource_claim_statuses = Some(statuses);
-        new.metadata.resource_version = Some(s.next_rv());
-        let new = Arc::new(new);
+        // A status write, as the claim controller's.
+        let mut status = pod.status.clone().unwrap_or_default();
+        status.resource_claim_statuses = Some(statuses);
+        let new = stored.with_status(Some(status), s.next_rv());
         s.pods.insert(key.clone(), new.clone());
-        s.emit(ClusterChange::Pod(WatchEvent::Modified { old: pod, new }));
+        s.emit(ClusterChange::Pod(WatchEvent::Modified {
+            old: stored,
+            new,
+        }));
     }
 }
 
@@ -309,7 +314,7 @@ fn release(s: &mut Store, key: &(ObjectKind, String, String)) {
             && o.kind == "Pod"
             && s.pods
                 .get(&(ns.clone(), o.name.clone()))
-                .is_none_or(|p| p.metadata.uid.as_deref() != Some(o.uid.as_str()))
+                .is_none_or(|p| meta_spec(p).metadata.uid.as_deref() != Some(o.uid.as_str()))
     });
     let reserved_now = current
         .status

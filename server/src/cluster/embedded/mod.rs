@@ -43,7 +43,7 @@ pub use load::{LoadError, LoadedObject, parse_objects, read_objects};
 use super::{ClusterChange, WatchEvent};
 use crate::cache::{KubeObject, ObjectKind};
 use crate::framework::ClusterError;
-use crate::model::{NodeSpec, PodInfo, admission};
+use crate::model::{NodeSpec, PodInfo, PodObject, admission};
 
 /// The built-in sample cluster berthd loads when no `--cluster` is given
 /// (`server/sample/cluster.yaml`).
@@ -56,7 +56,9 @@ pub const SYSTEM_NAMESPACES: [&str; 4] =
 #[derive(Default)]
 struct Store {
     nodes: BTreeMap<String, Arc<Node>>,
-    pods: BTreeMap<(String, String), Arc<Pod>>,
+    /// Pods: shared objects; a status write's shares the version it was
+    /// written over (see [`PodObject`]), never packed.
+    pods: BTreeMap<(String, String), PodObject>,
     /// Every other kind, by kind, namespace and name.
     objects: BTreeMap<(ObjectKind, String, String), KubeObject>,
     resource_version: u64,
@@ -198,7 +200,7 @@ impl Store {
         pod.metadata.namespace = Some(ns.clone());
         let key = (ns.clone(), name.clone());
         let old = self.pods.get(&key).cloned();
-        if let Some(old) = &old {
+        if let Some(old) = old.as_ref().map(PodObject::get) {
             pod.metadata.uid = old.metadata.uid.clone();
             pod.metadata.creation_timestamp = old.metadata.creation_timestamp.clone();
             let old_node = old.spec.as_ref().and_then(|s| s.node_name.clone());
@@ -233,7 +235,7 @@ impl Store {
                 old_generation + 1
             });
             pod.metadata.resource_version = old.metadata.resource_version.clone();
-            if pod == **old {
+            if pod == *old {
                 return Ok((ns, name, Applied::Unchanged));
             }
         } else {
@@ -287,6 +289,7 @@ impl Store {
         pod.metadata.resource_version = Some(self.next_rv());
         let pod = Arc::new(pod);
         PodInfo::new(pod.clone())?;
+        let pod = PodObject::shared(pod);
         self.pods.insert(key, pod.clone());
         let (change, applied) = match old {
             Some(old) => (WatchEvent::Modified { old, new: pod }, Applied::Configured),
@@ -581,7 +584,7 @@ impl EmbeddedCluster {
                 match s.pods.remove(&(ns.to_string(), name.to_string())) {
                     Some(p) => {
                         s.emit(ClusterChange::Pod(WatchEvent::Deleted(p.clone())));
-                        dra::pod_removed(&mut s, &p);
+                        dra::pod_removed(&mut s, &meta_spec(&p));
                         true
                     }
                     None => false,
@@ -602,7 +605,12 @@ impl EmbeddedCluster {
 
     /// Every pod, by namespace and name.
     pub fn pods(&self) -> Vec<Arc<Pod>> {
-        self.store.lock().pods.values().cloned().collect()
+        self.store
+            .lock()
+            .pods
+            .values()
+            .map(PodObject::get)
+            .collect()
     }
 
     /// The node named `name`.
@@ -649,28 +657,64 @@ impl EmbeddedCluster {
             .collect()
     }
 
+    /// Writes the pod whole (a binding: its spec changes).
     fn update_pod(
         &self,
         namespace: &str,
         name: &str,
         f: impl FnOnce(&mut Pod) -> Result<(), ClusterError>,
     ) -> Result<(), ClusterError> {
+        self.write_pod(namespace, name, |s, old| {
+            let mut new = old.to_pod();
+            f(&mut new)?;
+            new.metadata.resource_version = Some(s.next_rv());
+            Ok(PodObject::shared(Arc::new(new)))
+        })
+    }
+
+    /// Writes the pod's status subresource: `f` is given the object's
+    /// metadata and its status to change. The new version shares the
+    /// metadata and spec of the one it replaces.
+    fn update_pod_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        f: impl FnOnce(&ObjectMeta, &mut PodStatus) -> Result<(), ClusterError>,
+    ) -> Result<(), ClusterError> {
+        self.write_pod(namespace, name, |s, old| {
+            let mut status = old.status().cloned().unwrap_or_default();
+            f(&meta_spec(old).metadata, &mut status)?;
+            Ok(old.with_status(Some(status), s.next_rv()))
+        })
+    }
+
+    fn write_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        write: impl FnOnce(&mut Store, &PodObject) -> Result<PodObject, ClusterError>,
+    ) -> Result<(), ClusterError> {
         let mut s = self.store.lock();
         let key = (namespace.to_string(), name.to_string());
-        let old = s
-            .pods
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| ClusterError::NotFound(format!("pods {name:?} not found")))?;
-        let mut new = (*old).clone();
-        f(&mut new)?;
-        new.metadata.resource_version = Some(s.next_rv());
-        let new = Arc::new(new);
-        s.pods.insert(key.clone(), new.clone());
+        let Some(old) = s.pods.get(&key).cloned() else {
+            return Err(ClusterError::NotFound(format!("pods {name:?} not found")));
+        };
+        let new = write(&mut s, &old)?;
+        if let Some(slot) = s.pods.get_mut(&key) {
+            *slot = new.clone();
+        }
         s.emit(ClusterChange::Pod(WatchEvent::Modified { old, new }));
         dra::pod_changed(&mut s, &key);
         Ok(())
     }
+}
+
+/// The object whose metadata (but for its resourceVersion) and spec are
+/// the stored pod's: shared, never copied (the store keeps no packed pod;
+/// one would be decoded). Its status is not the pod's: read
+/// [`PodObject::status`].
+fn meta_spec(p: &PodObject) -> Arc<Pod> {
+    p.base().cloned().unwrap_or_else(|| p.get())
 }
 
 fn set_condition(status: &mut PodStatus, condition: PodCondition) {

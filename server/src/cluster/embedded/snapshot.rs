@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use super::{LoadError, Store, dra};
 use crate::cache::{KubeObject, ObjectKind};
+use crate::model::PodObject;
 
 type ObjKey = (ObjectKind, String, String);
 
@@ -82,9 +83,9 @@ fn adopt_uids(s: &mut Store) {
     }
     for (key, uid) in named {
         if let Some(p) = s.pods.get(&key) {
-            let mut p = (**p).clone();
+            let mut p = p.to_pod();
             p.metadata.uid = Some(uid);
-            s.pods.insert(key, Arc::new(p));
+            s.pods.insert(key, PodObject::shared(Arc::new(p)));
         }
     }
 }

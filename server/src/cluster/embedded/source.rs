@@ -11,7 +11,7 @@ use super::{EmbeddedCluster, set_condition};
 use crate::cluster::writes;
 use crate::cluster::{ClusterChange, ClusterSource, PodScheduledCondition, WatchEvent};
 use crate::framework::ClusterError;
-use crate::model::PodInfo;
+use crate::model::{PodInfo, PodObject};
 
 #[async_trait]
 impl ClusterSource for EmbeddedCluster {
@@ -39,7 +39,7 @@ impl ClusterSource for EmbeddedCluster {
             .lock()
             .pods
             .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
+            .map(PodObject::get)
     }
 
     async fn set_unschedulable(
@@ -49,17 +49,16 @@ impl ClusterSource for EmbeddedCluster {
         nominated_node: Option<Option<String>>,
     ) -> Result<(), ClusterError> {
         let uid = pod.uid.to_string();
-        self.update_pod(&pod.namespace, &pod.name, |p| {
-            if p.metadata.uid.as_deref() != Some(uid.as_str()) {
+        self.update_pod_status(&pod.namespace, &pod.name, |meta, status| {
+            if meta.uid.as_deref() != Some(uid.as_str()) {
                 return Err(ClusterError::Conflict(format!(
                     "pod {} was replaced",
                     pod.key()
                 )));
             }
-            let status = p.status.get_or_insert_with(Default::default);
             let c = writes::pod_scheduled_false(
                 status.conditions.as_deref().unwrap_or_default(),
-                p.metadata.generation,
+                meta.generation,
                 &condition,
             );
             set_condition(status, c);

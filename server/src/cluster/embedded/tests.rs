@@ -56,6 +56,61 @@ async fn binding_behaves_like_the_api_server() {
 }
 
 #[tokio::test]
+async fn a_status_write_shares_the_version_it_was_written_over() {
+    let c = EmbeddedCluster::new();
+    c.apply(serde_json::to_value(make_node("n1").cpu("1").object()).unwrap())
+        .unwrap();
+    c.apply(pod_json("p")).unwrap();
+    let mut rx = c.subscribe();
+    while !matches!(rx.recv().await, Some(ClusterChange::Synced)) {}
+    let before = c.get_pod("default", "p").unwrap();
+    let info = PodInfo::new(before.clone()).unwrap();
+    c.set_nominated_node_name(&info, Some("n1")).await.unwrap();
+    let Some(ClusterChange::Pod(WatchEvent::Modified { old, new })) = rx.recv().await else {
+        panic!("the nomination is a change");
+    };
+    assert!(Arc::ptr_eq(old.base().unwrap(), &before));
+    assert!(
+        Arc::ptr_eq(new.base().unwrap(), &before),
+        "metadata and spec shared, not copied"
+    );
+    assert_ne!(new.resource_version(), old.resource_version());
+    // Read back whole, as the API serves it.
+    let now = c.get_pod("default", "p").unwrap();
+    assert_eq!(
+        now.status.as_ref().unwrap().nominated_node_name.as_deref(),
+        Some("n1")
+    );
+    assert_eq!(
+        now.metadata.resource_version.as_deref(),
+        new.resource_version()
+    );
+    assert_eq!(
+        (&now.spec, &now.metadata.uid),
+        (&before.spec, &before.metadata.uid)
+    );
+    // A binding over it: the whole object written, the nomination over.
+    c.bind(&info, "n1").await.unwrap();
+    let bound = c.get_pod("default", "p").unwrap();
+    assert_eq!(
+        bound.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("n1")
+    );
+    assert_eq!(bound.status.as_ref().unwrap().nominated_node_name, None);
+    let Some(ClusterChange::Pod(WatchEvent::Modified { new, .. })) = rx.recv().await else {
+        panic!("the binding is a change");
+    };
+    assert!(new.as_shared().is_some_and(|p| *p == bound));
+    // A stale writer is refused, the object untouched.
+    let stale = PodInfo::new(Arc::new(make_pod("p").uid("stale").object())).unwrap();
+    assert!(matches!(
+        c.set_nominated_node_name(&stale, None).await,
+        Err(ClusterError::Conflict(_))
+    ));
+    assert_eq!(c.get_pod("default", "p").unwrap(), bound);
+}
+
+#[tokio::test]
 async fn subscribers_get_state_then_changes() {
     let c = EmbeddedCluster::new();
     c.apply(serde_json::to_value(make_node("n1").object()).unwrap())
@@ -95,6 +150,7 @@ async fn subscribers_get_state_then_changes() {
     );
     match rx.recv().await {
         Some(ClusterChange::Pod(WatchEvent::Modified { old, new })) => {
+            let (old, new) = (old.get(), new.get());
             assert_eq!(old.metadata.uid, new.metadata.uid, "updates keep the UID");
             assert_ne!(old.metadata.resource_version, new.metadata.resource_version);
         }
@@ -268,7 +324,7 @@ async fn evicted_pods_get_the_disruption_condition_then_go() {
     .unwrap();
     match rx.recv().await {
         Some(ClusterChange::Pod(WatchEvent::Modified { new, .. })) => {
-            let cond = &new.status.as_ref().unwrap().conditions.as_ref().unwrap()[0];
+            let cond = &new.status().unwrap().conditions.as_ref().unwrap()[0];
             assert_eq!(
                 (cond.type_.as_str(), cond.reason.as_deref()),
                 ("DisruptionTarget", Some("PreemptionByScheduler"))
