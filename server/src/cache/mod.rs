@@ -120,7 +120,7 @@ pub struct TrialNode {
 #[derive(Debug)]
 pub struct Cache {
     ttl: Duration,
-    nodes: HashMap<Arc<str>, CachedNode>,
+    nodes: crate::model::NodeNameMap<CachedNode>,
     /// Node names by their current generation: the changes since any
     /// generation, in order.
     by_generation: BTreeMap<u64, Arc<str>>,
@@ -162,7 +162,7 @@ impl Cache {
     pub fn new(ttl: Duration) -> Self {
         Self {
             ttl,
-            nodes: HashMap::new(),
+            nodes: Default::default(),
             by_generation: BTreeMap::new(),
             next_generation: 0,
             tree: NodeTree::default(),

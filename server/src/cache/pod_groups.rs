@@ -141,7 +141,7 @@ pub struct PodGroupManager {
 
 #[derive(Debug, Default)]
 struct Inner {
-    groups: HashMap<GroupKey, PodGroupState>,
+    groups: HashMap<GroupKey, PodGroupState, foldhash::fast::RandomState>,
     next_seq: u64,
 }
 

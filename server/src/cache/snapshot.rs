@@ -6,7 +6,6 @@
 //! only while a snapshot shares it). Dry-runs and simulations clone the
 //! snapshot and change their clone.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::node_info::NodeInfo;
@@ -19,7 +18,7 @@ pub struct Snapshot {
     /// Each listed node's name, in the list's order: what a cycle reads of
     /// the nodes it reuses, without touching them.
     pub(crate) names: Vec<Arc<str>>,
-    pub(crate) index: HashMap<Arc<str>, usize>,
+    pub(crate) index: crate::model::NodeNameMap<usize>,
     pub(crate) generation: u64,
     pub(crate) tree_version: u64,
     /// Positions of nodes with pods that have pod (anti-)affinity terms.

@@ -44,6 +44,12 @@ pub use taint::{Taint, TaintEffect, Toleration, TolerationOperator};
 /// client's free choice.
 pub type UidMap<V> = std::collections::HashMap<std::sync::Arc<str>, V, foldhash::fast::RandomState>;
 
+/// A map keyed by node name, hashed as [`UidMap`] is: the cache and each
+/// snapshot look a node up by name for every pod assumed, and a group
+/// cycle's trial does so twice more a pod. Node names are the cluster's,
+/// not a client's free choice.
+pub type NodeNameMap<V> = UidMap<V>;
+
 /// A Kubernetes object that cannot be used, with the field at fault (and,
 /// as the API server reports them, every other field at fault).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -56,5 +56,5 @@ pub(super) struct Groups {
     /// Each queued member's group (in any of the places above).
     pub member_of: crate::model::UidMap<GroupKey>,
     /// Entities that entered each queue, by queue and event.
-    pub incoming: HashMap<(u8, ClusterEvent), u64>,
+    pub incoming: HashMap<(u8, ClusterEvent), u64, foldhash::fast::RandomState>,
 }

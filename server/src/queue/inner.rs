@@ -63,7 +63,7 @@ pub(super) struct Inner {
     pub(super) nominator: Nominator,
     pub(super) closed: bool,
     /// Pods that entered each queue, by queue and event.
-    pub(super) incoming: HashMap<(u8, ClusterEvent), u64>,
+    pub(super) incoming: HashMap<(u8, ClusterEvent), u64, foldhash::fast::RandomState>,
     /// PodGroup entities (see the `groups` module).
     pub(super) groups: Groups,
 }

@@ -125,7 +125,7 @@ impl SchedulingQueue {
                 next_seq: 0,
                 nominator: Nominator::default(),
                 closed: false,
-                incoming: HashMap::new(),
+                incoming: HashMap::default(),
                 groups: Groups::default(),
             }),
             pop_ready: Notify::new(),
