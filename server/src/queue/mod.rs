@@ -443,19 +443,23 @@ impl SchedulingQueue {
             let mut groups_done: Vec<GroupKey> = Vec::new();
             let mut in_flight_group_seen = false;
             for pod in pods {
+                let of_group_in_flight = inner.groups.manager.is_some()
+                    && inner.groups.in_flight.as_ref().is_some_and(|k| {
+                        pod.scheduling_group.as_ref() == Some(&k.name)
+                            && pod.namespace == k.namespace
+                    });
+                // For the group in flight (GangScheduling's Permit
+                // activating the rest of the gang, pod after pod) one
+                // activation is enough: a member being scheduled would be
+                // skipped below, and one waiting for the cycle to end
+                // would only record the same event again.
+                if of_group_in_flight && in_flight_group_seen {
+                    continue;
+                }
                 if inner.in_flight.contains_key(&pod.uid) {
                     // Being scheduled: the activation is seen when its
-                    // attempt ends; for the group in flight (GangScheduling's
-                    // Permit activating the rest of the gang, pod after pod)
-                    // once is enough.
-                    let of_group_in_flight = inner.groups.manager.is_some()
-                        && inner.groups.in_flight.as_ref().is_some_and(|k| {
-                            pod.scheduling_group.as_ref() == Some(&k.name)
-                                && pod.namespace == k.namespace
-                        });
-                    if of_group_in_flight && std::mem::replace(&mut in_flight_group_seen, true) {
-                        continue;
-                    }
+                    // attempt ends.
+                    in_flight_group_seen |= of_group_in_flight;
                     inner.record(Recorded::Event(
                         ClusterEvent::FORCE_ACTIVATE,
                         None,

@@ -34,7 +34,12 @@ pub(crate) async fn run(
         if let Some(o) = &shared.observer {
             o.change(&change);
         }
-        let event = event_label(&change);
+        // A pod's change is labelled once parsed (whether it is bound is
+        // then known without reading the object again).
+        let mut event = match &change {
+            ClusterChange::Pod(_) => None,
+            other => event_label(other),
+        };
         match change {
             ClusterChange::Node(e) => {
                 // Extenders learn of a node (and the id requests name it
@@ -44,15 +49,19 @@ pub(crate) async fn run(
             }
             ClusterChange::Pod(e) => {
                 // Both sides of a change must parse, or it is ignored.
-                let e = match e {
-                    WatchEvent::Added(p) => parsed.added(&p).map(WatchEvent::Added),
+                let parsed_e = match &e {
+                    WatchEvent::Added(p) => parsed.added(p).map(WatchEvent::Added),
                     WatchEvent::Modified { old, new } => parsed
-                        .modified(&old, &new)
+                        .modified(old, new)
                         .map(|(old, new)| WatchEvent::Modified { old, new }),
-                    WatchEvent::Deleted(p) => parsed.deleted(&p).map(WatchEvent::Deleted),
+                    WatchEvent::Deleted(p) => parsed.deleted(p).map(WatchEvent::Deleted),
                 };
-                if let Some(e) = e {
-                    on_pod(&shared, e);
+                match parsed_e {
+                    Some(pe) => {
+                        event = Some(pod_label(&pe));
+                        on_pod(&shared, pe);
+                    }
+                    None => event = event_label(&ClusterChange::Pod(e)),
                 }
             }
             ClusterChange::PodInfo(e) => on_pod(&shared, e),
@@ -83,25 +92,41 @@ pub(crate) async fn run(
     tracing::info!("cluster change stream ended");
 }
 
-/// The label upstream's `scheduler_event_handling_duration_seconds` gives
-/// a change: `NodeAdd`, `AssignedPodUpdate`, `UnscheduledPodDelete`,
-/// `PersistentVolumeClaimAdd`, ... (none for the end of the listing).
-fn event_label(change: &ClusterChange) -> Option<&'static str> {
-    fn action<T>(e: &WatchEvent<T>) -> usize {
-        match e {
-            WatchEvent::Added(_) => 0,
-            WatchEvent::Modified { .. } => 1,
-            WatchEvent::Deleted(_) => 2,
-        }
+fn action<T>(e: &WatchEvent<T>) -> usize {
+    match e {
+        WatchEvent::Added(_) => 0,
+        WatchEvent::Modified { .. } => 1,
+        WatchEvent::Deleted(_) => 2,
     }
-    const NODE: [&str; 3] = ["NodeAdd", "NodeUpdate", "NodeDelete"];
+}
+
+fn assigned(bound: bool, action: usize) -> &'static str {
     const ASSIGNED: [&str; 3] = ["AssignedPodAdd", "AssignedPodUpdate", "AssignedPodDelete"];
     const UNSCHEDULED: [&str; 3] = [
         "UnscheduledPodAdd",
         "UnscheduledPodUpdate",
         "UnscheduledPodDelete",
     ];
-    let assigned = |bound: bool, a: usize| if bound { ASSIGNED[a] } else { UNSCHEDULED[a] };
+    if bound {
+        ASSIGNED[action]
+    } else {
+        UNSCHEDULED[action]
+    }
+}
+
+/// [`event_label`] of a parsed pod's change.
+fn pod_label(e: &WatchEvent<PodRef>) -> &'static str {
+    let p = match e {
+        WatchEvent::Added(p) | WatchEvent::Deleted(p) | WatchEvent::Modified { new: p, .. } => p,
+    };
+    assigned(p.node_name.is_some(), action(e))
+}
+
+/// The label upstream's `scheduler_event_handling_duration_seconds` gives
+/// a change: `NodeAdd`, `AssignedPodUpdate`, `UnscheduledPodDelete`,
+/// `PersistentVolumeClaimAdd`, ... (none for the end of the listing).
+fn event_label(change: &ClusterChange) -> Option<&'static str> {
+    const NODE: [&str; 3] = ["NodeAdd", "NodeUpdate", "NodeDelete"];
     Some(match change {
         ClusterChange::Node(e) => NODE[action(e)],
         ClusterChange::Pod(e) => {
@@ -116,14 +141,7 @@ fn event_label(change: &ClusterChange) -> Option<&'static str> {
                 .is_some_and(|s| s.node_name.is_some());
             assigned(bound, action(e))
         }
-        ClusterChange::PodInfo(e) => {
-            let p = match e {
-                WatchEvent::Added(p)
-                | WatchEvent::Deleted(p)
-                | WatchEvent::Modified { new: p, .. } => p,
-            };
-            assigned(p.node_name.is_some(), action(e))
-        }
+        ClusterChange::PodInfo(e) => pod_label(e),
         ClusterChange::Object(e) => {
             let o = match e {
                 WatchEvent::Added(o)

@@ -703,8 +703,21 @@ impl EmbeddedCluster {
         if let Some(slot) = s.pods.get_mut(&key) {
             *slot = new.clone();
         }
+        // The claim controller acts on a pod's spec, deletion, phase and
+        // claim statuses: a status write that changed neither of the last
+        // two (a nomination, a condition) leaves it nothing to do.
+        let unchanged_for_claims = |a: &PodObject, b: &PodObject| {
+            let (sa, sb) = (a.status(), b.status());
+            matches!((a.base(), b.base()), (Some(x), Some(y)) if Arc::ptr_eq(x, y))
+                && sa.and_then(|s| s.phase.as_ref()) == sb.and_then(|s| s.phase.as_ref())
+                && sa.and_then(|s| s.resource_claim_statuses.as_ref())
+                    == sb.and_then(|s| s.resource_claim_statuses.as_ref())
+        };
+        let claims = !unchanged_for_claims(&old, &new);
         s.emit(ClusterChange::Pod(WatchEvent::Modified { old, new }));
-        dra::pod_changed(&mut s, &key);
+        if claims {
+            dra::pod_changed(&mut s, &key);
+        }
         Ok(())
     }
 }

@@ -113,6 +113,39 @@ async fn a_member_arriving_during_the_cycle_waits_then_joins() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn activating_the_group_in_flight_records_one_event_per_call() {
+    let e = env();
+    e.observe("train", 0);
+    for n in ["a", "b", "c"] {
+        e.q.add(member(n, "train"));
+    }
+    let g = e.pop_group().await;
+    e.q.add(member("late", "train"));
+    let force = |e: &Env| {
+        e.q.inflight_event_counts()
+            .into_iter()
+            .find(|(l, _)| l == "ForceActivate")
+            .map_or(0, |(_, n)| n)
+    };
+    // GangScheduling's Permit, pod after pod, activating the rest of the
+    // gang (in flight, and one waiting for the cycle to end).
+    let rest: Vec<PodRef> = g.pods[1..].iter().map(|m| m.pod.clone()).collect();
+    e.q.activate(&rest);
+    assert_eq!(force(&e), 1, "one event for the group in flight");
+    e.q.activate(&[member("late", "train")]);
+    assert_eq!(
+        force(&e),
+        2,
+        "the member waiting for the cycle: the same event"
+    );
+    // Another group's member is still activated as before.
+    e.observe("other", 0);
+    e.q.add(member("x", "other"));
+    e.q.activate(&[member("x", "other")]);
+    assert_eq!(e.q.entity_counts().active, (0, 1));
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_attempt_with_no_member_left_drops_the_entity() {
     let e = env();
     e.observe("train", 0);
