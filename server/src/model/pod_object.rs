@@ -39,7 +39,7 @@ struct Patched {
     /// status and resourceVersion are not).
     base: Arc<Pod>,
     status: Option<PodStatus>,
-    resource_version: Option<String>,
+    resource_version: String,
 }
 
 struct Packed {
@@ -132,7 +132,7 @@ impl PodObject {
             Repr::Shared(p) => (**p).clone(),
             Repr::Patched(p) => Pod {
                 metadata: ObjectMeta {
-                    resource_version: p.resource_version.clone(),
+                    resource_version: Some(p.resource_version.clone()),
                     ..p.base.metadata.clone()
                 },
                 spec: p.base.spec.clone(),
@@ -154,7 +154,7 @@ impl PodObject {
         Self(Repr::Patched(Arc::new(Patched {
             base,
             status,
-            resource_version: Some(resource_version),
+            resource_version,
         })))
     }
 
@@ -219,7 +219,7 @@ impl PodObject {
     pub fn resource_version(&self) -> Option<&str> {
         match &self.0 {
             Repr::Shared(p) => p.metadata.resource_version.as_deref(),
-            Repr::Patched(p) => p.resource_version.as_deref(),
+            Repr::Patched(p) => Some(&p.resource_version),
             Repr::Packed(p) => p.resource_version.as_deref(),
         }
     }

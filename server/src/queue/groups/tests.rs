@@ -138,6 +138,9 @@ async fn activating_the_group_in_flight_records_one_event_per_call() {
         2,
         "the member waiting for the cycle: the same event"
     );
+    // Both kinds in one call: the group's one event, not one for each.
+    e.q.activate(&[g.pods[1].pod.clone(), member("late", "train")]);
+    assert_eq!(force(&e), 3, "one event a call for the group in flight");
     // Another group's member is still activated as before.
     e.observe("other", 0);
     e.q.add(member("x", "other"));
