@@ -640,7 +640,11 @@ mod tests {
         // snapshot update hands out that very node.
         let p = pod_on("p", "n1", "1");
         let trial = snap.assume_trial_pod(p.clone()).unwrap();
-        assert!(snap.remove_pod("n1", &p.uid), "the trial undoes it");
+        snap.undo_trial_pod("n1", &p.uid, Some(&trial));
+        assert!(
+            Arc::ptr_eq(snap.get("n1").unwrap(), &trial.base),
+            "the trial undoes it, back to the node before"
+        );
         c.assume_placed_pod(p.clone(), Some(&trial)).unwrap();
         c.update_snapshot(&mut snap);
         assert!(Arc::ptr_eq(snap.get("n1").unwrap(), &trial.placed));
@@ -673,6 +677,39 @@ mod tests {
         c.forget_pod(&p.uid, "n1").unwrap();
         c.update_snapshot(&mut snap);
         assert_eq!(snap.get("n1").unwrap().requested().milli_cpu, 1000);
+    }
+
+    #[test]
+    fn a_trial_is_undone_to_the_nodes_before_without_copies() {
+        let mut c = Cache::new(Duration::ZERO);
+        c.add_node(node("n1", "a"));
+        let mut snap = Snapshot::new();
+        c.update_snapshot(&mut snap);
+        let before = snap.get("n1").unwrap().clone();
+        // Two pods of a trial on one node, undone last first: each undo
+        // puts back the version the placement was made over.
+        let (p, q) = (pod_on("p", "n1", "1"), pod_on("q", "n1", "1"));
+        let tp = snap.assume_trial_pod(p.clone()).unwrap();
+        let tq = snap.assume_trial_pod(q.clone()).unwrap();
+        assert!(Arc::ptr_eq(&tq.base, &tp.placed));
+        assert_eq!(snap.get("n1").unwrap().requested().milli_cpu, 2000);
+        snap.undo_trial_pod("n1", &q.uid, Some(&tq));
+        assert!(Arc::ptr_eq(snap.get("n1").unwrap(), &tp.placed));
+        snap.undo_trial_pod("n1", &p.uid, Some(&tp));
+        assert!(Arc::ptr_eq(snap.get("n1").unwrap(), &before));
+        assert_eq!(snap.get("n1").unwrap().requested().milli_cpu, 0);
+
+        // The node is no longer the trial's (changed since): the pod is
+        // removed from the node as it is, what else changed kept.
+        let tp = snap.assume_trial_pod(p.clone()).unwrap();
+        let other = pod_on("other", "n1", "2");
+        assert!(snap.assume_pod(other.clone()));
+        snap.undo_trial_pod("n1", &p.uid, Some(&tp));
+        let n1 = snap.get("n1").unwrap();
+        assert_eq!((n1.requested().milli_cpu, n1.pods().len()), (2000, 1));
+        // Without the trial's node, the pod is removed as well.
+        snap.undo_trial_pod("n1", &other.uid, None);
+        assert_eq!(snap.get("n1").unwrap().pods().len(), 0);
     }
 
     #[test]

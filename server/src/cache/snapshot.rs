@@ -178,6 +178,25 @@ impl Snapshot {
         })
     }
 
+    /// Undoes [`Snapshot::assume_trial_pod`]: the node goes back to the
+    /// version before the pod was placed when it still holds the trial's
+    /// (placements are undone last first), with no copy made; otherwise
+    /// the pod is removed from it.
+    pub fn undo_trial_pod(&mut self, node: &str, uid: &str, trial: Option<&super::TrialNode>) {
+        let Some(&i) = self.index.get(node) else {
+            return;
+        };
+        match trial {
+            Some(t) if Arc::ptr_eq(&self.list[i], &t.placed) => {
+                self.list[i] = t.base.clone();
+                self.node_changed(i);
+            }
+            _ => {
+                self.remove_pod(node, uid);
+            }
+        }
+    }
+
     /// Removes the pod with `uid` from `node` in this snapshot only (dry
     /// runs of preemption).
     pub fn remove_pod(&mut self, node: &str, uid: &str) -> bool {

@@ -231,7 +231,7 @@ impl GroupCycle<'_> {
             let pr = &mut result.pods[r.index];
             self.fw.run_unreserve(&pr.state, &r.assumed, &r.node).await;
             self.set_snapshot(snapshot, |s| {
-                s.remove_pod(&r.node, &pr.pod.uid);
+                s.undo_trial_pod(&r.node, &pr.pod.uid, pr.trial_node.as_ref());
             });
         }
     }
@@ -309,7 +309,7 @@ impl GroupCycle<'_> {
                     } else {
                         self.fw.run_unreserve(&state, &assumed, &node).await;
                         self.set_snapshot(snapshot, |sn| {
-                            sn.remove_pod(&node, &pod.uid);
+                            sn.undo_trial_pod(&node, &pod.uid, trial_node.as_ref());
                         });
                         trial_node = None;
                         PodOutcome::ReserveFailed(node, s)
