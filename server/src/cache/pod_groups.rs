@@ -101,6 +101,16 @@ impl PodGroupState {
         self.pods_in(Some(MemberState::Unscheduled))
     }
 
+    /// The member pending that became known first, if any (no copy of
+    /// the others).
+    pub fn first_unscheduled(&self) -> Option<PodRef> {
+        self.members
+            .values()
+            .filter(|(_, s, _)| *s == MemberState::Unscheduled)
+            .min_by_key(|(seq, _, _)| *seq)
+            .map(|(_, _, p)| p.clone())
+    }
+
     /// Members assumed, in the order they became known.
     pub fn assumed_pods(&self) -> Vec<PodRef> {
         self.pods_in(Some(MemberState::Assumed))
@@ -318,6 +328,7 @@ mod tests {
         let s = m.get(&key).unwrap();
         assert_eq!((s.all_pods_count(), s.scheduled_pods_count()), (3, 2));
         assert_eq!(s.unscheduled_pods().len(), 1);
+        assert_eq!(s.first_unscheduled().unwrap().name.as_ref(), "b");
         // Forget: pending again.
         m.assume(&b);
         m.forget(&b);

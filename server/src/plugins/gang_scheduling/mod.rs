@@ -200,7 +200,7 @@ impl PermitPlugin for GangScheduling {
         enum Step {
             Missing,
             Allow,
-            Wait(Vec<PodRef>),
+            Wait(Option<PodRef>),
             Release(Vec<Arc<str>>),
         }
         let step = self.groups.with(&key, |state| {
@@ -214,12 +214,16 @@ impl PermitPlugin for GangScheduling {
                 return Step::Allow;
             };
             if state.scheduled_pods_count() < min_count as usize {
-                // Copied only when there is a pod to activate (the last
-                // pod of a group cycle that falls short has none left).
+                // Upstream activates every pending member; the queue holds
+                // a gang's members as one entity (GangScheduling runs only
+                // with GenericWorkload, as group queueing does), which
+                // activating any member moves whole: the first stands for
+                // all, with no copy of the others (this runs once per pod
+                // of a gang).
                 Step::Wait(if state.unscheduled_pods_count() == 0 {
-                    Vec::new()
+                    None
                 } else {
-                    state.unscheduled_pods()
+                    state.first_unscheduled()
                 })
             } else {
                 Step::Release(state.assumed_uids())
@@ -234,11 +238,11 @@ impl PermitPlugin for GangScheduling {
                 Duration::ZERO,
             ),
             Step::Allow => (Status::success(), Duration::ZERO),
-            Step::Wait(unscheduled) => {
+            Step::Wait(first_pending) => {
                 // The rest of the gang may be waiting in the queue for this
                 // pod: let them try now.
-                if !unscheduled.is_empty() {
-                    self.handle.activate(&unscheduled);
+                if let Some(p) = first_pending {
+                    self.handle.activate(std::slice::from_ref(&p));
                 }
                 tracing::debug!(pod = %pod.key(), group = %key, "quorum not met for a gang; waiting at Permit");
                 (

@@ -286,6 +286,53 @@ async fn permit_waits_below_min_count_and_the_last_pod_allows_the_gang() {
     assert!(fw.run_permit(&state, &solo, &node).await.is_success());
 }
 
+/// What Permit asks the queue to activate.
+#[derive(Default)]
+struct Activations(parking_lot::Mutex<Vec<Vec<String>>>);
+
+impl crate::framework::PodNominator for Activations {
+    fn nominated_pods(&self) -> Arc<crate::framework::NominatedPods> {
+        Arc::default()
+    }
+
+    fn activate(&self, pods: &[PodRef]) {
+        let names = pods.iter().map(|p| p.name.to_string()).collect();
+        self.0.lock().push(names);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_member_activates_the_gang_through_its_first_pending_pod() {
+    let h = handle();
+    let fw = framework(&h);
+    let activations = Arc::new(Activations::default());
+    h.set_nominator(activations.clone());
+    let groups = h.pod_groups();
+    groups.set_pod_group(gang("pg1", 3));
+    let pods: Vec<PodRef> = ["a", "b", "c"].map(|n| member(n, "pg1")).into();
+    for p in &pods {
+        groups.add_unscheduled(p);
+    }
+    let node: Arc<str> = Arc::from("n1");
+    let state = CycleState::default();
+    // Each member held below the quorum activates the gang once, through
+    // the member pending that became known first (the queue moves the
+    // gang's entity whole); the member reaching the quorum activates none.
+    let mut want: Vec<Vec<String>> = Vec::new();
+    for (i, p) in pods.iter().enumerate() {
+        let on = Arc::new(p.assumed_on(&node));
+        groups.assume(&on);
+        let s = fw.run_permit(&state, &on, &node).await;
+        if let Some(next) = pods.get(i + 1) {
+            assert!(s.is_wait(), "{s:?}");
+            want.push(vec![next.name.to_string()]);
+        } else {
+            assert!(s.is_success(), "{s:?}");
+        }
+        assert_eq!(*activations.0.lock(), want);
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_lone_waiting_member_times_out_after_five_minutes() {
     let h = handle();
