@@ -164,10 +164,23 @@ impl Inner {
         };
         let plugin = s.plugin().unwrap_or("PreEnqueue");
         g.gating_plugin = Some(plugin);
-        let message: Arc<str> = Arc::from(s.message());
+        // The members share one message; a gate that holds as members
+        // arrive sets it only on those that lack it (this runs per member
+        // added).
+        let text = s.message();
+        let message = match g.pods.first().and_then(|m| m.last_failure.clone()) {
+            Some(m) if *m == *text => m,
+            _ => Arc::from(text),
+        };
         tracing::debug!(group = %g.key, pod = %g.pods[i].pod.key(), plugin, "pod group gated: {message}");
         for m in &mut g.pods {
-            m.last_failure = Some(message.clone());
+            if !m
+                .last_failure
+                .as_ref()
+                .is_some_and(|f| Arc::ptr_eq(f, &message))
+            {
+                m.last_failure = Some(message.clone());
+            }
         }
         self.insert_group_unschedulable(g);
         self.count_group_incoming(INCOMING_UNSCHEDULABLE, event);
@@ -251,7 +264,7 @@ impl Inner {
             self.groups.pending.push(q);
             return false;
         }
-        let entity_key: Arc<str> = Arc::from(format!("podgroup/{key}").as_str());
+        let entity_key = format!("podgroup/{key}");
         match self.take_group(&entity_key) {
             Some((mut g, place)) => {
                 g.pods.push(q);
