@@ -1,13 +1,15 @@
 //! Pods held at Permit.
 //!
-//! When Permit plugins answer `Wait`, the pod is parked here with one timer
-//! per waiting plugin (each capped at 15 minutes). The binding cycle blocks
-//! on the pod's outcome:
+//! When Permit plugins answer `Wait`, the pod is parked here with a
+//! deadline per waiting plugin (each capped at 15 minutes). The binding
+//! cycle blocks on the pod's outcome ([`WaitingPods::wait`]), and keeps the
+//! deadlines itself while it waits (upstream starts a timer per plugin; a
+//! timer task per pod of a gang was the cost of a spawn each):
 //! * every waiting plugin calls [`WaitingPod::allow`] → Success, binding goes on;
-//! * any plugin calls [`WaitingPod::reject`], or a timer fires (a reject in
-//!   the plugin's name: "rejected due to timeout after waiting 10s at plugin
-//!   X"), or the pod is deleted → Unschedulable; the binding cycle runs
-//!   Unreserve and requeues the pod.
+//! * any plugin calls [`WaitingPod::reject`], or a deadline passes (a reject
+//!   in the plugin's name: "rejected due to timeout after waiting 10s at
+//!   plugin X"), or the pod is deleted → Unschedulable; the binding cycle
+//!   runs Unreserve and requeues the pod.
 //!
 //! The first outcome wins; later calls are no-ops.
 //!
@@ -17,12 +19,11 @@
 //! [`WaitingPods::reject_or_remember`] keep such an early verdict and apply
 //! it when the pod is parked.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
-use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use super::status::{Code, Status};
@@ -43,8 +44,8 @@ pub struct WaitingPod {
 
 struct Inner {
     /// Plugins that have not allowed the pod yet, with when their wait
-    /// times out and their timers.
-    pending: Vec<(&'static str, Instant, Option<AbortHandle>)>,
+    /// times out and how long it is.
+    pending: Vec<(&'static str, Instant, Duration)>,
     /// Where the outcome goes; taken by the first outcome.
     outcome: Option<oneshot::Sender<Status>>,
     /// Where the binding cycle waits; taken by it.
@@ -95,10 +96,8 @@ impl WaitingPod {
     /// `plugin` allows the pod; when no plugin is left, the pod proceeds.
     pub fn allow(&self, plugin: &str) {
         let mut inner = self.inner.lock();
-        if let Some(i) = inner.pending.iter().position(|(p, ..)| *p == plugin)
-            && let (_, _, Some(timer)) = inner.pending.remove(i)
-        {
-            timer.abort();
+        if let Some(i) = inner.pending.iter().position(|(p, ..)| *p == plugin) {
+            inner.pending.remove(i);
         }
         if inner.pending.is_empty()
             && let Some(tx) = inner.outcome.take()
@@ -111,11 +110,7 @@ impl WaitingPod {
     /// it (the pod was deleted).
     pub fn reject(&self, plugin: Option<&'static str>, message: &str) {
         let mut inner = self.inner.lock();
-        for (_, _, timer) in inner.pending.drain(..) {
-            if let Some(timer) = timer {
-                timer.abort();
-            }
-        }
+        inner.pending.clear();
         if let Some(tx) = inner.outcome.take() {
             let mut status = Status::new(Code::Unschedulable, message.to_string());
             if let Some(p) = plugin {
@@ -123,6 +118,18 @@ impl WaitingPod {
             }
             let _ = tx.send(status);
         }
+    }
+}
+
+impl WaitingPod {
+    /// The plugin whose wait ends first, with when and how long it is.
+    fn next_deadline(&self) -> Option<(&'static str, Instant, Duration)> {
+        self.inner
+            .lock()
+            .pending
+            .iter()
+            .min_by_key(|(_, until, _)| *until)
+            .copied()
     }
 }
 
@@ -149,8 +156,7 @@ impl std::fmt::Debug for WaitingPods {
 }
 
 impl WaitingPods {
-    /// Parks `pod` with a timer per waiting plugin. Must be called within a
-    /// tokio runtime (the timers are tasks).
+    /// Parks `pod` with a deadline per waiting plugin, from now.
     pub(crate) fn add(&self, pod: PodRef, node: Arc<str>, waits: Vec<(&'static str, Duration)>) {
         let (tx, rx) = oneshot::channel();
         let since = Instant::now();
@@ -159,27 +165,11 @@ impl WaitingPods {
             node,
             since,
             inner: Mutex::new(Inner {
-                pending: waits.iter().map(|(p, t)| (*p, since + *t, None)).collect(),
+                pending: waits.iter().map(|(p, t)| (*p, since + *t, *t)).collect(),
                 outcome: Some(tx),
                 receiver: Some(rx),
             }),
         });
-        for (i, (plugin, timeout)) in waits.into_iter().enumerate() {
-            let weak: Weak<WaitingPod> = Arc::downgrade(&wp);
-            let timer = tokio::spawn(async move {
-                tokio::time::sleep(timeout).await;
-                if let Some(wp) = weak.upgrade() {
-                    wp.reject(
-                        Some(plugin),
-                        &format!(
-                            "rejected due to timeout after waiting {} at plugin {plugin}",
-                            go_duration(timeout)
-                        ),
-                    );
-                }
-            });
-            wp.inner.lock().pending[i].2 = Some(timer.abort_handle());
-        }
         let early = {
             let mut pods = self.0.lock();
             pods.waiting.insert(pod.uid.clone(), wp.clone());
@@ -252,14 +242,32 @@ impl WaitingPods {
     }
 
     /// Waits for the outcome of `uid`, then forgets it. Success when the pod
-    /// does not wait.
+    /// does not wait. The first plugin whose wait ends before the outcome
+    /// rejects the pod then.
     pub(crate) async fn wait(&self, uid: &str) -> Status {
-        let Some(rx) = self.get(uid).and_then(|wp| wp.inner.lock().receiver.take()) else {
+        let Some(wp) = self.get(uid) else {
             return Status::success();
         };
-        let status = rx
-            .await
-            .unwrap_or_else(|_| Status::error("waiting pod dropped without an outcome"));
+        let Some(mut rx) = wp.inner.lock().receiver.take() else {
+            return Status::success();
+        };
+        let outcome = loop {
+            let Some((plugin, until, timeout)) = wp.next_deadline() else {
+                break (&mut rx).await;
+            };
+            match tokio::time::timeout_at(until, &mut rx).await {
+                Ok(outcome) => break outcome,
+                Err(_) => wp.reject(
+                    Some(plugin),
+                    &format!(
+                        "rejected due to timeout after waiting {} at plugin {plugin}",
+                        go_duration(timeout)
+                    ),
+                ),
+            }
+        };
+        let status =
+            outcome.unwrap_or_else(|_| Status::error("waiting pod dropped without an outcome"));
         self.0.lock().waiting.remove(uid);
         status
     }
