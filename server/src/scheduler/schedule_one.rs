@@ -486,7 +486,12 @@ async fn binding_cycle(
         } else {
             "error"
         };
-        binding_failure(shared, fw, &state, q, &assumed, host, failure, start).await;
+        // Boxed: the failure path's state would double the size of every
+        // binding task (moved whole into each spawn), bound or not.
+        Box::pin(binding_failure(
+            shared, fw, &state, q, &assumed, host, failure, start,
+        ))
+        .await;
         return label;
     }
     // Bound in the cluster: no longer pending.
