@@ -172,14 +172,14 @@ impl PodInfo {
 
     /// The `PodInfo` of `new`, a later version of this pod's object. When
     /// `new` differs from the object this was built from only in its status
-    /// (a status write: a condition, `nominatedNodeName`) and in its
-    /// resourceVersion or managed fields, nothing of it is parsed again:
-    /// this one's fields are kept and the one field read from the status
-    /// that can change (`nominatedNodeName`) is read again. Otherwise it is
-    /// built anew, as [`PodInfo::from_object`] does. A status write made
-    /// over this very version shares its metadata and spec (see
-    /// [`PodObject::base`]): nothing is compared then but the claims'
-    /// statuses.
+    /// (a status write: a condition, `nominatedNodeName`), its nodeName (a
+    /// binding) and in its resourceVersion or managed fields, nothing of it
+    /// is parsed again: this one's fields are kept and the fields read from
+    /// what changed (`nominatedNodeName`, `nodeName`) are read again.
+    /// Otherwise it is built anew, as [`PodInfo::from_object`] does. A
+    /// status write or a binding made over this very version shares its
+    /// metadata and spec (see [`PodObject::base`]): nothing is compared then
+    /// but the claims' statuses.
     pub fn updated(&self, new: PodObject) -> Result<Self, InvalidObject> {
         fn node_name(p: &Pod) -> Option<&str> {
             p.spec.as_ref().and_then(|s| s.node_name.as_deref())
@@ -187,11 +187,11 @@ impl PodInfo {
         fn claim_statuses(s: Option<&PodStatus>) -> Option<&Vec<PodResourceClaimStatus>> {
             s.and_then(|s| s.resource_claim_statuses.as_ref())
         }
-        let status_only = match (self.pod.base(), new.base()) {
+        let unchanged_but_status_and_node = match (self.pod.base(), new.base()) {
             (Some(old), Some(base)) => {
                 (Arc::ptr_eq(old, base)
-                    // A binding changes `nodeName` alone: seen before the
-                    // whole spec is compared.
+                    // A binding written whole changes `nodeName`: seen
+                    // before the whole spec is compared.
                     || (node_name(old) == node_name(base)
                         && meta_equal_but_version(&old.metadata, &base.metadata)
                         && old.spec == base.spec))
@@ -199,16 +199,18 @@ impl PodInfo {
             }
             _ => false,
         };
-        if !status_only {
+        if !unchanged_but_status_and_node {
             return Self::from_object(new);
         }
-        let nominated_node_name = new
-            .status()
-            .and_then(|s| s.nominated_node_name.as_deref())
-            .filter(|s| !s.is_empty())
-            .map(Arc::from);
+        let read = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(Arc::from);
+        let nominated_node_name = read(new.status().and_then(|s| s.nominated_node_name.as_deref()));
+        let node_name = match new.node_name().filter(|s| !s.is_empty()) {
+            n if n == self.node_name.as_deref() => self.node_name.clone(),
+            n => read(n),
+        };
         Ok(Self {
             pod: new,
+            node_name,
             nominated_node_name,
             ..self.clone()
         })
@@ -656,8 +658,31 @@ mod tests {
         let mut bound = after.pod.to_pod();
         bound.spec.as_mut().unwrap().node_name = Some("n1".into());
         bound.metadata.resource_version = Some("4".into());
-        let after = after.updated(PodObject::shared(Arc::new(bound))).unwrap();
-        assert_eq!(after.node_name.as_deref(), Some("n1"));
+        let whole = after.updated(PodObject::shared(Arc::new(bound))).unwrap();
+        assert_eq!(whole.node_name.as_deref(), Some("n1"));
+        // A binding written over the patched version (as the embedded
+        // cluster writes it): nothing parsed, the node and status read.
+        let bound = after.pod.bound(
+            "n1",
+            status(
+                json!({"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x"}]}),
+            ),
+            "4".into(),
+        );
+        let after_bound = after.updated(bound.clone()).unwrap();
+        assert_eq!(after_bound.node_name.as_deref(), Some("n1"));
+        assert_eq!(after_bound.nominated_node_name, None);
+        assert!(Arc::ptr_eq(&after_bound.placement, &after.placement));
+        assert_eq!(after_bound.resource_claims, whole.resource_claims);
+        // A later status write over the bound version keeps the node.
+        let later = after_bound
+            .updated(bound.with_status(None, "5".into()))
+            .unwrap();
+        assert_eq!(later.node_name, after_bound.node_name);
+        assert_eq!(
+            later.pod.to_pod().spec.unwrap().node_name.as_deref(),
+            Some("n1")
+        );
     }
 
     #[test]

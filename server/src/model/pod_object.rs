@@ -13,7 +13,8 @@
 //! embedded cluster's `nominatedNodeName`, conditions) shares the version
 //! it was written over, whose metadata and spec it keeps, and holds only
 //! its own status and resourceVersion: copying the object for each status
-//! write cost more than the rest of the write.
+//! write cost more than the rest of the write. A binding in-process does
+//! the same with `spec.nodeName` held beside the status.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,11 +34,14 @@ enum Repr {
     Packed(Arc<Packed>),
 }
 
-/// A version made by status writes over `base`.
+/// A version made by status writes (and a binding) over `base`.
 struct Patched {
     /// The version written over: its metadata and spec are this one's (its
-    /// status and resourceVersion are not).
+    /// status and resourceVersion are not, nor its nodeName when
+    /// `node_name` is set).
     base: Arc<Pod>,
+    /// `spec.nodeName` as a binding set it over `base`.
+    node_name: Option<String>,
     status: Option<PodStatus>,
     resource_version: String,
 }
@@ -135,7 +139,14 @@ impl PodObject {
                     resource_version: Some(p.resource_version.clone()),
                     ..p.base.metadata.clone()
                 },
-                spec: p.base.spec.clone(),
+                spec: match &p.node_name {
+                    None => p.base.spec.clone(),
+                    Some(node) => {
+                        let mut spec = p.base.spec.clone().unwrap_or_default();
+                        spec.node_name = Some(node.clone());
+                        Some(spec)
+                    }
+                },
                 status: p.status.clone(),
             },
             Repr::Packed(_) => Arc::unwrap_or_clone(self.get()),
@@ -146,6 +157,26 @@ impl PodObject {
     /// `resource_version` over this one's metadata and spec, which it
     /// shares (a packed object is decoded first).
     pub fn with_status(&self, status: Option<PodStatus>, resource_version: String) -> Self {
+        let node_name = match &self.0 {
+            Repr::Patched(p) => p.node_name.clone(),
+            Repr::Shared(_) | Repr::Packed(_) => None,
+        };
+        self.patched(node_name, status, resource_version)
+    }
+
+    /// The version a binding makes of this one: `spec.nodeName` set to
+    /// `node`, with `status` and `resource_version`, over this one's
+    /// metadata and (but for its nodeName) spec, which it shares.
+    pub fn bound(&self, node: &str, status: Option<PodStatus>, resource_version: String) -> Self {
+        self.patched(Some(node.to_string()), status, resource_version)
+    }
+
+    fn patched(
+        &self,
+        node_name: Option<String>,
+        status: Option<PodStatus>,
+        resource_version: String,
+    ) -> Self {
         let base = match &self.0 {
             Repr::Shared(p) => p.clone(),
             Repr::Patched(p) => p.base.clone(),
@@ -153,14 +184,27 @@ impl PodObject {
         };
         Self(Repr::Patched(Arc::new(Patched {
             base,
+            node_name,
             status,
             resource_version,
         })))
     }
 
+    /// `spec.nodeName`; `None` when packed (or absent).
+    pub fn node_name(&self) -> Option<&str> {
+        match &self.0 {
+            Repr::Patched(p) if p.node_name.is_some() => p.node_name.as_deref(),
+            _ => self
+                .base()
+                .and_then(|p| p.spec.as_ref())
+                .and_then(|s| s.node_name.as_deref()),
+        }
+    }
+
     /// The object whose metadata (but for its resourceVersion) and spec
-    /// are this one's, shared; `None` when packed. Two versions with the
-    /// same base (pointer-equal) differ at most in their status.
+    /// (but for its nodeName: [`Self::node_name`]) are this one's, shared;
+    /// `None` when packed. Two versions with the same base (pointer-equal)
+    /// differ at most in their status and nodeName.
     pub fn base(&self) -> Option<&Arc<Pod>> {
         match &self.0 {
             Repr::Shared(p) => Some(p),
@@ -432,6 +476,45 @@ mod tests {
             from_packed.base().unwrap().metadata.labels,
             v1.metadata.labels
         );
+    }
+
+    #[test]
+    fn a_binding_shares_what_it_does_not_change() {
+        let v1 = Arc::new(pod("7", "a"));
+        let shared = PodObject::shared(v1.clone());
+        assert_eq!(shared.node_name(), None);
+        let status: PodStatus = serde_json::from_value(
+            json!({"conditions": [{"type": "PodScheduled", "status": "True"}]}),
+        )
+        .unwrap();
+        let bound =
+            shared
+                .with_status(None, "8".into())
+                .bound("n1", Some(status.clone()), "9".into());
+        assert!(Arc::ptr_eq(bound.base().unwrap(), &v1));
+        assert_eq!(bound.node_name(), Some("n1"));
+        assert_eq!(bound.status(), Some(&status));
+        // Whole: the node in the spec, the rest of the spec as it was.
+        let mut whole = (*v1).clone();
+        whole.spec.as_mut().unwrap().node_name = Some("n1".into());
+        whole.status = Some(status);
+        whole.metadata.resource_version = Some("9".into());
+        assert_eq!(bound.to_pod(), whole);
+        assert_eq!(*bound.get(), whole);
+        let back: Pod = serde_json::from_slice(&bound.to_json()).unwrap();
+        assert_eq!(back, whole);
+        // A status write over the bound version keeps the node.
+        let later = bound.with_status(None, "10".into());
+        assert_eq!(later.node_name(), Some("n1"));
+        assert_eq!(
+            later.to_pod().spec.unwrap().node_name.as_deref(),
+            Some("n1")
+        );
+        assert!(later.same_but_version(&PodObject::shared(Arc::new({
+            let mut p = whole.clone();
+            p.status = None;
+            p
+        }))));
     }
 
     #[test]

@@ -135,10 +135,7 @@ fn event_label(change: &ClusterChange) -> Option<&'static str> {
                 | WatchEvent::Deleted(p)
                 | WatchEvent::Modified { new: p, .. } => p,
             };
-            let bound = p
-                .base()
-                .and_then(|p| p.spec.as_ref())
-                .is_some_and(|s| s.node_name.is_some());
+            let bound = p.node_name().is_some();
             assigned(bound, action(e))
         }
         ClusterChange::PodInfo(e) => pod_label(e),

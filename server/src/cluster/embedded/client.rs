@@ -19,28 +19,30 @@ use crate::model::PodInfo;
 #[async_trait]
 impl ClusterClient for EmbeddedCluster {
     async fn bind(&self, pod: &PodInfo, node: &str) -> Result<(), ClusterError> {
-        let name = pod.name.to_string();
-        let uid = pod.uid.to_string();
-        self.update_pod(&pod.namespace, &pod.name, |p| {
-            let actual_uid = p.metadata.uid.clone().unwrap_or_default();
+        let name = &*pod.name;
+        let uid = &*pod.uid;
+        // The new version shares the metadata and spec of the one it
+        // replaces, with its own nodeName and status (a whole copy of the
+        // pod per binding cost more than the rest of the write).
+        self.write_pod(&pod.namespace, &pod.name, |s, old| {
+            let base = super::meta_spec(old);
+            let actual_uid = base.metadata.uid.as_deref().unwrap_or_default();
             if actual_uid != uid {
                 return Err(ClusterError::Conflict(format!(
                     "Operation cannot be fulfilled on pods {name:?}: Precondition failed: UID in precondition: {uid}, UID in object meta: {actual_uid}"
                 )));
             }
-            let spec = p.spec.get_or_insert_with(Default::default);
-            if let Some(existing) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+            if let Some(existing) = old.node_name().filter(|n| !n.is_empty()) {
                 return Err(ClusterError::Conflict(format!(
                     "Operation cannot be fulfilled on pods/binding {name:?}: pod {name} is already assigned to node {existing:?}"
                 )));
             }
-            spec.node_name = Some(node.to_string());
-            let status = p.status.get_or_insert_with(Default::default);
+            let mut status = old.status().cloned().unwrap_or_default();
             // As the API server since v1.35 (ClearingNominatedNodeNameAfterBinding):
             // a bound pod's nomination is over.
             status.nominated_node_name = None;
             set_condition(
-                status,
+                &mut status,
                 PodCondition {
                     type_: "PodScheduled".into(),
                     status: "True".into(),
@@ -48,7 +50,7 @@ impl ClusterClient for EmbeddedCluster {
                     ..Default::default()
                 },
             );
-            Ok(())
+            Ok(old.bound(node, Some(status), s.next_rv()))
         })
     }
 

@@ -657,21 +657,6 @@ impl EmbeddedCluster {
             .collect()
     }
 
-    /// Writes the pod whole (a binding: its spec changes).
-    fn update_pod(
-        &self,
-        namespace: &str,
-        name: &str,
-        f: impl FnOnce(&mut Pod) -> Result<(), ClusterError>,
-    ) -> Result<(), ClusterError> {
-        self.write_pod(namespace, name, |s, old| {
-            let mut new = old.to_pod();
-            f(&mut new)?;
-            new.metadata.resource_version = Some(s.next_rv());
-            Ok(PodObject::shared(Arc::new(new)))
-        })
-    }
-
     /// Writes the pod's status subresource: `f` is given the object's
     /// metadata and its status to change. The new version shares the
     /// metadata and spec of the one it replaces.
@@ -705,10 +690,12 @@ impl EmbeddedCluster {
         }
         // The claim controller acts on a pod's spec, deletion, phase and
         // claim statuses: a status write that changed neither of the last
-        // two (a nomination, a condition) leaves it nothing to do.
+        // two (a nomination, a condition) leaves it nothing to do (a
+        // binding, which changes the spec, is shown to it).
         let unchanged_for_claims = |a: &PodObject, b: &PodObject| {
             let (sa, sb) = (a.status(), b.status());
             matches!((a.base(), b.base()), (Some(x), Some(y)) if Arc::ptr_eq(x, y))
+                && a.node_name() == b.node_name()
                 && sa.and_then(|s| s.phase.as_ref()) == sb.and_then(|s| s.phase.as_ref())
                 && sa.and_then(|s| s.resource_claim_statuses.as_ref())
                     == sb.and_then(|s| s.resource_claim_statuses.as_ref())

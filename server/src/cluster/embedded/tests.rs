@@ -89,18 +89,46 @@ async fn a_status_write_shares_the_version_it_was_written_over() {
         (&now.spec, &now.metadata.uid),
         (&before.spec, &before.metadata.uid)
     );
-    // A binding over it: the whole object written, the nomination over.
+    // A binding over it shares them too, with its nodeName; read back
+    // whole: bound, the nomination over, PodScheduled=True.
     c.bind(&info, "n1").await.unwrap();
     let bound = c.get_pod("default", "p").unwrap();
     assert_eq!(
         bound.spec.as_ref().unwrap().node_name.as_deref(),
         Some("n1")
     );
-    assert_eq!(bound.status.as_ref().unwrap().nominated_node_name, None);
+    let status = bound.status.as_ref().unwrap();
+    assert_eq!(status.nominated_node_name, None);
+    let conditions = status.conditions.as_ref().unwrap();
+    assert_eq!(
+        (conditions[0].type_.as_str(), conditions[0].status.as_str()),
+        ("PodScheduled", "True")
+    );
+    let mut rest = (*bound).clone();
+    rest.spec.as_mut().unwrap().node_name = None;
+    assert_eq!(rest.spec, before.spec, "nothing else of the spec changed");
     let Some(ClusterChange::Pod(WatchEvent::Modified { new, .. })) = rx.recv().await else {
         panic!("the binding is a change");
     };
-    assert!(new.as_shared().is_some_and(|p| *p == bound));
+    assert!(Arc::ptr_eq(new.base().unwrap(), &before));
+    assert_eq!(new.node_name(), Some("n1"));
+    assert_eq!(new.to_pod(), *bound);
+    // Bound once: a second binding is refused, as the API server refuses it.
+    assert!(matches!(
+        c.bind(&info, "n2").await,
+        Err(ClusterError::Conflict(m)) if m.contains("is already assigned to node \"n1\"")
+    ));
+    // A status write over the bound version keeps its nodeName.
+    c.set_nominated_node_name(&info, None).await.unwrap();
+    let Some(ClusterChange::Pod(WatchEvent::Modified { new, .. })) = rx.recv().await else {
+        panic!("the status write is a change");
+    };
+    assert_eq!(new.node_name(), Some("n1"));
+    let bound = c.get_pod("default", "p").unwrap();
+    assert_eq!(
+        bound.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("n1")
+    );
     // A stale writer is refused, the object untouched.
     let stale = PodInfo::new(Arc::new(make_pod("p").uid("stale").object())).unwrap();
     assert!(matches!(
