@@ -711,8 +711,9 @@ impl EmbeddedCluster {
 
 /// The object whose metadata (but for its resourceVersion) and spec are
 /// the stored pod's: shared, never copied (the store keeps no packed pod;
-/// one would be decoded). Its status is not the pod's: read
-/// [`PodObject::status`].
+/// one would be decoded). Its status is not the pod's, nor is its nodeName
+/// once a binding wrote one: read [`PodObject::status`] and
+/// [`PodObject::node_name`].
 fn meta_spec(p: &PodObject) -> Arc<Pod> {
     p.base().cloned().unwrap_or_else(|| p.get())
 }
