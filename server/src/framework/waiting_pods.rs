@@ -106,6 +106,16 @@ impl WaitingPod {
         }
     }
 
+    /// The plugin whose wait ends first, with when and how long it is.
+    fn next_deadline(&self) -> Option<(&'static str, Instant, Duration)> {
+        self.inner
+            .lock()
+            .pending
+            .iter()
+            .min_by_key(|(_, until, _)| *until)
+            .copied()
+    }
+
     /// Rejects the pod; `plugin` is `None` when the scheduler itself rejects
     /// it (the pod was deleted).
     pub fn reject(&self, plugin: Option<&'static str>, message: &str) {
@@ -118,18 +128,6 @@ impl WaitingPod {
             }
             let _ = tx.send(status);
         }
-    }
-}
-
-impl WaitingPod {
-    /// The plugin whose wait ends first, with when and how long it is.
-    fn next_deadline(&self) -> Option<(&'static str, Instant, Duration)> {
-        self.inner
-            .lock()
-            .pending
-            .iter()
-            .min_by_key(|(_, until, _)| *until)
-            .copied()
     }
 }
 
