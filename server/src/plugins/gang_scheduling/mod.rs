@@ -220,11 +220,7 @@ impl PermitPlugin for GangScheduling {
                 // activating any member moves whole: the first stands for
                 // all, with no copy of the others (this runs once per pod
                 // of a gang).
-                Step::Wait(if state.unscheduled_pods_count() == 0 {
-                    None
-                } else {
-                    state.first_unscheduled()
-                })
+                Step::Wait(state.first_unscheduled())
             } else {
                 Step::Release(state.assumed_uids())
             }
